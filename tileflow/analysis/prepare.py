@@ -1,0 +1,304 @@
+"""Check a tile tree's structure against the workload and accelerator, and lay out, for every
+operator, its root-to-leaf path of loops with strides: what the counting needs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from tileflow.errors import InputError
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import Operator, Workload
+from tileflow.tree import PRIMITIVES, Dataflow, Op, Tile, label, ops_under, walk
+
+
+class InvalidDataflow(InputError):
+    """A tree that cannot be analysed: the message names the node and the constraint."""
+
+
+@dataclass(frozen=True)
+class PathLoop:
+    dim: str
+    n: int
+    stride: int
+    spatial: bool
+    node: int  # index of the tile on the op's path (0 = root)
+    level: int  # level index of that tile
+
+
+@dataclass(frozen=True)
+class OpPath:
+    """One operator's view of the tree: the tiles from the root down, and their loops."""
+
+    op: Operator
+    tiles: tuple[tuple[str, Tile], ...]  # (node path, tile), root first
+    levels: tuple[int, ...]  # level index per tile
+    loops: tuple[PathLoop, ...]  # outermost first
+    shift: Mapping[str, int]  # start offset per dimension (halo of a windowed consumer)
+
+    def extent_below(self, node: int, dim: str) -> int:
+        """Extent of `dim` covered by the loops of tiles strictly below path position `node`."""
+        return 1 + sum((lp.n - 1) * lp.stride for lp in self.loops
+                       if lp.node > node and lp.dim == dim)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything structural about (workload, accelerator, dataflow), computed once."""
+
+    workload: Workload
+    arch: Architecture
+    flow: Dataflow
+    paths: Mapping[str, OpPath]
+    homes: Mapping[str, int]  # intermediate -> level index
+    lca: Mapping[str, str]  # intermediate -> node path of the lowest common ancestor
+
+    @cached_property
+    def tiles(self) -> dict[str, Tile]:
+        return {p: n for p, n in walk(self.flow.root) if isinstance(n, Tile)}
+
+
+def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
+    """Validate the tree's structure and build the per-operator paths (raises InvalidDataflow)."""
+    root = flow.root
+    if not isinstance(root, Tile):
+        raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
+    _check_nodes(workload, arch, root)
+    tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
+    leaf_paths = _leaf_paths(root)
+    strides = _strides(workload, root)
+    lca = {t: _lca([leaf_paths[o] for o in (workload.producer[t], *workload.consumers[t])])
+           for t in workload.intermediates}
+    paths: dict[str, OpPath] = {}
+    for op in workload.ops:
+        chain = leaf_paths[op.name]
+        tile_list = tuple((p, tiles[p]) for p in chain)
+        levels = tuple(arch.level_index[t.level] for _, t in tile_list)
+        loop_list = tuple(
+            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k])
+            for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
+        )
+        paths[op.name] = OpPath(op, tile_list, levels, loop_list, {})
+    for name, shift in _halo_shifts(workload, paths, lca).items():
+        paths[name] = replace(paths[name], shift=shift)
+    homes = {t: _home(workload, arch, flow, t, lca[t], paths, tiles) for t in lca}
+    plan = Plan(workload, arch, flow, paths, homes, lca)
+    _check_coverage(plan)
+    _check_dependences(plan)
+    return plan
+
+
+def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
+    seen_ops: dict[str, str] = {}
+    for path, node in walk(root):
+        if isinstance(node, Op):
+            if node.op not in w.op_by_name:
+                raise InvalidDataflow(f"unknown operator '{node.op}'; the workload has "
+                                      f"{', '.join(w.op_by_name)}", where=path)
+            if node.op in seen_ops:
+                raise InvalidDataflow(f"operator '{node.op}' appears twice (also at "
+                                      f"{seen_ops[node.op]})", where=path)
+            seen_ops[node.op] = path
+            continue
+        where = label(path, node)
+        if node.level not in arch.level_index:
+            raise InvalidDataflow(f"unknown level '{node.level}'; {arch.name} has "
+                                  f"{', '.join(arch.level_index)}", where=where)
+        if node.primitive not in PRIMITIVES:
+            raise InvalidDataflow(f"unknown primitive '{node.primitive}'; expected one of "
+                                  f"{', '.join(PRIMITIVES)}", where=where)
+        if not node.children:
+            raise InvalidDataflow("a tile needs at least one child", where=where)
+        below = ops_under(node)
+        dims_below = {d for o in below for d in w.op_by_name[o].dims if o in w.op_by_name}
+        for lp in node.loops:
+            if lp.factor < 1:
+                raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=where)
+            if lp.dim not in dims_below:
+                raise InvalidDataflow(f"loop over '{lp.dim}', which no operator below this "
+                                      f"tile ({', '.join(below)}) uses", where=where)
+        for name in node.no_reuse:
+            if name not in w.tensors:
+                raise InvalidDataflow(f"no_reuse names unknown tensor '{name}'", where=where)
+        for child in node.children:
+            if isinstance(child, Tile) and child.level in arch.level_index and \
+                    arch.level_index[child.level] < arch.level_index[node.level]:
+                raise InvalidDataflow(f"child tile at {child.level} sits above its parent's "
+                                      f"level {node.level}", where=where)
+        if node.primitive == "Para":
+            _check_independent(w, node, where)
+    missing = [o.name for o in w.ops if o.name not in seen_ops]
+    if missing:
+        raise InvalidDataflow(f"operators missing from the tree: {', '.join(missing)}")
+
+
+def _check_independent(w: Workload, node: Tile, where: str) -> None:
+    groups = [set(ops_under(c)) for c in node.children]
+    for i, a in enumerate(groups):
+        for b in groups[i + 1 :]:
+            for o in a:
+                for t in w.op_by_name[o].tensors:
+                    if t in w.producer and (w.producer[t] in b) != (w.producer[t] in a) and \
+                            any(c in b for c in w.consumers.get(t, ())):
+                        raise InvalidDataflow(f"Para children must be independent, but '{t}' "
+                                              "flows between them (use Pipe or Seq)",
+                                              where=where)
+
+
+def _leaf_paths(root: Tile) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+
+    def go(node: Tile, path: str, chain: tuple[str, ...]) -> None:
+        chain = (*chain, path)
+        for i, child in enumerate(node.children):
+            if isinstance(child, Op):
+                out[child.op] = chain
+            else:
+                go(child, f"{path}.{i}", chain)
+
+    go(root, "root", ())
+    return out
+
+
+def _strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
+    """A loop's stride is the extent its inner loops cover; where operators under a shared
+    loop cover different extents (a producer grown by a halo), the smallest one."""
+    strides: dict[tuple[str, int], int] = {}
+
+    def go(node: Tile, path: str) -> dict[str, dict[str, int]]:
+        extents: dict[str, dict[str, int]] = {}
+        for i, child in enumerate(node.children):
+            if isinstance(child, Op):
+                extents[child.op] = {d: 1 for d in w.op_by_name[child.op].dims}
+            else:
+                extents.update(go(child, f"{path}.{i}"))
+        for i in reversed(range(len(node.loops))):
+            lp = node.loops[i]
+            spans = [e[lp.dim] for e in extents.values() if lp.dim in e]
+            stride = min(spans)
+            strides[(path, i)] = stride
+            for e in extents.values():
+                if lp.dim in e:
+                    e[lp.dim] += (lp.factor - 1) * stride
+        return extents
+
+    go(root, "root")
+    return strides
+
+
+def _lca(chains: list[tuple[str, ...]]) -> str:
+    common = chains[0]
+    for chain in chains[1:]:
+        k = 0
+        while k < min(len(common), len(chain)) and common[k] == chain[k]:
+            k += 1
+        common = common[:k]
+    return common[-1]
+
+
+def _halo_shifts(w: Workload, paths: Mapping[str, OpPath],
+                 lca: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """A producer whose output a consumer reads through a window (A[p+t-1]), tiled along p in
+    their common ancestor, computes per step the rows the window needs: its tile starts at
+    the window's offset (and its factors must cover the halo)."""
+    shifts: dict[str, dict[str, int]] = {}
+    for t in w.intermediates:
+        producer = w.op_by_name[w.producer[t]]
+        depth = lca[t].count(".")
+        for consumer in w.consumers[t]:
+            access = w.op_by_name[consumer].access(t)
+            for out_axis, axis in zip(producer.output.axes, access.axes, strict=True):
+                d = out_axis.terms[0][0]
+                tiled = any(lp.dim == d and lp.node <= depth and lp.n > 1
+                            for lp in paths[producer.name].loops)
+                if tiled and (len(axis.terms) > 1 or axis.offset):
+                    own = shifts.setdefault(producer.name, {})
+                    own[d] = min(own.get(d, 0), axis.offset)
+    return shifts
+
+
+def _home(w: Workload, arch: Architecture, flow: Dataflow, t: str, lca: str,
+          paths: Mapping[str, OpPath], tiles: Mapping[str, Tile]) -> int:
+    """The level an intermediate lives at: named by the dataflow, else the common ancestor's
+    level when on chip, else the outermost on-chip level every path passes through below it."""
+    ops = (w.producer[t], *w.consumers[t])
+    depth = lca.count(".")
+    lca_level = arch.level_index[tiles[lca].level]
+    if t in flow.homes:
+        name = flow.homes[t]
+        if name not in arch.level_index:
+            raise InvalidDataflow(f"home of '{t}': unknown level '{name}'", where="homes")
+        home = arch.level_index[name]
+        if not all(home in paths[o].levels[depth:] for o in ops):
+            raise InvalidDataflow(
+                f"home of '{t}' is {name}, but not every operator that writes or reads it "
+                f"({', '.join(ops)}) has a tile at {name} at or below their common ancestor "
+                f"{label(lca, tiles[lca])}", where="homes")
+        return home
+    if lca_level > 0:
+        return lca_level
+    common = set.intersection(*(set(paths[o].levels[depth + 1 :]) for o in ops)) - {0}
+    return min(common) if common else lca_level
+
+
+def _check_coverage(plan: Plan) -> None:
+    w = plan.workload
+    for name, path in plan.paths.items():
+        for d in path.op.dims:
+            size = w.sizes[d]
+            shift = path.shift.get(d, 0)
+            covered = shift + path.extent_below(-1, d)
+            if covered < size:
+                factors = [str(lp.n) for lp in path.loops if lp.dim == d]
+                raise InvalidDataflow(
+                    f"operator '{name}': the factors of '{d}' on its path "
+                    f"({' x '.join(factors) or 'none'}) cover {covered - shift} of {size - shift}"
+                    f" (the product of a dimension's factors must reach its size)",
+                    where=label(*path.tiles[-1]))
+
+
+def _check_dependences(plan: Plan) -> None:
+    """An intermediate lives within one step of the producer's and consumers' common
+    ancestor: loops there over the producer's reductions would hand over partial results,
+    and the producer's tile must cover the consumer's window."""
+    w = plan.workload
+    for t, lca in plan.lca.items():
+        producer = w.op_by_name[w.producer[t]]
+        path = plan.paths[producer.name]
+        depth = lca.count(".")
+        for lp in path.loops:
+            if lp.node <= depth and lp.dim in producer.reduction_dims and lp.n > 1:
+                node_path, tile = path.tiles[lp.node]
+                raise InvalidDataflow(
+                    f"loop '{lp.dim}:{lp.n}' is a reduction of '{producer.name}' but sits in a "
+                    f"common ancestor of '{producer.name}' and its consumers "
+                    f"{', '.join(w.consumers[t])}: they would read partial values of '{t}'",
+                    where=label(node_path, tile))
+        for consumer in w.consumers[t]:
+            _check_window(plan, t, producer, w.op_by_name[consumer], depth)
+
+
+def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,
+                  depth: int) -> None:
+    w = plan.workload
+    cpath, ppath = plan.paths[consumer.name], plan.paths[producer.name]
+    for out_axis, axis in zip(producer.output.axes, consumer.access(t).axes, strict=True):
+        if len(axis.terms) < 2:
+            continue
+        d = out_axis.terms[0][0]
+        window = sum(c * (w.sizes[x] - 1) for x, c in axis.terms if x != d)
+        need = cpath.extent_below(depth, d) + window
+        has = ppath.extent_below(depth, d)
+        tiled_above = any(lp.dim == d and lp.node <= depth and lp.n > 1 for lp in ppath.loops)
+        if tiled_above and has < need:
+            raise InvalidDataflow(
+                f"'{consumer.name}' reads '{t}' through a window along '{d}': per step of their "
+                f"common ancestor it needs {need} rows of '{t}' but '{producer.name}' produces "
+                f"{has}; give '{producer.name}' factors of '{d}' covering {need}",
+                where=label(*ppath.tiles[-1]))
+
+
+def sp_product(path: OpPath, node_filter) -> int:
+    return math.prod(lp.n for lp in path.loops if lp.spatial and node_filter(lp))

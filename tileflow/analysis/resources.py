@@ -1,0 +1,168 @@
+"""Resource use of a tile tree: buffer footprint per level and spatial fan-out, checked
+against the accelerator. Violations are reported with the node, the constraint and amounts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tileflow.analysis.prepare import OpPath, Plan
+from tileflow.tree import Op, Tile, label, ops_under
+
+
+@dataclass(frozen=True)
+class Footprint:
+    level: str
+    words: float
+    capacity_words: float
+    by_tensor: dict[str, float]
+
+
+def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
+    """Words of `tensor` in the tile at path position `position` (its loops and below)."""
+    w = plan.workload
+    access = path.op.access(tensor)
+    words = 1.0
+    for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
+        span = 1
+        for d, c in axis.terms:
+            extent = 1 + sum((lp.n - 1) * lp.stride for lp in path.loops
+                             if lp.node >= position and lp.dim == d)
+            span += c * (min(extent, w.sizes[d]) - 1)
+        words *= min(span, size)
+    return words
+
+
+def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:
+    """Peak words resident per on-chip level: Seq takes the max over children, Shar the
+    union (a shared tensor counts once), Para and Pipe the sum; intermediates count at their
+    home level with their extent within one step of their common ancestor."""
+    out = []
+    scale = 2.0 if double_buffer else 1.0
+    for index, level in enumerate(plan.arch.levels):
+        if index == 0 and math.isinf(level.capacity_words):
+            continue
+        by_tensor = _fp(plan, "root", plan.flow.root, index)
+        words = scale * sum(by_tensor.values())
+        out.append(Footprint(level.name, words, level.capacity_words, by_tensor))
+    return out
+
+
+def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
+    if isinstance(node, Op):
+        return {}
+    level_index = plan.arch.level_index
+    if level_index[node.level] == level:
+        return _own(plan, path, node, level)
+    kids = [_fp(plan, f"{path}.{i}", c, level) for i, c in enumerate(node.children)]
+    combined: dict[str, float] = {}
+    if node.primitive == "Seq":
+        combined = dict(max(kids, key=lambda k: sum(k.values()), default={}))
+    elif node.primitive == "Shar":
+        for k in kids:
+            for t, v in k.items():
+                combined[t] = max(combined.get(t, 0.0), v)
+    else:
+        for k in kids:
+            for t, v in k.items():
+                combined[t] = combined.get(t, 0.0) + v
+    for t, lca in plan.lca.items():
+        if lca == path and plan.homes[t] == level and level_index[node.level] != level:
+            combined[t] = combined.get(t, 0.0) + _lca_extent(plan, t, path)
+    return combined
+
+
+def _own(plan: Plan, path: str, node: Tile, level: int) -> dict[str, float]:
+    w = plan.workload
+    own: dict[str, float] = {}
+    depth = path.count(".")
+    for o in ops_under(node):
+        op_path = plan.paths[o]
+        for t in w.op_by_name[o].tensors:
+            if t in plan.homes:
+                home, lca_depth = plan.homes[t], plan.lca[t].count(".")
+                if home < level or (home == level and lca_depth < depth):
+                    continue  # lives above this level, or counted at its common ancestor
+            own[t] = max(own.get(t, 0.0), _box(plan, op_path, t, depth))
+    return own
+
+
+def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
+    w = plan.workload
+    depth = lca.count(".")
+    ops = (w.producer[tensor], *w.consumers[tensor])
+    return max(_box(plan, plan.paths[o], tensor, depth + 1) for o in ops)
+
+
+def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[str]:
+    out = []
+    for fp in fps:
+        if fp.words > fp.capacity_words:
+            worst = sorted(fp.by_tensor.items(), key=lambda kv: -kv[1])[:3]
+            detail = ", ".join(f"{t} {v:,.0f}" for t, v in worst)
+            out.append(f"capacity: level {fp.level} needs {fp.words:,.0f} words but holds "
+                       f"{fp.capacity_words:,.0f} (over by {fp.words - fp.capacity_words:,.0f}; "
+                       f"largest: {detail})")
+    return out
+
+
+def spatial_violations(plan: Plan) -> list[str]:
+    """Spatial loops must fit the fan-out of each level and the compute units; Para and Pipe
+    children split the instances of their tile's level between them."""
+    arch = plan.arch
+    out: list[str] = []
+    for path in plan.paths.values():
+        levels = path.levels
+        for j, (node_path, tile) in enumerate(path.tiles):
+            last = j == len(levels) - 1
+            if not last and levels[j] == levels[j + 1]:
+                continue
+            run = [k for k in range(j + 1) if levels[k] == levels[j]]
+            used = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node in run)
+            if last:
+                limit, what = _compute_limit(plan, path)
+            else:
+                inner = arch.levels[levels[j + 1]].name
+                limit = arch.fanout_between(tile.level, inner)
+                what = f"{inner} instances per {tile.level} instance"
+            if used > limit:
+                out.append(f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
+                           f"{used} {what.split(' per ')[0]} but there are {limit} ({what})")
+    for node_path, node in _tiles(plan):
+        if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
+            depth = node_path.count(".")
+            used = sum(max(math.prod(lp.n for lp in plan.paths[o].loops
+                                     if lp.spatial and lp.node > depth) for o in ops_under(c))
+                       for c in node.children)
+            limit = _units_below(plan, node)
+            if used > limit:
+                out.append(f"fan-out: {node.primitive} children of {label(node_path, node)} "
+                           f"use {used} compute units together but the tile has {limit}")
+    return list(dict.fromkeys(out))
+
+
+def _tiles(plan: Plan):
+    return plan.tiles.items()
+
+
+def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
+    arch = plan.arch
+    unit = arch.unit(path.op.unit)
+    innermost = path.levels[-1]
+    feed = arch.level_index[unit.level]
+    name = arch.levels[innermost].name
+    if innermost > feed:
+        return 0, (f"{unit.kind} units: '{path.op.name}' runs on the {unit.kind} unit fed from "
+                   f"{unit.level}, which is above its innermost tile at {name}")
+    limit = arch.fanout_between(name, unit.level) * unit.parallelism
+    return limit, f"{unit.kind} units per {name} instance"
+
+
+def _units_below(plan: Plan, node: Tile) -> int:
+    arch = plan.arch
+    unit = arch.matrix
+    start = arch.level_index[node.level]
+    feed = arch.level_index[unit.level]
+    if start >= feed:
+        return unit.parallelism
+    return arch.fanout_between(node.level, unit.level) * unit.parallelism

@@ -1,0 +1,207 @@
+"""Walk each operator's path and count fills, reads and updates per level and tensor, the
+words each tile moves over its links, and the operations each leaf performs."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from tileflow.analysis.movement import (
+    AxisRec,
+    DimRec,
+    LoopRec,
+    first_touches,
+    iteration_count,
+    words_moved,
+)
+from tileflow.analysis.prepare import OpPath, PathLoop, Plan
+from tileflow.specs.expressions import Access
+from tileflow.tree import Op, Tile, ops_under
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Words moved over one link by one tile: `words` counted at `level`, spread over
+    `instances` instances of it; `kind` is 'read' or 'write' (which port it uses)."""
+
+    level: int
+    words: float
+    instances: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """What one operator's leaf computes, and the operand traffic at its innermost level."""
+
+    op: str
+    unit: str
+    function: str
+    ops: int  # operations performed (recomputation included)
+    steps: int  # temporal iterations (clipped ones included: they still take cycles)
+    units_used: int  # compute units working in parallel
+    level: int  # innermost storage level, which feeds the unit
+    operand_reads: float
+    result_updates: float
+    instances: int  # instances of the innermost level in use
+
+
+@dataclass
+class Counts:
+    traffic: dict[tuple[int, str], list[float]] = field(
+        default_factory=lambda: defaultdict(lambda: [0.0, 0.0, 0.0]))  # fill, read, update
+    loads: dict[str, list[Transfer]] = field(default_factory=lambda: defaultdict(list))
+    stores: dict[str, list[Transfer]] = field(default_factory=lambda: defaultdict(list))
+    leaves: dict[str, Leaf] = field(default_factory=dict)
+
+
+FILL, READ, UPDATE = 0, 1, 2
+
+
+def count(plan: Plan) -> Counts:
+    """All data movement and operation counts of the dataflow."""
+    counts = Counts()
+    for path in plan.paths.values():
+        _count_path(plan, path, counts)
+    return counts
+
+
+def _axes(plan: Plan, access: Access) -> tuple[AxisRec, ...]:
+    shape = plan.workload.shapes[access.tensor]
+    return tuple(AxisRec(a.terms, a.offset, size) for a, size in zip(access.axes, shape,
+                                                                      strict=True))
+
+
+def _dims(plan: Plan, path: OpPath, loops_below: list[PathLoop],
+          extra: list[PathLoop] = ()) -> dict[str, DimRec]:
+    sizes = plan.workload.sizes
+    return {
+        d: DimRec(sizes[d],
+                  1 + sum((lp.n - 1) * lp.stride for lp in (*loops_below, *extra) if lp.dim == d),
+                  path.shift.get(d, 0))
+        for d in path.op.dims
+    }
+
+
+def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
+    """Path positions of Seq tiles whose next child (wrapping) does not use `tensor`: below
+    them the tensor is dropped between steps, so loops at or above them give no reuse."""
+    w = plan.workload
+    depths = []
+    for k, (_, tile) in enumerate(path.tiles):
+        if tile.primitive != "Seq" or len(tile.children) < 2:
+            continue
+        child_path = path.tiles[k + 1][0] if k + 1 < len(path.tiles) else None
+        index = _child_index(tile, path, k, child_path)
+        nxt = tile.children[(index + 1) % len(tile.children)]
+        if not any(tensor in w.op_by_name[o].tensors for o in ops_under(nxt)):
+            depths.append(k)
+    return depths
+
+
+def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> int:
+    if child_path is not None:
+        return int(child_path.rsplit(".", 1)[1])
+    return next(i for i, c in enumerate(tile.children) if isinstance(c, Op) and c.op == path.op.name)
+
+
+def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
+    w = plan.workload
+    op = path.op
+    levels = path.levels
+    accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
+    tensor_info = {}
+    for access, is_out in accesses:
+        t = access.tensor
+        drops = _drop_depths(plan, path, t)
+        no_reuse = {k for k, (_, tile) in enumerate(path.tiles) if t in tile.no_reuse}
+        if t in plan.lca:
+            lca_depth = plan.lca[t].count(".")
+            epoch = [lp.node <= lca_depth for lp in path.loops]
+        else:
+            epoch = [lp.dim not in op.dims for lp in path.loops]
+        tensor_info[t] = (_axes(plan, access), drops, no_reuse, epoch)
+
+    nodes = len(path.tiles)
+    for j in range(nodes):
+        last = j == nodes - 1
+        if not last and levels[j] == levels[j + 1]:
+            continue
+        x = levels[j]
+        run_start = j
+        while run_start > 0 and levels[run_start - 1] == x:
+            run_start -= 1
+        below = [lp for lp in path.loops if lp.node > j]
+        union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
+        inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
+        inst_y = inst_x * math.prod(lp.n for lp in union_sp)
+        owner = path.tiles[j][0]
+        if last:
+            _count_compute(plan, path, counts, x, inst_x, tensor_info)
+            continue
+        y = levels[j + 1]
+        dims_y = _dims(plan, path, below)
+        dims_x = _dims(plan, path, below, union_sp)
+        for access, is_out in accesses:
+            t = access.tensor
+            if t in plan.homes and x < plan.homes[t]:
+                continue
+            axes, drops, no_reuse, epoch = tensor_info[t]
+            temporal = []
+            for lp, ep in zip(path.loops, epoch, strict=True):
+                if lp.node > j or lp.spatial:
+                    continue
+                drop = lp.node in no_reuse or any(lp.node <= k <= j for k in drops)
+                temporal.append((LoopRec(lp.dim, lp.n, lp.stride, drop), ep))
+            inst_loops_y = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
+                            for lp in path.loops if lp.spatial and lp.node <= j]
+            inst_loops_x = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
+                            for lp in path.loops if lp.spatial and lp.node < run_start]
+            loops_y = [r for r, _ in inst_loops_y + temporal]
+            loops_x = [r for r, _ in inst_loops_x + temporal]
+            moved_y = words_moved(axes, dims_y, loops_y)
+            moved_x = words_moved(axes, dims_x, loops_x)
+            if is_out:
+                starts_y = first_touches(axes, dims_y, loops_y, [e for _, e in inst_loops_y + temporal])
+                starts_x = first_touches(axes, dims_x, loops_x, [e for _, e in inst_loops_x + temporal])
+                counts.traffic[(y, t)][FILL] += moved_y - starts_y
+                counts.traffic[(x, t)][READ] += moved_x - starts_x
+                counts.traffic[(x, t)][UPDATE] += moved_x
+                counts.loads[owner] += [Transfer(x, moved_x - starts_x, inst_x, "read"),
+                                        Transfer(y, moved_y - starts_y, inst_y, "write")]
+                counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write"),
+                                         Transfer(y, moved_y, inst_y, "read")]
+            else:
+                counts.traffic[(y, t)][FILL] += moved_y
+                counts.traffic[(x, t)][READ] += moved_x
+                counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read"),
+                                        Transfer(y, moved_y, inst_y, "write")]
+
+
+def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int,
+                   tensor_info: dict) -> None:
+    """Compute reads each operand once per operation from the innermost level and updates
+    the result once per operation; an accumulator is not read on its first touch."""
+    op = path.op
+    w = plan.workload
+    dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
+    all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
+    op_axes = tuple(AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
+    ops = iteration_count(op_axes, dims, all_loops)
+    reads = 0.0
+    for access in op.inputs:
+        counts.traffic[(x, access.tensor)][READ] += ops
+        reads += ops
+    out = op.output.tensor
+    counts.traffic[(x, out)][UPDATE] += ops
+    if op.accumulates:
+        axes, _, _, epoch = tensor_info[out]
+        marks = [e or lp.spatial for e, lp in zip(epoch, path.loops, strict=True)]
+        starts = first_touches(axes, dims, all_loops, marks)
+        counts.traffic[(x, out)][READ] += ops - starts
+        reads += ops - starts
+    steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
+    units = math.prod(lp.n for lp in path.loops if lp.spatial)
+    counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, units, x,
+                                  reads, ops, inst_x)

@@ -1,0 +1,204 @@
+"""From counts to cost: latency with its bottleneck, energy with its breakdown, and the one
+call users make, `evaluate(workload, arch, dataflow) -> Result`."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from tileflow.analysis.prepare import Plan, prepare
+from tileflow.analysis.resources import (
+    Footprint,
+    capacity_violations,
+    footprints,
+    spatial_violations,
+)
+from tileflow.analysis.traffic import FILL, READ, UPDATE, Counts, Transfer, count
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import MATRIX, Workload
+from tileflow.tree import Dataflow, Op, Tile, label
+
+
+@dataclass(frozen=True)
+class Movement:
+    """Words moved at one level for one tensor: filled from above, read out, updated from below."""
+
+    fill: float = 0.0
+    read: float = 0.0
+    update: float = 0.0
+
+    @property
+    def writes(self) -> float:
+        return self.fill + self.update
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything the model says about one dataflow. Cycles are the primary unit."""
+
+    dataflow: str
+    valid: bool
+    violations: tuple[str, ...]
+    cycles: float
+    clock_ghz: float
+    energy_pj: float
+    macs: int
+    vector_ops: int
+    ops: Mapping[str, int]
+    traffic: Mapping[str, Mapping[str, Movement]]  # level -> tensor -> movement
+    footprints: tuple[Footprint, ...]
+    energy_by_level_pj: Mapping[str, Mapping[str, float]]
+    compute_energy_pj: float
+    bottleneck: str
+    utilization: float  # MACs / (cycles x matrix units on the chip)
+    levels: tuple[str, ...] = field(default=())
+
+    @property
+    def latency_ms(self) -> float:
+        return self.cycles / (self.clock_ghz * 1e6)
+
+    def level_reads(self, level: str) -> float:
+        return sum(m.read for m in self.traffic.get(level, {}).values())
+
+    def level_writes(self, level: str) -> float:
+        return sum(m.writes for m in self.traffic.get(level, {}).values())
+
+    @property
+    def dram_words(self) -> float:
+        """Words crossing the outermost level's port: its reads plus its writes."""
+        outer = self.levels[0]
+        return self.level_reads(outer) + self.level_writes(outer)
+
+    def peak_footprint(self, level: str) -> float:
+        return next((f.words for f in self.footprints if f.level == level), 0.0)
+
+    def to_dict(self) -> dict:
+        return {
+            "dataflow": self.dataflow,
+            "valid": self.valid,
+            "violations": list(self.violations),
+            "cycles": self.cycles,
+            "latency_ms": self.latency_ms,
+            "energy_pj": self.energy_pj,
+            "macs": self.macs,
+            "vector_ops": self.vector_ops,
+            "ops": dict(self.ops),
+            "utilization": self.utilization,
+            "bottleneck": self.bottleneck,
+            "dram_words": self.dram_words,
+            "levels": {
+                lv: {
+                    "reads": self.level_reads(lv),
+                    "writes": self.level_writes(lv),
+                    "fills": sum(m.fill for m in self.traffic.get(lv, {}).values()),
+                    "updates": sum(m.update for m in self.traffic.get(lv, {}).values()),
+                    "per_tensor": {
+                        t: {"reads": m.read, "writes": m.writes, "fills": m.fill,
+                            "updates": m.update}
+                        for t, m in self.traffic.get(lv, {}).items()
+                    },
+                    "energy_pj": sum(self.energy_by_level_pj.get(lv, {}).values()),
+                }
+                for lv in self.levels
+            },
+            "footprint_words": {f.level: f.words for f in self.footprints},
+            "capacity_words": {f.level: f.capacity_words for f in self.footprints},
+            "compute_energy_pj": self.compute_energy_pj,
+        }
+
+    def frame(self):
+        """Per-level, per-tensor breakdown as a pandas DataFrame."""
+        import pandas as pd
+
+        rows = [
+            {"level": lv, "tensor": t, "fill": m.fill, "read": m.read, "update": m.update,
+             "energy_pj": self.energy_by_level_pj[lv][t]}
+            for lv in self.levels for t, m in self.traffic.get(lv, {}).items()
+        ]
+        return pd.DataFrame(rows, columns=["level", "tensor", "fill", "read", "update",
+                                           "energy_pj"])
+
+
+def evaluate(workload: Workload, arch: Architecture, flow: Dataflow, *,
+             double_buffer: bool = False) -> Result:
+    """Analyse a dataflow. Structural errors raise InvalidDataflow; resource overruns come
+    back as `valid=False` with the violations named."""
+    return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer)
+
+
+def evaluate_plan(plan: Plan, *, double_buffer: bool = False) -> Result:
+    arch, w = plan.arch, plan.workload
+    counts = count(plan)
+    fps = footprints(plan, double_buffer)
+    violations = capacity_violations(plan, fps) + spatial_violations(plan)
+    traffic: dict[str, dict[str, Movement]] = defaultdict(dict)
+    energy: dict[str, dict[str, float]] = defaultdict(dict)
+    for (index, tensor), (fill, read, update) in sorted(counts.traffic.items()):
+        lv = arch.levels[index]
+        traffic[lv.name][tensor] = Movement(fill, read, update)
+        energy[lv.name][tensor] = (fill * lv.write_energy_pj + read * lv.read_energy_pj
+                                   + update * lv.update_energy_pj)
+    ops = {name: leaf.ops for name, leaf in counts.leaves.items()}
+    macs = sum(v for name, v in ops.items() if w.op_by_name[name].unit == MATRIX)
+    compute_pj = sum(leaf.ops * arch.unit(leaf.unit).energy_pj_per_op
+                     for leaf in counts.leaves.values())
+    cycles, bottleneck = _latency(plan, counts)
+    total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
+    utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
+    return Result(
+        plan.flow.name, not violations, tuple(violations), cycles, arch.clock_ghz, total_pj,
+        macs, sum(ops.values()) - macs, ops, dict(traffic), tuple(fps), dict(energy),
+        compute_pj, bottleneck, utilization, tuple(lv.name for lv in arch.levels),
+    )
+
+
+def _transfer_time(arch: Architecture, transfers: list[Transfer]) -> tuple[float, str]:
+    """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins."""
+    busy: dict[tuple[int, str], float] = defaultdict(float)
+    for tr in transfers:
+        lv = arch.levels[tr.level]
+        rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
+        busy[(tr.level, tr.kind)] += tr.words / (max(tr.instances, 1) * rate)
+    if not busy:
+        return 0.0, ""
+    (index, kind), time = max(busy.items(), key=lambda kv: kv[1])
+    return time, f"{arch.levels[index].name} {kind} bandwidth"
+
+
+def _latency(plan: Plan, counts: Counts) -> tuple[float, str]:
+    arch = plan.arch
+
+    def leaf(op: str) -> tuple[float, str]:
+        lf = counts.leaves[op]
+        unit = arch.unit(lf.unit)
+        compute = lf.steps * unit.cycles(lf.function)
+        lv = arch.levels[lf.level]
+        inst = max(lf.instances, 1)
+        reads = lf.operand_reads / (inst * lv.read_words_per_cycle)
+        writes = lf.result_updates / (inst * lv.write_words_per_cycle)
+        best = max((compute, f"{unit.kind} unit ('{op}')"),
+                   (reads, f"{lv.name} read bandwidth feeding '{op}'"),
+                   (writes, f"{lv.name} write bandwidth from '{op}'"), key=lambda x: x[0])
+        return best
+
+    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, str]:
+        steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
+        kids = [leaf(c.op) if isinstance(c, Op) else node(f"{path}.{i}", c, steps)
+                for i, c in enumerate(tile.children)]
+        if tile.primitive in ("Seq", "Shar"):
+            inner = sum(k[0] for k in kids)
+        elif tile.primitive == "Para":
+            inner = max(k[0] for k in kids)
+        else:  # Pipe: stages overlap across the parent's steps, with fill and drain
+            stages = [k[0] / steps for k in kids]
+            inner = sum(stages) + (steps - 1) * max(stages)
+        slowest = max(kids, key=lambda k: k[0])[1]
+        load, load_what = _transfer_time(arch, counts.loads.get(path, []))
+        store, store_what = _transfer_time(arch, counts.stores.get(path, []))
+        where = label(path, tile)
+        return max((inner, slowest), (load, f"{load_what} (loads of {where})"),
+                   (store, f"{store_what} (stores of {where})"), key=lambda x: x[0])
+
+    return node("root", plan.flow.root, 1)

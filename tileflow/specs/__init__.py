@@ -1,0 +1,1 @@
+"""Input specifications: workloads, accelerators, and their YAML files."""

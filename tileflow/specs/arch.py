@@ -1,0 +1,210 @@
+"""Accelerators: a linear memory hierarchy (outermost first) feeding matrix and vector units."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from tileflow.errors import InputError
+from tileflow.specs.yamlfile import Field, load_yaml
+
+
+@dataclass(frozen=True)
+class Level:
+    """One storage level. Bandwidths are per instance, in words per cycle."""
+
+    name: str
+    capacity_words: float  # math.inf for unbounded (DRAM)
+    fanout: int  # instances per instance of the parent level
+    instances: int  # total instances on the chip
+    read_words_per_cycle: float
+    write_words_per_cycle: float
+    read_energy_pj: float  # per word
+    write_energy_pj: float
+    update_energy_pj: float
+
+
+@dataclass(frozen=True)
+class ComputeUnit:
+    """A matrix array or vector unit fed from `level` (per instance of that level)."""
+
+    kind: str  # "matrix" or "vector"
+    level: str
+    parallelism: int  # MACs (matrix) or lanes (vector) per instance of `level`
+    energy_pj_per_op: float
+    cycles_per_op: Mapping[str, float] = field(default_factory=dict)  # by function; "default"
+
+    def cycles(self, function: str) -> float:
+        return self.cycles_per_op.get(function, self.cycles_per_op.get("default", 1.0))
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    levels: tuple[Level, ...]
+    matrix: ComputeUnit
+    vector: ComputeUnit
+    clock_ghz: float
+    word_bytes: int
+    vector_on_matrix: bool = False
+    description: str = ""
+
+    @cached_property
+    def level_index(self) -> dict[str, int]:
+        return {lv.name: i for i, lv in enumerate(self.levels)}
+
+    def level(self, name: str) -> Level:
+        return self.levels[self.level_index[name]]
+
+    def unit(self, kind: str) -> ComputeUnit:
+        if kind == "vector" and not self.vector_on_matrix:
+            return self.vector
+        return self.matrix
+
+    def fanout_between(self, outer: str, inner: str) -> int:
+        """Instances of `inner` per instance of `outer` (product of the fan-outs in between)."""
+        i, j = self.level_index[outer], self.level_index[inner]
+        return math.prod(lv.fanout for lv in self.levels[i + 1 : j + 1])
+
+    @property
+    def total_macs_per_cycle(self) -> int:
+        return self.level(self.matrix.level).instances * self.matrix.parallelism
+
+
+def sram_energy_pj(capacity_bytes: float) -> float:
+    """Assumed SRAM energy per 16-bit access: log-log through 1 pJ @ 0.5 KB, 6 pJ @ 100 KB,
+    100 pJ @ 2 MB; larger memories are built from 2 MB banks and cost the same per access."""
+    points = [(512.0, 1.0), (100 * 1024.0, 6.0), (2 * 1024 * 1024.0, 100.0)]
+    if capacity_bytes <= points[0][0]:
+        return points[0][1]
+    for (c0, e0), (c1, e1) in zip(points, points[1:], strict=False):
+        if capacity_bytes <= c1:
+            t = math.log(capacity_bytes / c0) / math.log(c1 / c0)
+            return math.exp(math.log(e0) + t * math.log(e1 / e0))
+    return points[-1][1]
+
+
+DRAM_ENERGY_PJ_PER_16BIT = 200.0
+
+
+def parse_arch(data: Field) -> Architecture:
+    data.check_keys({"name", "description", "clock_ghz", "word_bits", "levels", "compute",
+                     "vector_on_matrix", "notes"}, required={"levels", "compute"})
+    clock_ghz = data.number("clock_ghz", 1.0)
+    word_bits = data.integer("word_bits", 16)
+    if word_bits % 8:
+        raise data.error(f"'word_bits' must be a multiple of 8, got {word_bits}", "word_bits")
+    word_bytes = word_bits // 8
+    levels: list[Level] = []
+    for i, item in enumerate(data.child("levels").elements()):
+        levels.append(_level(item, i == 0, levels[-1].instances if levels else 1,
+                             clock_ghz, word_bytes))
+    if not levels:
+        raise data.error("an accelerator needs at least one storage level", "levels")
+    names = [lv.name for lv in levels]
+    if len(set(names)) != len(names):
+        raise data.error("level names must be unique", "levels")
+    compute = data.child("compute")
+    compute.check_keys({"matrix", "vector"}, required={"matrix"})
+    matrix = _unit(compute.child("matrix"), "matrix", levels)
+    vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
+    vector_on_matrix = bool(data.get("vector_on_matrix", not compute.has("vector")))
+    return Architecture(data.get("name", "accelerator"), tuple(levels), matrix, vector,
+                        clock_ghz, word_bytes, vector_on_matrix, data.get("description", ""))
+
+
+def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
+           word_bytes: int) -> Level:
+    f.check_keys({"name", "capacity_bytes", "capacity_words", "fanout", "read_bandwidth_gbps",
+                  "write_bandwidth_gbps", "read_words_per_cycle", "write_words_per_cycle",
+                  "energy_pj_per_word", "notes"}, required={"name"})
+    name = f.string("name")
+    if f.has("capacity_bytes") and f.has("capacity_words"):
+        raise f.error("give either 'capacity_bytes' or 'capacity_words', not both")
+    if f.get("capacity_bytes") is None and f.get("capacity_words") is None:
+        if not outermost:
+            raise f.error(f"level '{name}' needs 'capacity_bytes' (only the outermost level "
+                          "may be unbounded)")
+        capacity_words = math.inf
+    elif f.has("capacity_words"):
+        capacity_words = f.number("capacity_words")
+    else:
+        capacity_words = f.number("capacity_bytes") / word_bytes
+    fanout = 1 if outermost else f.integer("fanout", 1)
+    bytes_per_cycle = clock_ghz  # 1 GB/s = 1/clock_ghz bytes per cycle
+    rates = []
+    for kind in ("read", "write"):
+        gbps, wpc = f"{kind}_bandwidth_gbps", f"{kind}_words_per_cycle"
+        if f.has(wpc):
+            rates.append(f.number(wpc))
+        elif f.has(gbps):
+            rates.append(f.number(gbps) / bytes_per_cycle / word_bytes)
+        else:
+            raise f.error(f"level '{name}' needs '{gbps}' (or '{wpc}')")
+    energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
+    return Level(name, capacity_words, fanout, parent_instances * fanout, rates[0], rates[1],
+                 *energy)
+
+
+def _energies(f: Field, outermost: bool, capacity_bytes: float,
+              word_bytes: int) -> tuple[float, float, float]:
+    if not f.has("energy_pj_per_word"):
+        scale = word_bytes / 2
+        base = DRAM_ENERGY_PJ_PER_16BIT if outermost else sram_energy_pj(capacity_bytes)
+        return base * scale, base * scale, base * scale
+    e = f.child("energy_pj_per_word")
+    if isinstance(e.data, (int, float)) and not isinstance(e.data, bool):
+        value = f.number("energy_pj_per_word", positive=False)
+        return value, value, value
+    e.check_keys({"read", "write", "update"}, required={"read", "write"})
+    read, write = e.number("read", positive=False), e.number("write", positive=False)
+    return read, write, e.number("update", write, positive=False)
+
+
+def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
+    """`parallelism` is per instance of the feeding level: a matrix array fed from a per-PE
+    register level (fan-out = rows x cols) has one MAC per register instance."""
+    allowed = {"level", "energy_pj_per_op", "cycles_per_op", "notes"}
+    allowed |= {"rows", "cols"} if kind == "matrix" else {"lanes"}
+    f.check_keys(allowed, required={"level"})
+    level = f.string("level")
+    by_name = {lv.name: lv for lv in levels}
+    if level not in by_name:
+        raise f.error(f"unknown level '{level}'; levels are {', '.join(by_name)}", "level")
+    if kind == "matrix":
+        parallelism = f.integer("rows") * f.integer("cols")
+        if by_name[level].fanout == parallelism:
+            parallelism = 1
+    else:
+        parallelism = f.integer("lanes")
+    cycles = f.get("cycles_per_op", 1)
+    if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
+        cycles_map = {"default": float(cycles)}
+    else:
+        c = f.child("cycles_per_op")
+        cycles_map = {k: c.number(k) for k in c.keys()}
+    return ComputeUnit(kind, level, parallelism, f.number("energy_pj_per_op", 1.0, False),
+                       cycles_map)
+
+
+ARCH_DIR = Path(__file__).resolve().parents[2] / "accelerators"
+
+
+def load_arch(name_or_path: str) -> Architecture:
+    """Load an accelerator by shipped name (edge, cloud, tpu-like, cpu, ...) or YAML path."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = ARCH_DIR / f"{name_or_path.lower()}.yaml"
+        if not path.exists():
+            names = sorted(p.stem for p in ARCH_DIR.glob("*.yaml"))
+            raise InputError(f"unknown accelerator '{name_or_path}': give a YAML file or one "
+                             f"of {', '.join(names)}")
+    elif not path.exists():
+        raise InputError(f"no such accelerator file '{name_or_path}'")
+    try:
+        return parse_arch(Field(load_yaml(path), str(path)))
+    except InputError as exc:
+        raise exc.located(str(path)) from None

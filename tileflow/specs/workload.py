@@ -1,0 +1,271 @@
+"""Workloads: a DAG of einsum-like tensor operators over named, shared dimensions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from tileflow.errors import InputError
+from tileflow.specs.expressions import (
+    Access,
+    ExpressionError,
+    Statement,
+    eval_size,
+    parse_statement,
+)
+from tileflow.specs.yamlfile import Field, load_yaml
+
+MATRIX = "matrix"
+VECTOR = "vector"
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One tensor expression. `unit` is the compute unit that runs it (matrix or vector)."""
+
+    name: str
+    output: Access
+    inputs: tuple[Access, ...]
+    update: str  # "+=", "max=" or "="
+    function: str  # "mul", "exp", "sub", ...
+    dims: tuple[str, ...]  # every loop dimension of the operator, in order of appearance
+
+    @property
+    def unit(self) -> str:
+        is_contraction = self.update == "+=" and self.function == "mul" and len(self.inputs) == 2
+        return MATRIX if is_contraction else VECTOR
+
+    @property
+    def reduction_dims(self) -> tuple[str, ...]:
+        out = set(self.output.dims)
+        return tuple(d for d in self.dims if d not in out)
+
+    @property
+    def accumulates(self) -> bool:
+        return self.update != "="
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([a.tensor for a in self.inputs] + [self.output.tensor]))
+
+    def access(self, tensor: str) -> Access:
+        if self.output.tensor == tensor:
+            return self.output
+        return next(a for a in self.inputs if a.tensor == tensor)
+
+    def __str__(self) -> str:
+        sym = {"mul": "*", "sub": "-", "add": "+", "div": "/"}
+        if self.function in sym:
+            rhs = f" {sym[self.function]} ".join(str(a) for a in self.inputs)
+        elif self.function == "copy":
+            rhs = str(self.inputs[0])
+        else:
+            rhs = f"{self.function}({', '.join(str(a) for a in self.inputs)})"
+        return f"{self.output} {self.update} {rhs}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Operators in topological order, dimension sizes, and per-tensor shapes."""
+
+    name: str
+    ops: tuple[Operator, ...]
+    sizes: Mapping[str, int]  # loop dimensions
+    shapes: Mapping[str, tuple[int, ...]]  # tensor -> extent per axis
+    word_bytes_hint: int = field(default=2)
+
+    @cached_property
+    def op_by_name(self) -> dict[str, Operator]:
+        return {op.name: op for op in self.ops}
+
+    @cached_property
+    def producer(self) -> dict[str, str]:
+        return {op.output.tensor: op.name for op in self.ops}
+
+    @cached_property
+    def consumers(self) -> dict[str, tuple[str, ...]]:
+        found: dict[str, list[str]] = {}
+        for op in self.ops:
+            for a in op.inputs:
+                found.setdefault(a.tensor, []).append(op.name)
+        return {t: tuple(v) for t, v in found.items()}
+
+    @cached_property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t for op in self.ops for t in op.tensors))
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(t for t in self.tensors if t not in self.producer)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(t for t in self.tensors if t in self.producer and t not in self.consumers)
+
+    @property
+    def intermediates(self) -> tuple[str, ...]:
+        return tuple(t for t in self.tensors if t in self.producer and t in self.consumers)
+
+    def tensor_words(self, tensor: str) -> int:
+        words = 1
+        for extent in self.shapes[tensor]:
+            words *= extent
+        return words
+
+    def op_count(self, op: Operator) -> int:
+        count = 1
+        for d in op.dims:
+            count *= self.sizes[d]
+        return count
+
+    def total_ops(self, unit: str | None = None) -> int:
+        return sum(self.op_count(op) for op in self.ops if unit is None or op.unit == unit)
+
+
+def parse_workload(
+    data: Field, overrides: Mapping[str, int] | None = None, preset: str | None = None
+) -> Workload:
+    """Build a Workload from its YAML mapping; sizes come from dims/params, a preset and --set."""
+    data.check_keys({"name", "description", "dims", "params", "ops", "shapes", "presets"},
+                    required={"dims", "ops"})
+    overrides = dict(overrides or {})
+    presets = data.child("presets") if data.has("presets") else None
+    if preset is not None:
+        if presets is None or preset not in presets.data:
+            known = ", ".join(presets.keys()) if presets else "none"
+            raise data.error(f"unknown preset '{preset}'; this workload has: {known}")
+        preset_values = {k: v for k, v in presets.data[preset].items()}
+        overrides = {**preset_values, **overrides}
+    params_field = data.child("params") if data.has("params") else None
+    dims_field = data.child("dims").require_mapping()
+    declared = set(dims_field.keys()) | set(params_field.keys() if params_field else [])
+    for key in overrides:
+        if key not in declared:
+            raise InputError(
+                f"cannot set '{key}': the workload has no dimension or parameter of that name "
+                f"(known: {', '.join(sorted(declared))})", data.source, "--set/preset")
+    params = _eval_sizes(params_field, overrides, {}) if params_field else {}
+    sizes = _eval_sizes(dims_field, overrides, params)
+    for name, value in sizes.items():
+        if value < 1:
+            raise dims_field.error(f"dimension '{name}' must be at least 1, got {value}", name)
+    ops = []
+    for item in data.child("ops").elements():
+        item.check_keys({"name", "expr"}, required={"name", "expr"})
+        name = item.string("name")
+        try:
+            statement = parse_statement(item.string("expr"), set(sizes), params)
+        except ExpressionError as exc:
+            raise item.error(f"in operator '{name}': {exc}", "expr") from None
+        ops.append(_operator(name, statement, item))
+    workload = Workload(data.get("name", "workload"), tuple(ops), sizes, {})
+    shapes = _shapes(workload, data, {**params, **sizes})
+    workload = Workload(workload.name, workload.ops, sizes, shapes)
+    _check_graph(workload, data)
+    return workload
+
+
+def _eval_sizes(f: Field, overrides: Mapping[str, int], known: Mapping[str, int]) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for key, raw in f.require_mapping().data.items():
+        raw = overrides.get(key, raw)
+        try:
+            values[key] = eval_size(raw, {**known, **values})
+        except ExpressionError as exc:
+            raise f.error(str(exc), key) from None
+    return values
+
+
+def _operator(name: str, s: Statement, where: Field) -> Operator:
+    for axis in s.output.axes:
+        if not axis.is_plain:
+            raise where.error(f"operator '{name}': output index '{axis}' must be a plain dimension",
+                              "expr")
+    dims = tuple(dict.fromkeys(s.output.dims + tuple(d for a in s.inputs for d in a.dims)))
+    op = Operator(name, s.output, s.inputs, s.update, s.function, dims)
+    if s.update == "=" and op.reduction_dims:
+        raise where.error(
+            f"operator '{name}' uses '=' but dimensions {', '.join(op.reduction_dims)} "
+            "do not index its output; use '+=' or 'max=' for a reduction", "expr")
+    if s.update != "=" and not op.reduction_dims and op.unit != MATRIX:
+        raise where.error(f"operator '{name}' uses '{s.update}' but reduces no dimension", "expr")
+    return op
+
+
+def _shapes(w: Workload, data: Field, names: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    declared = data.child("shapes") if data.has("shapes") else None
+    shapes: dict[str, tuple[int, ...]] = {}
+    ranks: dict[str, int] = {}
+    for op in w.ops:
+        for a in (op.output, *op.inputs):
+            if ranks.setdefault(a.tensor, len(a.axes)) != len(a.axes):
+                raise data.error(f"tensor '{a.tensor}' is used with {ranks[a.tensor]} and "
+                                 f"{len(a.axes)} indices", "ops")
+            hull = tuple(
+                max(0, sum(c * (w.sizes[d] - 1) for d, c in axis.terms) + axis.offset + 1)
+                for axis in a.axes
+            )
+            old = shapes.get(a.tensor, hull)
+            shapes[a.tensor] = tuple(max(x, y) for x, y in zip(old, hull, strict=True))
+    if declared:
+        for tensor, entry in declared.items():
+            if tensor not in shapes:
+                raise entry.error(f"shape given for '{tensor}', which no operator uses")
+            values = entry.data if isinstance(entry.data, list) else None
+            if values is None or len(values) != ranks[tensor]:
+                raise entry.error(f"expected a list of {ranks[tensor]} extents for '{tensor}'")
+            try:
+                shapes[tensor] = tuple(eval_size(v, names) for v in values)
+            except ExpressionError as exc:
+                raise entry.error(str(exc)) from None
+    return shapes
+
+
+def _check_graph(w: Workload, data: Field) -> None:
+    produced: set[str] = set()
+    for op in w.ops:
+        for a in op.inputs:
+            if a.tensor in w.producer and a.tensor not in produced:
+                raise data.error(f"operator '{op.name}' reads '{a.tensor}' before the operator "
+                                 "that produces it; list operators in dependency order", "ops")
+        if op.output.tensor in produced:
+            raise data.error(f"tensor '{op.output.tensor}' is produced by two operators", "ops")
+        if op.output.tensor in {a.tensor for a in op.inputs}:
+            raise data.error(f"operator '{op.name}' reads its own output", "ops")
+        produced.add(op.output.tensor)
+    if len({op.name for op in w.ops}) != len(w.ops):
+        raise data.error("operator names must be unique", "ops")
+
+
+WORKLOAD_DIR = Path(__file__).resolve().parents[2] / "workloads"
+
+
+def load_workload(
+    name_or_path: str, overrides: Mapping[str, int] | None = None, preset: str | None = None
+) -> Workload:
+    """Load a workload by shipped name, preset name (G1..G12, C1..C8) or YAML path."""
+    path, preset = resolve_workload(name_or_path, preset)
+    try:
+        return parse_workload(Field(load_yaml(path), str(path)), overrides, preset)
+    except InputError as exc:
+        raise exc.located(str(path)) from None
+
+
+def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path, str | None]:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise InputError(f"no such workload file '{name_or_path}'")
+        return path, preset
+    shipped = WORKLOAD_DIR / f"{name_or_path.lower()}.yaml"
+    if shipped.exists():
+        return shipped, preset
+    for candidate in sorted(WORKLOAD_DIR.glob("*.yaml")):
+        presets = load_yaml(candidate).get("presets") or {}
+        if name_or_path.upper() in presets:
+            return candidate, name_or_path.upper()
+    names = sorted(p.stem for p in WORKLOAD_DIR.glob("*.yaml"))
+    raise InputError(f"unknown workload '{name_or_path}': give a YAML file, one of "
+                     f"{', '.join(names)}, or a preset such as G1 or C1")

@@ -1,0 +1,155 @@
+"""The dataflow: a tree of tiles. Build and change it from Python; read and write it as YAML."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+PRIMITIVES = ("Seq", "Shar", "Para", "Pipe")
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop of a tile: `factor` iterations over `dim`, spatial (Sp) or temporal (Tp)."""
+
+    dim: str
+    factor: int
+    spatial: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.dim}:{self.factor}" + (":Sp" if self.spatial else "")
+
+
+@dataclass(frozen=True)
+class Op:
+    """A leaf: one operator, whose innermost iterations run on a compute unit."""
+
+    op: str
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A tile at a storage level: loops (outermost first) and ordered sub-tiles.
+
+    `primitive` says how the children share the tile's steps (Seq, Shar, Para, Pipe);
+    `no_reuse` names tensors whose slices are fetched anew at every step of this tile's
+    loops, even when the slice did not change (to describe programs that do not exploit
+    a reuse the loop order allows)."""
+
+    level: str
+    loops: tuple[Loop, ...] = ()
+    children: tuple[Node, ...] = ()
+    primitive: str = "Seq"
+    name: str = ""
+    no_reuse: tuple[str, ...] = ()
+
+
+Node = Union[Tile, Op]
+
+
+@dataclass(frozen=True)
+class Dataflow:
+    """A named tile tree plus the home level of intermediates that the dataflow fixes."""
+
+    root: Tile
+    name: str = "dataflow"
+    homes: Mapping[str, str] = field(default_factory=dict)
+
+
+def loops(spec: str) -> tuple[Loop, ...]:
+    """Parse a compact loop list: 'b:8 m:4:Sp k:2' (outermost first)."""
+    return tuple(parse_loop(token) for token in spec.split())
+
+
+LOOP_TEXT = re.compile(r"^([A-Za-z_]\w*):(\d+)(?::(Sp|Tp))?$")
+
+
+def parse_loop(text: str) -> Loop:
+    match = LOOP_TEXT.match(text.strip())
+    if not match:
+        raise ValueError(f"cannot read loop '{text}': expected DIM:FACTOR or DIM:FACTOR:Sp")
+    dim, factor, kind = match.groups()
+    return Loop(dim, int(factor), kind == "Sp")
+
+
+def tile(level: str, spec: str = "", *children: Node | str, primitive: str = "Seq",
+         name: str = "", no_reuse: tuple[str, ...] = ()) -> Tile:
+    """Shorthand builder: tile('L1', 'm:4 k:2', 'qk') — strings as children become Op leaves."""
+    kids = tuple(Op(c) if isinstance(c, str) else c for c in children)
+    return Tile(level, loops(spec), kids, primitive, name, tuple(no_reuse))
+
+
+def walk(node: Node, path: str = "root") -> Iterator[tuple[str, Node]]:
+    """Every node with its path ('root', 'root.0', 'root.0.1', ...), parents first."""
+    yield path, node
+    if isinstance(node, Tile):
+        for i, child in enumerate(node.children):
+            yield from walk(child, f"{path}.{i}")
+
+
+def label(path: str, node: Node) -> str:
+    if isinstance(node, Op):
+        return f"leaf '{node.op}' ({path})"
+    return f"tile '{node.name}' ({path})" if node.name else f"tile at {node.level} ({path})"
+
+
+def ops_under(node: Node) -> tuple[str, ...]:
+    if isinstance(node, Op):
+        return (node.op,)
+    return tuple(o for c in node.children for o in ops_under(c))
+
+
+def map_tiles(node: Node, fn) -> Node:
+    """Rebuild the tree bottom-up, applying fn(path, tile) -> tile to every tile."""
+    def go(n: Node, path: str) -> Node:
+        if isinstance(n, Op):
+            return n
+        kids = tuple(go(c, f"{path}.{i}") for i, c in enumerate(n.children))
+        return fn(path, replace(n, children=kids))
+    return go(node, "root")
+
+
+def with_factors(flow: Dataflow, factors: Mapping[tuple[str, int], int]) -> Dataflow:
+    """A copy of the dataflow with loop factors replaced: {(node path, loop index): factor}."""
+    def change(path: str, t: Tile) -> Tile:
+        new = tuple(replace(lp, factor=factors.get((path, i), lp.factor))
+                    for i, lp in enumerate(t.loops))
+        return replace(t, loops=new)
+    return replace(flow, root=map_tiles(flow.root, change))
+
+
+def to_dict(flow: Dataflow) -> dict:
+    """The YAML form of a dataflow (what `from_dict` and the YAML loader read back)."""
+    def node(n: Node) -> dict:
+        if isinstance(n, Op):
+            return {"op": n.op}
+        out: dict = {"level": n.level}
+        if n.name:
+            out["name"] = n.name
+        if n.loops:
+            out["loops"] = [str(lp) for lp in n.loops]
+        if len(n.children) > 1 or n.primitive != "Seq":
+            out["primitive"] = n.primitive
+        if n.no_reuse:
+            out["no_reuse"] = list(n.no_reuse)
+        out["children"] = [node(c) for c in n.children]
+        return out
+    data: dict = {"name": flow.name}
+    if flow.homes:
+        data["homes"] = dict(flow.homes)
+    data["root"] = node(flow.root)
+    return data
+
+
+def render(node: Node, indent: str = "") -> str:
+    """A readable outline of the tree, one tile per line."""
+    if isinstance(node, Op):
+        return f"{indent}{node.op}\n"
+    head = f"{indent}[{node.level}] {{{' '.join(str(lp) for lp in node.loops)}}}"
+    if len(node.children) > 1:
+        head += f" {node.primitive}"
+    if node.name:
+        head += f"  # {node.name}"
+    return head + "\n" + "".join(render(c, indent + "  ") for c in node.children)
