@@ -56,6 +56,8 @@ class Dataflow:
     root: Tile
     name: str = "dataflow"
     homes: Mapping[str, str] = field(default_factory=dict)
+    source: str = field(default="", compare=False)  # file it was read from, if any
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False)  # node path -> line
 
 
 def loops(spec: str) -> tuple[Loop, ...]:

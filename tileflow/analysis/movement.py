@@ -62,11 +62,10 @@ def _regular(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> bool:
     if rec.shift or rec.size != axis.size:
         return False
     span = rec.extent
-    for lp in reversed(loops):
-        if lp.dim == d and lp.n > 1:
-            if lp.stride != span:
-                return False
-            span *= lp.n
+    for stride, n in sorted((lp.stride, lp.n) for lp in loops if lp.dim == d and lp.n > 1):
+        if stride != span:
+            return False
+        span *= n
     return span == rec.size
 
 

@@ -52,7 +52,10 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
     if isinstance(node, Op):
         return {}
     level_index = plan.arch.level_index
-    if level_index[node.level] == level:
+    same_level_group = (not any(lp.factor > 1 for lp in node.loops) and len(node.children) > 1
+                        and all(isinstance(c, Tile) and c.level == node.level
+                                for c in node.children))
+    if level_index[node.level] == level and not same_level_group:
         return _own(plan, path, node, level)
     kids = [_fp(plan, f"{path}.{i}", c, level) for i, c in enumerate(node.children)]
     combined: dict[str, float] = {}
@@ -62,14 +65,26 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
         for k in kids:
             for t, v in k.items():
                 combined[t] = max(combined.get(t, 0.0), v)
+    elif _disjoint_instances(plan, path, node, level):
+        combined = dict(max(kids, key=lambda k: sum(k.values()), default={}))
     else:
         for k in kids:
             for t, v in k.items():
                 combined[t] = combined.get(t, 0.0) + v
     for t, lca in plan.lca.items():
-        if lca == path and plan.homes[t] == level and level_index[node.level] != level:
+        if lca == path and plan.homes[t] == level:
             combined[t] = combined.get(t, 0.0) + _lca_extent(plan, t, path)
     return combined
+
+
+def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:
+    """Para/Pipe children that spread over instances of `level` with spatial loops of their
+    own sit on disjoint instances: per instance, only one child's data is resident."""
+    depth = path.count(".")
+    return all(
+        any(lp.spatial and lp.node > depth and lp.level < level for lp in plan.paths[o].loops)
+        for o in ops_under(node)
+    )
 
 
 def _own(plan: Plan, path: str, node: Tile, level: int) -> dict[str, float]:
@@ -81,7 +96,7 @@ def _own(plan: Plan, path: str, node: Tile, level: int) -> dict[str, float]:
         for t in w.op_by_name[o].tensors:
             if t in plan.homes:
                 home, lca_depth = plan.homes[t], plan.lca[t].count(".")
-                if home < level or (home == level and lca_depth < depth):
+                if home > level or (home == level and lca_depth < depth):
                     continue  # lives above this level, or counted at its common ancestor
             own[t] = max(own.get(t, 0.0), _box(plan, op_path, t, depth))
     return own
@@ -128,21 +143,37 @@ def spatial_violations(plan: Plan) -> list[str]:
             if used > limit:
                 out.append(f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
                            f"{used} {what.split(' per ')[0]} but there are {limit} ({what})")
-    for node_path, node in _tiles(plan):
+    for node_path, node in plan.tiles.items():
         if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
-            depth = node_path.count(".")
-            used = sum(max(math.prod(lp.n for lp in plan.paths[o].loops
-                                     if lp.spatial and lp.node > depth) for o in ops_under(c))
-                       for c in node.children)
-            limit = _units_below(plan, node)
-            if used > limit:
-                out.append(f"fan-out: {node.primitive} children of {label(node_path, node)} "
-                           f"use {used} compute units together but the tile has {limit}")
+            out += _split_violations(plan, node_path, node)
     return list(dict.fromkeys(out))
 
 
-def _tiles(plan: Plan):
-    return plan.tiles.items()
+def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[str]:
+    """Para and Pipe children run at once on disjoint units: per kind of compute unit, the
+    units they spread over must add up to no more than the tile has."""
+    arch = plan.arch
+    depth = node_path.count(".")
+    used: dict[str, int] = {}
+    for child in node.children:
+        per_kind: dict[str, int] = {}
+        for o in ops_under(child):
+            path = plan.paths[o]
+            units = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node > depth)
+            kind = arch.unit(path.op.unit).kind
+            per_kind[kind] = max(per_kind.get(kind, 0), units)
+        for kind, units in per_kind.items():
+            used[kind] = used.get(kind, 0) + units
+    out = []
+    for kind, units in used.items():
+        unit = arch.matrix if kind == "matrix" else arch.vector
+        start, feed = arch.level_index[node.level], arch.level_index[unit.level]
+        limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
+                                    if start < feed else 1)
+        if units > limit:
+            out.append(f"fan-out: the {node.primitive} children of {label(node_path, node)} "
+                       f"spread over {units} {kind} units together but the tile has {limit}")
+    return out
 
 
 def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
@@ -156,13 +187,3 @@ def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
                    f"{unit.level}, which is above its innermost tile at {name}")
     limit = arch.fanout_between(name, unit.level) * unit.parallelism
     return limit, f"{unit.kind} units per {name} instance"
-
-
-def _units_below(plan: Plan, node: Tile) -> int:
-    arch = plan.arch
-    unit = arch.matrix
-    start = arch.level_index[node.level]
-    feed = arch.level_index[unit.level]
-    if start >= feed:
-        return unit.parallelism
-    return arch.fanout_between(node.level, unit.level) * unit.parallelism

@@ -36,6 +36,8 @@ class ComputeUnit:
     parallelism: int  # MACs (matrix) or lanes (vector) per instance of `level`
     energy_pj_per_op: float
     cycles_per_op: Mapping[str, float] = field(default_factory=dict)  # by function; "default"
+    rows: int = 1  # array shape (a vector unit is lanes x 1)
+    cols: int = 1
 
     def cycles(self, function: str) -> float:
         return self.cycles_per_op.get(function, self.cycles_per_op.get("default", 1.0))
@@ -175,11 +177,13 @@ def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
     if level not in by_name:
         raise f.error(f"unknown level '{level}'; levels are {', '.join(by_name)}", "level")
     if kind == "matrix":
-        parallelism = f.integer("rows") * f.integer("cols")
+        rows, cols = f.integer("rows"), f.integer("cols")
+        parallelism = rows * cols
         if by_name[level].fanout == parallelism:
             parallelism = 1
     else:
-        parallelism = f.integer("lanes")
+        rows, cols = f.integer("lanes"), 1
+        parallelism = rows
     cycles = f.get("cycles_per_op", 1)
     if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
         cycles_map = {"default": float(cycles)}
@@ -187,7 +191,7 @@ def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
         c = f.child("cycles_per_op")
         cycles_map = {k: c.number(k) for k in c.keys()}
     return ComputeUnit(kind, level, parallelism, f.number("energy_pj_per_op", 1.0, False),
-                       cycles_map)
+                       cycles_map, rows, cols)
 
 
 ARCH_DIR = Path(__file__).resolve().parents[2] / "accelerators"

@@ -1,0 +1,211 @@
+"""Baselines for chains of two matrix operators with optional vector operators between them
+(self-attention, GEMM chains, MLP blocks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tileflow.dataflows.common import (
+    Hardware,
+    compute_tile,
+    core_split,
+    divisors_desc,
+    fits,
+    halvings,
+    largest_fitting,
+    outer_loops,
+)
+from tileflow.errors import InputError
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import MATRIX, Workload
+from tileflow.tree import Dataflow, Loop, Tile
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Which operators and dims play which part in the chain."""
+
+    first: str  # first matrix operator (Q x K)
+    middle: tuple[str, ...]  # vector operators between (the softmax)
+    last: str  # second matrix operator (x V)
+    batch: str | None  # 'b'
+    rows: str  # 'm': rows of both outputs
+    inner: str  # 'l': the first's output columns, the second's reduction
+
+    @classmethod
+    def of(cls, w: Workload) -> Roles:
+        ops = w.ops
+        if len(ops) < 2 or ops[0].unit != MATRIX or ops[-1].unit != MATRIX or \
+                any(o.unit == MATRIX for o in ops[1:-1]):
+            raise InputError(f"workload '{w.name}' is not a chain of two matrix operators "
+                             "with vector operators between them")
+        first, last = ops[0], ops[-1]
+        shared = [d for d in first.output.dims if d in last.output.dims]
+        batch = shared[0] if len(shared) > 1 else None
+        rows = shared[-1]
+        inner = last.reduction_dims[0]
+        return cls(first.name, tuple(o.name for o in ops[1:-1]), last.name, batch, rows, inner)
+
+    @property
+    def fused_group(self) -> tuple[str, ...]:
+        """What FLAT and Uni-pipe fuse: Q x K with the softmax (the whole chain if there is
+        no vector operator between the matrix operators)."""
+        return (self.first, *self.middle) if self.middle else (self.first, self.last)
+
+
+def _middle_group(w: Workload, hw: Hardware, r: Roles, ext: Mapping[str, int],
+                  primitive: str = "Seq") -> list[Tile]:
+    tiles = [compute_tile(w, hw, o, ext) for o in r.middle]
+    if len(tiles) <= 1:
+        return tiles
+    return [Tile(hw.buffer, (), tuple(tiles), primitive, name="softmax")]
+
+
+def _standalone(w: Workload, hw: Hardware, op: str, row_tile: int | None = None) -> Tile:
+    """One operator on its own (Layerwise), rows tiled to fit, spread over the cores."""
+    opx = w.op_by_name[op]
+    roles_batch = next((d for d in opx.output.dims if d in ("b",)), None)
+    rows = next(d for d in opx.output.dims if d != roles_batch)
+    loops, ext = core_split(w, hw, roles_batch, rows, row_tile)
+    ext = {d: ext.get(d, w.sizes[d]) for d in opx.dims}
+    return Tile(hw.outer, loops, (compute_tile(w, hw, op, ext),), name=f"{op}-layer")
+
+
+def layerwise(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """No fusion: operators one after another, every intermediate through DRAM; each
+    operator's row tile is the largest that fits."""
+    hw = Hardware.of(arch)
+    homes = {t: hw.outer for t in w.intermediates}
+    rows = {op.name: next(d for d in op.output.dims if d != "b") for op in w.ops}
+    choice = {op.name: 1 for op in w.ops}
+
+    def make() -> Dataflow:
+        children = tuple(_standalone(w, hw, op.name, choice[op.name]) for op in w.ops)
+        return Dataflow(Tile(hw.outer, (), children, "Seq", name="layers"), "layerwise", homes)
+
+    for op in w.ops:
+        given = (tiles or {}).get(rows[op.name])
+        for tm in [given] if given else halvings(w.sizes[rows[op.name]]):
+            choice[op.name] = tm
+            if fits(w, arch, make()):
+                break
+    return make()
+
+
+def _with_separate_last(w: Workload, hw: Hardware, r: Roles, group: Tile, name: str) -> Dataflow:
+    """The fused group, then (for attention) x V on its own with P through DRAM."""
+    if r.last in r.fused_group:
+        return Dataflow(group, name)
+    last = _standalone(w, hw, r.last)
+    root = Tile(hw.outer, (), (group, last), "Seq", name="stages")
+    return Dataflow(root, name, {t: hw.outer for t in w.intermediates
+                                 if w.producer[t] in r.fused_group and r.last in w.consumers[t]})
+
+
+def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """Q x K and softmax pipelined per (batch x head); head and sequence dims not tiled."""
+    hw, r = Hardware.of(arch), Roles.of(w)
+    ext = dict(w.sizes)
+    loops: tuple[Loop, ...] = ()
+    if r.batch and w.sizes[r.batch] > 1:
+        loops = (Loop(r.batch, w.sizes[r.batch]),)
+        ext[r.batch] = 1
+    stages = [compute_tile(w, hw, r.first, ext)] + _middle_group(w, hw, r, ext)
+    if r.last in r.fused_group:
+        stages.append(compute_tile(w, hw, r.last, ext))
+    group = Tile(hw.outer, loops, tuple(stages), "Pipe", name="uni-pipe")
+    return _with_separate_last(w, hw, r, group, "uni-pipe")
+
+
+def _flat(w: Workload, arch: Architecture, row_tile: int | None, name: str) -> Dataflow:
+    hw, r = Hardware.of(arch), Roles.of(w)
+    loops, ext = core_split(w, hw, r.batch, r.rows, row_tile)
+    tiles = [compute_tile(w, hw, o, ext) for o in r.fused_group]
+    body = Tile(hw.buffer, (), tuple(tiles), "Shar", name="fused")
+    group = Tile(hw.outer, loops, (body,), name=name)
+    return _with_separate_last(w, hw, r, group, name)
+
+
+def flat_hgran(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """Q x K and softmax fused, tiled on batch and head dims only (one head per step)."""
+    return _flat(w, arch, None, "flat-hgran")
+
+
+def flat_rgran(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """Q x K and softmax fused, tiled on batch, head and rows: by default row blocks of twice
+    the PE rows, or the largest that fit below that."""
+    hw, r = Hardware.of(arch), Roles.of(w)
+    given = (tiles or {}).get(r.rows)
+    start = given or min(2 * hw.rows, w.sizes[r.rows])
+    return largest_fitting([given] if given else halvings(start),
+                           lambda tm: _flat(w, arch, tm, "flat-rgran"), w, arch)
+
+
+def _branch(w: Workload, hw: Hardware, op: str, ext: Mapping[str, int],
+            tiles: Mapping[str, int], array: tuple[int, int] | None = None) -> Tile:
+    """An operator with DRAM-level loops of its own over `tiles` inside a shared step."""
+    opx = w.op_by_name[op]
+    own = outer_loops(w, opx.dims, tiles, ext)
+    inner = {d: min(tiles.get(d, ext[d]), ext[d]) for d in opx.dims}
+    leaf = compute_tile(w, hw, op, inner, array)
+    return Tile(hw.outer, own, (leaf,), name=f"{op}-stream") if own else leaf
+
+
+def _fused_chain(w: Workload, arch: Architecture, tm: int, tl: int, primitive: str,
+                 split_array: bool, name: str) -> Dataflow:
+    hw, r = Hardware.of(arch), Roles.of(w)
+    loops, ext = core_split(w, hw, r.batch, r.rows, tm)
+    half = (hw.rows, max(hw.cols // 2, 1)) if split_array else None
+    stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, half)]
+    stages += _middle_group(w, hw, r, ext, "Shar")
+    stages.append(_branch(w, hw, r.last, ext, {r.inner: tl}, half))
+    return Dataflow(Tile(hw.outer, loops, tuple(stages), primitive, name=name), name)
+
+
+def _dram_words(w: Workload, arch: Architecture, flow: Dataflow) -> float:
+    from tileflow.cost import evaluate
+    return evaluate(w, arch, flow).dram_words
+
+
+def _cycles(w: Workload, arch: Architecture, flow: Dataflow) -> float:
+    from tileflow.cost import evaluate
+    return evaluate(w, arch, flow).cycles
+
+
+def _best(w: Workload, arch: Architecture, make, grid, objective) -> Dataflow:
+    options = [make(tm, tl) for tm, tl in grid]
+    valid = [f for f in options if fits(w, arch, f)]
+    if not valid:
+        return options[-1]
+    return min(valid, key=lambda f: objective(w, arch, f))
+
+
+def _grid(w: Workload, r: Roles, hw: Hardware, tiles: Mapping[str, int] | None):
+    tiles = tiles or {}
+    per_core = -(-w.sizes[r.rows] // (1 if r.batch and w.sizes[r.batch] >= hw.cores
+                                      else hw.cores))
+    tms = [tiles[r.rows]] if r.rows in tiles else \
+        [t for t in halvings(per_core, 8)][:6]
+    tls = [tiles[r.inner]] if r.inner in tiles else \
+        [t for t in divisors_desc(w.sizes[r.inner]) if t >= 16][:6]
+    return [(tm, tl) for tm in tms for tl in tls]
+
+
+def chimera(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """Q x K, softmax and x V fused in chain order, sequential; row-block and inner tile sizes
+    chosen to minimise DRAM traffic among those that fit."""
+    hw, r = Hardware.of(arch), Roles.of(w)
+    return _best(w, arch, lambda tm, tl: _fused_chain(w, arch, tm, tl, "Seq", False, "chimera"),
+                 _grid(w, r, hw, tiles), _dram_words)
+
+
+def tileflow_pipe(w: Workload, arch: Architecture,
+                  tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """The shape the published search found: all three stages pipelined over row blocks, the
+    array split between the two matrix stages, the inner dim streamed in each; factors
+    chosen for the lowest modelled latency."""
+    hw, r = Hardware.of(arch), Roles.of(w)
+    return _best(w, arch,
+                 lambda tm, tl: _fused_chain(w, arch, tm, tl, "Pipe", True, "tileflow-pipe"),
+                 _grid(w, r, hw, tiles), _cycles)

@@ -1,0 +1,144 @@
+"""Shared pieces of the baseline builders: what they need to know of the accelerator, the
+buffer-level tile of one operator, and picking the largest factors that fit."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from tileflow.analysis.prepare import InvalidDataflow, prepare
+from tileflow.analysis.resources import capacity_violations, footprints, spatial_violations
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import MATRIX, Workload
+from tileflow.tree import Dataflow, Loop, Op, Tile
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The accelerator as the builders see it."""
+
+    outer: str  # off-chip level (DRAM)
+    buffer: str  # on-chip level that holds tiles (L1)
+    reg: str | None  # per-PE register level feeding the array, if any
+    cores: int  # buffer instances per outer instance
+    rows: int
+    cols: int
+    lanes: int
+    vector_on_matrix: bool
+
+    @classmethod
+    def of(cls, arch: Architecture) -> Hardware:
+        feed = arch.level_index[arch.matrix.level]
+        if arch.matrix.parallelism == 1 and feed > 0:
+            reg, buffer = arch.matrix.level, arch.levels[feed - 1].name
+        else:
+            reg, buffer = None, arch.matrix.level
+        outer = arch.levels[0].name
+        cores = arch.fanout_between(outer, buffer) if buffer != outer else 1
+        lanes = arch.matrix.rows if arch.vector_on_matrix else arch.vector.rows
+        return cls(outer, buffer, reg, cores, arch.matrix.rows, arch.matrix.cols, lanes,
+                   arch.vector_on_matrix)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, int],
+                 array: tuple[int, int] | None = None) -> Tile:
+    """The buffer-level tile of one operator covering `extents` per step: spatial loops over
+    its largest output dims (PE rows x cols, or vector lanes), temporal loops over the rest
+    with reductions innermost (output stationary)."""
+    op = w.op_by_name[op_name]
+    on_array = op.unit == MATRIX or hw.vector_on_matrix
+    rows, cols = array or (hw.rows, hw.cols)
+    outs = sorted((d for d in op.output.dims if extents[d] > 1), key=lambda d: -extents[d])
+    limits = [rows, cols] if on_array else [hw.lanes]
+    spatial = {d: min(limit, extents[d]) for d, limit in zip(outs, limits, strict=False)}
+    order = list(op.output.dims) + list(op.reduction_dims)
+    loops = [Loop(d, ceil_div(extents[d], spatial.get(d, 1))) for d in order]
+    loops = [lp for lp in loops if lp.factor > 1]
+    loops += [Loop(d, f, True) for d, f in spatial.items() if f > 1]
+    leaf = Op(op_name)
+    child = Tile(hw.reg, (), (leaf,), name=f"{op_name}-pe") if on_array and hw.reg else leaf
+    return Tile(hw.buffer, tuple(loops), (child,), name=op_name)
+
+
+def outer_loops(w: Workload, op_dims: Iterable[str], tiles: Mapping[str, int],
+                covered: Mapping[str, int] | None = None) -> tuple[Loop, ...]:
+    """Loops stepping over each dim in tiles of `tiles[d]` within an extent `covered[d]`."""
+    covered = covered or w.sizes
+    out = []
+    for d in op_dims:
+        if d in tiles:
+            n = ceil_div(covered.get(d, w.sizes[d]), tiles[d])
+            if n > 1:
+                out.append(Loop(d, n))
+    return tuple(out)
+
+
+def core_split(w: Workload, hw: Hardware, batch: str | None, rows: str,
+               row_tile: int | None) -> tuple[tuple[Loop, ...], dict[str, int]]:
+    """Root loops that spread the work over the cores (batch when large enough, else rows),
+    and the extent of every dim that one step of them leaves to the children."""
+    sizes = dict(w.sizes)
+    c = hw.cores
+    ext = dict(sizes)
+    loops: list[Loop] = []
+    if batch and sizes[batch] >= c:
+        loops += [Loop(batch, ceil_div(sizes[batch], c)), Loop(batch, c, True)]
+        ext[batch] = 1
+        if row_tile and row_tile < sizes[rows]:
+            loops.append(Loop(rows, ceil_div(sizes[rows], row_tile)))
+            ext[rows] = row_tile
+    else:
+        if batch and sizes[batch] > 1:
+            loops.append(Loop(batch, sizes[batch]))
+            ext[batch] = 1
+        per_core = ceil_div(sizes[rows], c)
+        tile_rows = min(row_tile or per_core, per_core)
+        steps = ceil_div(per_core, tile_rows)
+        if steps > 1:
+            loops.append(Loop(rows, steps))
+        if c > 1:
+            loops.append(Loop(rows, c, True))
+        ext[rows] = tile_rows
+    return tuple(loops), ext
+
+
+def fits(w: Workload, arch: Architecture, flow: Dataflow) -> bool:
+    """True when the tree is well formed and within capacity and fan-out."""
+    try:
+        plan = prepare(w, arch, flow)
+    except InvalidDataflow:
+        return False
+    return not capacity_violations(plan, footprints(plan)) and not spatial_violations(plan)
+
+
+def largest_fitting(candidates: Iterable[int], make: Callable[[int], Dataflow],
+                    w: Workload, arch: Architecture) -> Dataflow:
+    """The dataflow for the first (largest) candidate that fits; the last one otherwise."""
+    flow = None
+    for value in candidates:
+        flow = make(value)
+        if fits(w, arch, flow):
+            return flow
+    assert flow is not None
+    return flow
+
+
+def halvings(n: int, floor: int = 1) -> list[int]:
+    """n, n/2, n/4, ... (rounded up) down to `floor`."""
+    out = []
+    while n >= floor:
+        out.append(n)
+        if n == 1:
+            break
+        n = ceil_div(n, 2)
+    return list(dict.fromkeys(out))
+
+
+def divisors_desc(n: int) -> list[int]:
+    return sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)},
+                  reverse=True)
