@@ -15,7 +15,7 @@ from tileflow.analysis.resources import (
     footprints,
     spatial_violations,
 )
-from tileflow.analysis.traffic import FILL, READ, UPDATE, Counts, Transfer, count
+from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Op, Tile, label

@@ -82,6 +82,79 @@ def _interval(axis: AxisRec, dims: Dims, pos: Mapping[str, int]) -> tuple[int, i
     return max(lo, 0), min(hi + 1, axis.size)
 
 
+Spans = list[tuple[int, int]]
+
+
+def _spans(axis: AxisRec, dims: Dims, pos: Mapping[str, int],
+           union: Sequence[LoopRec]) -> Spans:
+    """The axis's slice as disjoint sorted spans: one interval, or for the union over
+    spatial instances of a strided axis, the merged intervals of every instance."""
+    if not union:
+        lo, hi = _interval(axis, dims, pos)
+        return [(lo, hi)] if hi > lo else []
+    found = []
+    for values in product(*(range(lp.n) for lp in union)):
+        shifted = dict(pos)
+        for d, v in _positions(union, values).items():
+            shifted[d] = shifted.get(d, 0) + v
+        lo, hi = _interval(axis, dims, shifted)
+        if hi > lo:
+            found.append((lo, hi))
+    merged: Spans = []
+    for lo, hi in sorted(found):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _length(spans: Spans) -> int:
+    return sum(hi - lo for lo, hi in spans)
+
+
+def _common(a: Spans, b: Spans) -> int:
+    total = 0
+    for alo, ahi in a:
+        for blo, bhi in b:
+            total += max(0, min(ahi, bhi) - max(alo, blo))
+    return total
+
+
+def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec]):
+    """Spatial instances under one parent instance see the union of their slices. On a plain
+    axis that union is an interval: widen the dimension's extent. On a strided axis it may
+    have gaps: keep the union loops for that axis."""
+    if not union:
+        return dims, [()] * len(axes)
+    widened = dict(dims)
+    per_axis = []
+    for axis in axes:
+        names = {d for d, _ in axis.terms}
+        mine = tuple(lp for lp in union if lp.dim in names and lp.n > 1)
+        if len(axis.terms) == 1 and axis.terms[0][1] == 1 and _contiguous(dims, mine):
+            d = axis.terms[0][0]
+            rec = widened[d]
+            widened[d] = DimRec(rec.size, rec.extent + sum((lp.n - 1) * lp.stride
+                                                           for lp in mine), rec.shift)
+            per_axis.append(())
+        else:
+            per_axis.append(mine)
+    return widened, per_axis
+
+
+def _contiguous(dims: Dims, union: Sequence[LoopRec]) -> bool:
+    """The instances' slices of one dimension abut or overlap (no gaps between them)."""
+    if not union:
+        return True
+    extent = dims[union[0].dim].extent
+    for lp in sorted(union, key=lambda lp: lp.stride):
+        if lp.stride > extent:
+            return False
+        extent += (lp.n - 1) * lp.stride
+    return True
+
+
 def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict[str, int]:
     pos: dict[str, int] = {}
     for lp, v in zip(loops, values, strict=True):
@@ -94,20 +167,21 @@ def _axis_loops(axis: AxisRec, loops: Sequence[LoopRec]) -> list[int]:
     return [i for i, lp in enumerate(loops) if lp.dim in axis_dims and lp.n > 1]
 
 
-def _volume_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> int:
+def _volume_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec],
+                union: Sequence[LoopRec] = ()) -> int:
     """Sum over all steps of the axis's slice length (only loops over the axis's dims)."""
     idx = _axis_loops(axis, loops)
-    if _regular(axis, dims, loops):
+    if not union and _regular(axis, dims, loops):
         return dims[axis.terms[0][0]].extent * math.prod(loops[i].n for i in idx)
     sub = [loops[i] for i in idx]
     total = 0
     for values in product(*(range(lp.n) for lp in sub)):
-        lo, hi = _interval(axis, dims, _positions(sub, values))
-        total += max(hi - lo, 0)
+        total += _length(_spans(axis, dims, _positions(sub, values), union))
     return total
 
 
-def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int) -> int:
+def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int,
+                 union: Sequence[LoopRec] = ()) -> int:
     """Sum, over the events where loop i advances, of |slice before & slice after| on this axis.
 
     The multiplicity from loops over other dimensions is applied by the caller."""
@@ -115,7 +189,7 @@ def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int) ->
     outer = [j for j in idx if j < i]
     inner = [j for j in idx if j > i]
     own = i in idx
-    if _regular(axis, dims, loops):
+    if not union and _regular(axis, dims, loops):
         count = math.prod(loops[j].n for j in outer) * ((loops[i].n - 1) if own else 1)
         moved = own or any(loops[j].n > 1 for j in inner)
         return 0 if moved else count * dims[axis.terms[0][0]].extent
@@ -129,9 +203,8 @@ def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int) ->
             before.append((loops[i], v))
             after.append((loops[i], v + 1))
         before += [(loops[j], loops[j].n - 1) for j in inner]
-        a_lo, a_hi = _interval(axis, dims, _pos(before))
-        b_lo, b_hi = _interval(axis, dims, _pos(after))
-        total += max(0, min(a_hi, b_hi) - max(a_lo, b_lo))
+        total += _common(_spans(axis, dims, _pos(before), union),
+                         _spans(axis, dims, _pos(after), union))
     return total
 
 
@@ -142,26 +215,42 @@ def _pos(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
     return pos
 
 
-def iteration_count(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec]) -> int:
+def iteration_count(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
+                    union: Sequence[LoopRec] = ()) -> int:
     """Sum over all steps of the slice size (the operation count, for the op's own axes)."""
+    dims, unions = _split_union(axes, dims, union)
     tensor_dims = {d for a in axes for d, _ in a.terms}
     other = math.prod(lp.n for lp in loops if lp.dim not in tensor_dims)
-    return other * math.prod(_volume_sum(a, dims, loops) for a in axes)
+    return other * math.prod(_volume_sum(a, dims, loops, u)
+                             for a, u in zip(axes, unions, strict=True))
 
 
-def words_moved(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec]) -> int:
-    """Total words filled into the buffer over the whole loop nest (loops outermost first)."""
+def words_moved(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
+                fresh: Sequence[bool] | None = None, union: Sequence[LoopRec] = ()) -> int:
+    """Total words filled into the buffer over the whole loop nest (loops outermost first).
+
+    `union`: spatial loops whose instances share this buffer's parent, which sends the
+    union of their slices. With `fresh` given, elements still resident when a marked loop
+    advances count as entering again (an accumulation that restarts touches them anew)."""
     tensor_dims = {d for a in axes for d, _ in a.terms}
-    total = iteration_count(axes, dims, loops)
+    total = iteration_count(axes, dims, loops, union)
+    dims, unions = _split_union(axes, dims, union)
     for i, lp in enumerate(loops):
-        if lp.n <= 1 or _dropped(loops, i):
+        if lp.n <= 1 or _dropped(loops, i) or (fresh is not None and _restarts(loops, fresh, i)):
             continue
         mult = math.prod(o.n for o in loops[:i] if o.dim not in tensor_dims)
         if lp.dim not in tensor_dims:
             mult *= lp.n - 1
         if mult:
-            total -= mult * math.prod(_overlap_sum(a, dims, loops, i) for a in axes)
+            total -= mult * math.prod(_overlap_sum(a, dims, loops, i, u)
+                                      for a, u in zip(axes, unions, strict=True))
     return total
+
+
+def _restarts(loops: Sequence[LoopRec], fresh: Sequence[bool], i: int) -> bool:
+    """Advancing loop i changes the value of some marked loop (itself, or one that wraps)."""
+    return fresh[i] or any(f and lp.n > 1 for f, lp in zip(fresh[i + 1 :], loops[i + 1 :],
+                                                              strict=True))
 
 
 def _dropped(loops: Sequence[LoopRec], i: int) -> bool:
@@ -169,36 +258,62 @@ def _dropped(loops: Sequence[LoopRec], i: int) -> bool:
 
 
 def first_touches(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
-                  epoch: Sequence[bool]) -> int:
+                  epoch: Sequence[bool], guards: Sequence[str] = (),
+                  union: Sequence[LoopRec] = ()) -> int:
     """Elements entering the buffer for the first time within an epoch (they need no fill).
 
     `epoch[i]` marks loops whose every iteration starts afresh (spatial instances,
-    recomputation, steps of the intermediate's lowest common ancestor). Axes must be plain
-    dimensions whose tiles leave no gaps, so the union over the other loops is an interval."""
-    tensor_dims = {d for a in axes for d, _ in a.terms}
-    other = math.prod(lp.n for lp, e in zip(loops, epoch, strict=True)
+    recomputation, steps of the intermediate's lowest common ancestor): the count is the sum,
+    over the marked loops' iterations, of the distinct elements the other loops touch.
+    `guards` are further dimensions of the work: an iteration of the marked loops whose
+    range of a guard dimension is clipped empty does no work and touches nothing."""
+    tensor_dims = {d for a in axes for d, _ in a.terms} | set(guards)
+    dims, unions = _split_union(axes, dims, union)
+    total = math.prod(lp.n for lp, e in zip(loops, epoch, strict=True)
                       if e and lp.dim not in tensor_dims)
-    total = other
-    for axis in axes:
-        d = axis.terms[0][0]
-        if _regular(axis, dims, loops):
+    for g in guards:
+        guard = AxisRec(((g, 1),), 0, dims[g].size)
+        if _regular(guard, dims, loops):
+            total *= math.prod(lp.n for lp, e in zip(loops, epoch, strict=True)
+                               if e and lp.dim == g)
+            continue
+        total *= _epoch_sum(guard, dims, loops, epoch, lambda spans: int(bool(spans)))
+    for axis, u in zip(axes, unions, strict=True):
+        if not u and _regular(axis, dims, loops):
             total *= axis.size
             continue
-        ep = [lp for lp, e in zip(loops, epoch, strict=True) if e and lp.dim == d and lp.n > 1]
-        rest = [lp for lp, e in zip(loops, epoch, strict=True)
-                if not e and lp.dim == d and lp.n > 1]
-        span = sum((lp.n - 1) * lp.stride for lp in rest)
-        acc = 0
-        for values in product(*(range(lp.n) for lp in ep)):
-            base = _positions(ep, values).get(d, 0)
-            lo, hi = _interval(axis, dims, {d: base})
-            last_lo, last_hi = _interval(axis, dims, {d: base + span})
-            if last_hi > last_lo:
-                hi = last_hi
-            else:  # trailing slices clipped empty: the union ends at the last non-empty one
-                for values2 in product(*(range(lp.n) for lp in rest)):
-                    s = _positions(rest, values2).get(d, 0)
-                    hi = max(hi, _interval(axis, dims, {d: base + s})[1])
-            acc += max(hi - lo, 0)
-        total *= acc
+        total *= _epoch_sum(axis, dims, loops, epoch, _union_length, u)
     return total
+
+
+def _epoch_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], epoch: Sequence[bool],
+               measure, union: Sequence[LoopRec] = ()) -> int:
+    """Sum over the marked loops' iterations of `measure` of the axis's slices under the
+    other loops (a list of non-empty (lo, hi) spans)."""
+    names = {d for d, _ in axis.terms}
+    ep = [lp for lp, e in zip(loops, epoch, strict=True) if e and lp.dim in names and lp.n > 1]
+    rest = [lp for lp, e in zip(loops, epoch, strict=True)
+            if not e and lp.dim in names and lp.n > 1]
+    acc = 0
+    for values in product(*(range(lp.n) for lp in ep)):
+        base = _positions(ep, values)
+        spans = []
+        for inner in product(*(range(lp.n) for lp in rest)):
+            pos = dict(base)
+            for d, v in _positions(rest, inner).items():
+                pos[d] = pos.get(d, 0) + v
+            spans += _spans(axis, dims, pos, union)
+        acc += measure(spans)
+    return acc
+
+
+def _union_length(spans: list[tuple[int, int]]) -> int:
+    length, end = 0, None
+    for lo, hi in sorted(spans):
+        if end is None or lo >= end:
+            length += hi - lo
+            end = hi
+        elif hi > end:
+            length += hi - end
+            end = hi
+    return length

@@ -73,12 +73,10 @@ def _axes(plan: Plan, access: Access) -> tuple[AxisRec, ...]:
                                                                       strict=True))
 
 
-def _dims(plan: Plan, path: OpPath, loops_below: list[PathLoop],
-          extra: list[PathLoop] = ()) -> dict[str, DimRec]:
+def _dims(plan: Plan, path: OpPath, loops_below: list[PathLoop]) -> dict[str, DimRec]:
     sizes = plan.workload.sizes
     return {
-        d: DimRec(sizes[d],
-                  1 + sum((lp.n - 1) * lp.stride for lp in (*loops_below, *extra) if lp.dim == d),
+        d: DimRec(sizes[d], 1 + sum((lp.n - 1) * lp.stride for lp in loops_below if lp.dim == d),
                   path.shift.get(d, 0))
         for d in path.op.dims
     }
@@ -142,7 +140,7 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             continue
         y = levels[j + 1]
         dims_y = _dims(plan, path, below)
-        dims_x = _dims(plan, path, below, union_sp)
+        union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
         for access, is_out in accesses:
             t = access.tensor
             if t in plan.homes and x < plan.homes[t]:
@@ -161,15 +159,20 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             loops_y = [r for r, _ in inst_loops_y + temporal]
             loops_x = [r for r, _ in inst_loops_x + temporal]
             moved_y = words_moved(axes, dims_y, loops_y)
-            moved_x = words_moved(axes, dims_x, loops_x)
+            moved_x = words_moved(axes, dims_y, loops_x, union=union)
             if is_out:
-                starts_y = first_touches(axes, dims_y, loops_y, [e for _, e in inst_loops_y + temporal])
-                starts_x = first_touches(axes, dims_x, loops_x, [e for _, e in inst_loops_x + temporal])
-                counts.traffic[(y, t)][FILL] += moved_y - starts_y
-                counts.traffic[(x, t)][READ] += moved_x - starts_x
+                # partial sums come back only for elements touched before in their epoch
+                epoch_y = [e for _, e in inst_loops_y + temporal]
+                epoch_x = [e for _, e in inst_loops_x + temporal]
+                refill_y = (words_moved(axes, dims_y, loops_y, epoch_y)
+                            - first_touches(axes, dims_y, loops_y, epoch_y))
+                refill_x = (words_moved(axes, dims_y, loops_x, epoch_x, union)
+                            - first_touches(axes, dims_y, loops_x, epoch_x, union=union))
+                counts.traffic[(y, t)][FILL] += refill_y
+                counts.traffic[(x, t)][READ] += refill_x
                 counts.traffic[(x, t)][UPDATE] += moved_x
-                counts.loads[owner] += [Transfer(x, moved_x - starts_x, inst_x, "read"),
-                                        Transfer(y, moved_y - starts_y, inst_y, "write")]
+                counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read"),
+                                        Transfer(y, refill_y, inst_y, "write")]
                 counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write"),
                                          Transfer(y, moved_y, inst_y, "read")]
             else:
@@ -198,7 +201,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int
     if op.accumulates:
         axes, _, _, epoch = tensor_info[out]
         marks = [e or lp.spatial for e, lp in zip(epoch, path.loops, strict=True)]
-        starts = first_touches(axes, dims, all_loops, marks)
+        guards = [d for d in op.dims if d not in op.output.dims]
+        starts = first_touches(axes, dims, all_loops, marks, guards)
         counts.traffic[(x, out)][READ] += ops - starts
         reads += ops - starts
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)

@@ -1,0 +1,176 @@
+"""The `tileflow` command line: evaluate a dataflow, compare baselines, benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tileflow.errors import InputError
+
+EXAMPLES = """examples:
+  tileflow compare --arch edge --workload attention
+  tileflow compare --arch cloud --workload G3 --json
+  tileflow compare --arch cloud --workload C1 --plot c1.png
+  tileflow evaluate --arch edge --workload attention --dataflow flat-rgran
+  tileflow evaluate --arch edge --workload attention --dataflow chimera --tile m=64 --tile l=128
+  tileflow evaluate --arch edge --workload gemm-chain --dataflow my-tree.yaml --set m=1024 --json
+  tileflow bench --arch edge --workload attention
+"""
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{flag} expects NAME=INTEGER, got '{item}'")
+        try:
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise InputError(f"{flag} expects NAME=INTEGER, got '{item}'") from None
+    return out
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", required=True,
+                   help="accelerator: a YAML file or a shipped name (edge, cloud, tpu-like, cpu)")
+    p.add_argument("--workload", required=True,
+                   help="workload: a YAML file, a shipped name (attention, gemm-chain, "
+                        "conv-chain, mlp) or a preset (G1..G12, C1..C8)")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE",
+                   help="override a dimension or parameter size (repeatable), e.g. m=1024")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tileflow",
+        description="What does this fused dataflow cost on this chip? Data movement per "
+                    "memory level, footprint, latency and energy of tile-tree dataflows.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="analyse one dataflow", epilog=EXAMPLES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(ev)
+    ev.add_argument("--dataflow", required=True,
+                    help="a dataflow YAML file or a baseline name (layerwise, flat-rgran, ...)")
+    ev.add_argument("--tile", action="append", metavar="DIM=SIZE",
+                    help="tile size for a baseline builder (repeatable), e.g. m=64")
+    ev.add_argument("--double-buffer", action="store_true",
+                    help="check capacity with every buffer doubled")
+    ev.add_argument("--tree", action="store_true", help="also print the tile tree")
+    cp = sub.add_parser("compare", help="every baseline dataflow side by side",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(cp)
+    cp.add_argument("--plot", metavar="PATH",
+                    help="bar chart PNG (default: compare-WORKLOAD-ARCH.png here)")
+    cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
+    bn = sub.add_parser("bench", help="evaluations per second of the analysis")
+    _common(bn)
+    bn.add_argument("--dataflow", action="append",
+                    help="baseline(s) to time (default: flat-rgran and tileflow-pipe)")
+    bn.add_argument("--seconds", type=float, default=3.0, help="time per dataflow")
+    return parser
+
+
+def _load(args):
+    from tileflow.specs.arch import load_arch
+    from tileflow.specs.workload import load_workload
+
+    overrides = _pairs(args.set, "--set")
+    return load_workload(args.workload, overrides), load_arch(args.arch)
+
+
+def _dataflow(name: str, workload, arch, tiles):
+    from tileflow.dataflows import build
+    from tileflow.specs.dataflow import load_dataflow_file
+
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_dataflow_file(path)
+    return build(name, workload, arch, tiles)
+
+
+def _evaluate(flow, workload, arch, **kw):
+    from tileflow.analysis.prepare import InvalidDataflow
+    from tileflow.cost import evaluate
+    from tileflow.specs.dataflow import locate
+
+    try:
+        return evaluate(workload, arch, flow, **kw)
+    except InvalidDataflow as exc:
+        located = locate(exc, flow)
+        raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
+                         located.source, located.where) from None
+
+
+def cmd_evaluate(args) -> int:
+    from tileflow.report import summary
+    from tileflow.tree import render
+
+    workload, arch = _load(args)
+    flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile"))
+    result = _evaluate(flow, workload, arch, double_buffer=args.double_buffer)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        if args.tree:
+            print(render(flow.root))
+        print(summary(result, arch.name, workload.name))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from tileflow.dataflows import baselines_for, build
+    from tileflow.report import comparison_plot, comparison_table
+
+    workload, arch = _load(args)
+    results = [_evaluate(build(name, workload, arch), workload, arch)
+               for name in baselines_for(workload)]
+    title = f"{workload.name} {dict(workload.sizes)} on {arch.name}"
+    plot = None
+    if not args.no_plot:
+        plot = comparison_plot(results, title,
+                               args.plot or f"compare-{workload.name}-{arch.name}.png")
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print(comparison_table(results, title))
+        if plot:
+            print(f"\nchart written to {plot}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from tileflow.bench import run_bench
+
+    workload, arch = _load(args)
+    rows = run_bench(workload, arch, args.dataflow or ["flat-rgran", "tileflow-pipe"],
+                     args.seconds)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['dataflow']:<14} {row['evals_per_second']:>10,.0f} evaluations/s "
+                  f"(median {row['median_us']:.0f} us over {row['runs']} runs)")
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except InputError as exc:
+        print(f"tileflow: error: {exc.render()}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

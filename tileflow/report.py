@@ -1,0 +1,119 @@
+"""Human-readable summaries, comparison tables and plots of model results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from tileflow.cost import Result
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def summary(result: Result, arch_name: str, workload_name: str) -> str:
+    """A readable summary of one evaluation: totals, bottleneck, per-level table."""
+    r = result
+    lines = [
+        f"dataflow {r.dataflow} on {arch_name}, workload {workload_name}",
+        f"  valid        {'yes' if r.valid else 'NO'}",
+    ]
+    lines += [f"  violation    {v}" for v in r.violations]
+    lines += [
+        f"  cycles       {r.cycles:,.0f}  ({r.latency_ms:.4f} ms at {r.clock_ghz:g} GHz)",
+        f"  bottleneck   {r.bottleneck}",
+        f"  energy       {r.energy_pj / 1e6:,.2f} uJ  (compute {r.compute_energy_pj / 1e6:,.2f} uJ)",
+        f"  operations   {r.macs:,} MACs, {r.vector_ops:,} vector ops",
+        f"  utilization  {r.utilization:.1%} of the matrix units",
+        f"  DRAM traffic {r.dram_words:,.0f} words",
+        "",
+        f"  {'level':<6} {'reads':>12} {'fills':>12} {'updates':>12} {'energy uJ':>10} "
+        f"{'footprint':>12} {'capacity':>12}",
+    ]
+    fps = {f.level: f for f in r.footprints}
+    for lv in r.levels:
+        moves = r.traffic.get(lv, {}).values()
+        fill = sum(m.fill for m in moves)
+        upd = sum(m.update for m in moves)
+        energy = sum(r.energy_by_level_pj.get(lv, {}).values()) / 1e6
+        fp = fps.get(lv)
+        lines.append(
+            f"  {lv:<6} {_si(r.level_reads(lv)):>12} {_si(fill):>12} {_si(upd):>12} "
+            f"{energy:>10.2f} {(_si(fp.words) if fp else '-'):>12} "
+            f"{(_si(fp.capacity_words) if fp else 'unbounded'):>12}"
+        )
+    return "\n".join(lines)
+
+
+def comparison_rows(results: Sequence[Result]) -> list[dict]:
+    """One row per dataflow, with speed-up and DRAM reduction against the first (Layerwise)."""
+    base = results[0]
+    rows = []
+    for r in results:
+        rows.append({
+            "dataflow": r.dataflow,
+            "valid": r.valid,
+            "cycles": r.cycles,
+            "speedup": base.cycles / r.cycles if r.cycles else float("nan"),
+            "dram_words": r.dram_words,
+            "dram_reduction": 1 - r.dram_words / base.dram_words if base.dram_words else 0.0,
+            "energy_pj": r.energy_pj,
+            "utilization": r.utilization,
+            "bottleneck": r.bottleneck,
+            "footprint_words": {f.level: f.words for f in r.footprints},
+        })
+    return rows
+
+
+def comparison_table(results: Sequence[Result], title: str) -> str:
+    rows = comparison_rows(results)
+    levels = [f.level for f in results[0].footprints]
+    head = (f"{'dataflow':<14} {'cycles':>11} {'speedup':>8} {'DRAM words':>11} {'DRAM red.':>9} "
+            f"{'energy uJ':>10} {'util':>6} " + " ".join(f"{'fp ' + lv:>9}" for lv in levels))
+    out = [title, head, "-" * len(head)]
+    for row in rows:
+        fp = " ".join(f"{_si(row['footprint_words'][lv]):>9}" for lv in levels)
+        flag = "" if row["valid"] else "  INVALID"
+        out.append(
+            f"{row['dataflow']:<14} {row['cycles']:>11,.0f} {row['speedup']:>7.2f}x "
+            f"{_si(row['dram_words']):>11} {row['dram_reduction']:>8.1%} "
+            f"{row['energy_pj'] / 1e6:>10.1f} {row['utilization']:>6.1%} {fp}{flag}"
+        )
+    out.append("")
+    out += [f"  {row['dataflow']}: bottleneck {row['bottleneck']}" for row in rows]
+    return "\n".join(out)
+
+
+def comparison_plot(results: Sequence[Result], title: str, path: str | Path) -> Path:
+    """Bar charts: speed-up over Layerwise, DRAM traffic, energy — one bar per dataflow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = comparison_rows(results)
+    names = [r["dataflow"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    panels = [
+        ("speed-up over Layerwise", [r["speedup"] for r in rows], "x"),
+        ("DRAM traffic (M words)", [r["dram_words"] / 1e6 for r in rows], ""),
+        ("energy (uJ)", [r["energy_pj"] / 1e6 for r in rows], ""),
+    ]
+    colors = ["#999999" if not r["valid"] else "#3b6ea8" for r in rows]
+    for ax, (label, values, suffix) in zip(axes, panels, strict=True):
+        bars = ax.bar(names, values, color=colors)
+        ax.set_title(label)
+        ax.tick_params(axis="x", rotation=40)
+        for bar, v in zip(bars, values, strict=True):
+            ax.annotate(f"{v:.2f}{suffix}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
