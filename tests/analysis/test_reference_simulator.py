@@ -4,122 +4,16 @@ partial-sum spills, Seq drops, intermediates at their home level, the softmax to
 
 from __future__ import annotations
 
-import math
-
 import pytest
-from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, small_arch, workload
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, workload
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from reference_sim import simulate
+from trees import ARCH, trees
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Loop, Op, Tile, render
-
-ARCH = small_arch()
-LEVELS = ("DRAM", "L1", "Reg")
-CHAINS = [("L1",), ("L1", "Reg"), ("DRAM", "L1"), ("DRAM", "L1", "Reg"), ("Reg",),
-          ("DRAM", "Reg")]
-
-
-def _illegal_dims(w: Workload, ops: set[str]) -> set[str]:
-    """Reductions of producers whose consumers also sit under the node."""
-    out = set()
-    for t in w.intermediates:
-        if w.producer[t] in ops and any(c in ops for c in w.consumers[t]):
-            out |= set(w.op_by_name[w.producer[t]].reduction_dims)
-    return out
-
-
-def _windowed(w: Workload) -> set[str]:
-    out = set()
-    for t in w.intermediates:
-        for c in w.consumers[t]:
-            for axis in w.op_by_name[c].access(t).axes:
-                if len(axis.terms) > 1:
-                    out.add(axis.terms[0][0])
-    return out
-
-
-def _chain(data, w: Workload, op: str, required: dict[str, int], levels: tuple[str, ...]):
-    """A chain of tiles for one operator whose loops cover `required` extents."""
-    dims = list(w.op_by_name[op].dims)
-    remaining = dict(required)
-    nodes = []
-    for i, lv in enumerate(levels):
-        last = i == len(levels) - 1
-        order = data.draw(st.permutations(dims))
-        loops = []
-        for d in order:
-            if remaining[d] <= 1:
-                continue
-            f = remaining[d] if last else data.draw(st.integers(1, remaining[d]))
-            if f > 1:
-                spatial = not last and data.draw(st.integers(0, 3)) == 0
-                loops.append(Loop(d, f, spatial))
-                remaining[d] = -(-remaining[d] // f)
-        nodes.append((lv, loops))
-    node: Tile | Op = Op(op)
-    for lv, loops in reversed(nodes):
-        node = Tile(lv, tuple(loops), (node,))
-    return node
-
-
-def _extent(node, d: str) -> int:
-    ext = 1
-    while isinstance(node, Tile):
-        ext *= math.prod(lp.factor for lp in node.loops if lp.dim == d)
-        node = node.children[0]
-    return ext
-
-
-@st.composite
-def trees(draw, w: Workload):
-    data = draw(st.data())
-    ops = [o.name for o in w.ops]
-    common = set.intersection(*(set(o.dims) for o in w.ops)) - _illegal_dims(w, set(ops))
-    root_loops, per_step = [], {}
-    for d in sorted(common):
-        if data.draw(st.booleans()):
-            e = data.draw(st.integers(1, w.sizes[d]))
-            n = -(-w.sizes[d] // e)
-            per_step[d] = e
-            if n > 1 and data.draw(st.integers(0, 2)) == 0:
-                root_loops += [Loop(d, -(-n // 2)), Loop(d, 2, True)]
-            elif n > 1:
-                root_loops.append(Loop(d, n))
-    windowed = _windowed(w)
-    # consumers first, so a windowed producer can cover its consumer's halo
-    chains: dict[str, Tile | Op] = {}
-    group_level = data.draw(st.sampled_from(["DRAM", "L1"]))
-    grouped = len(ops) > 1 and data.draw(st.booleans())
-    first_level = group_level if grouped else "DRAM"
-    for op in reversed(ops):
-        opx = w.op_by_name[op]
-        required = {d: per_step.get(d, w.sizes[d]) for d in opx.dims}
-        for t in w.intermediates:
-            if w.producer[t] != op:
-                continue
-            for c in w.consumers[t]:
-                for axis in w.op_by_name[c].access(t).axes:
-                    d = axis.terms[0][0]
-                    if len(axis.terms) > 1 and any(lp.dim == d and lp.factor > 1
-                                                   for lp in root_loops):
-                        window = sum(k * (w.sizes[x] - 1) for x, k in axis.terms if x != d)
-                        required[d] = max(required[d], _extent(chains[c], d) + window)
-        allowed = [c for c in CHAINS if LEVELS.index(c[0]) >= LEVELS.index(first_level)]
-        chains[op] = _chain(data, w, op, required, data.draw(st.sampled_from(allowed)))
-    primitive = data.draw(st.sampled_from(["Seq", "Shar", "Pipe"]))
-    children = [chains[o] for o in ops]
-    if grouped:
-        cut = data.draw(st.integers(1, len(ops) - 1))
-        inner_primitive = data.draw(st.sampled_from(["Seq", "Shar", "Pipe"]))
-        head = Tile(group_level, (), tuple(children[:cut]), inner_primitive)
-        children = [head, *children[cut:]] if len(children[:cut]) > 1 else children
-    root = Tile("DRAM", tuple(root_loops), tuple(children), primitive)
-    del windowed
-    return Dataflow(root, "random")
+from tileflow.tree import Dataflow, render
 
 
 def _features(plan) -> set[str]:

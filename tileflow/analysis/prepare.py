@@ -85,8 +85,8 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         paths[name] = replace(paths[name], shift=shift)
     homes = {t: _home(workload, arch, flow, t, lca[t], paths, tiles) for t in lca}
     plan = Plan(workload, arch, flow, paths, homes, lca)
-    _check_coverage(plan)
     _check_dependences(plan)
+    _check_coverage(plan)
     return plan
 
 
