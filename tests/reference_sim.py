@@ -145,9 +145,9 @@ def _simulate_path(plan, path, traffic, ops_done):
                         _leave(traffic, x, y, t, side, is_out, old - now)
                         entering = now - old
                         if is_out:
-                            refill = len(entering & seen[key])
-                            seen[key] |= entering
-                            moved = refill
+                            # a partial sum comes back only if touched before in this epoch
+                            moved = len(entering & seen[key])
+                            seen[key] |= now
                         else:
                             moved = len(entering)
                         if side == "y":

@@ -26,8 +26,10 @@ def _illegal_dims(w: Workload, ops: set[str]) -> set[str]:
     return out
 
 
-def _chain(data, w: Workload, op: str, required: dict[str, int], levels: tuple[str, ...]):
-    """A chain of tiles for one operator whose loops cover `required` extents."""
+def _chain(data, w: Workload, op: str, required: dict[str, int], levels: tuple[str, ...],
+           exact: set[str]):
+    """A chain of tiles for one operator whose loops cover `required` extents (exactly, by
+    divisors, for dims in `exact`: the per-step extent of a loop shared with other ops)."""
     dims = list(w.op_by_name[op].dims)
     remaining = dict(required)
     nodes = []
@@ -38,7 +40,13 @@ def _chain(data, w: Workload, op: str, required: dict[str, int], levels: tuple[s
         for d in order:
             if remaining[d] <= 1:
                 continue
-            f = remaining[d] if last else data.draw(st.integers(1, remaining[d]))
+            if last:
+                f = remaining[d]
+            elif d in exact:
+                f = data.draw(st.sampled_from([x for x in range(1, remaining[d] + 1)
+                                               if remaining[d] % x == 0]))
+            else:
+                f = data.draw(st.integers(1, remaining[d]))
             if f > 1:
                 spatial = not last and data.draw(st.integers(0, 3)) == 0
                 loops.append(Loop(d, f, spatial))
@@ -92,7 +100,8 @@ def trees(draw, w: Workload):
                         window = sum(k * (w.sizes[x] - 1) for x, k in axis.terms if x != d)
                         required[d] = max(required[d], _extent(chains[c], d) + window)
         allowed = [c for c in CHAINS if LEVELS.index(c[0]) >= LEVELS.index(first_level)]
-        chains[op] = _chain(data, w, op, required, data.draw(st.sampled_from(allowed)))
+        exact = {d for d in opx.dims if d in per_step and required[d] == per_step[d]}
+        chains[op] = _chain(data, w, op, required, data.draw(st.sampled_from(allowed)), exact)
     primitive = data.draw(st.sampled_from(["Seq", "Shar", "Pipe"]))
     children = [chains[o] for o in ops]
     if grouped:

@@ -1,0 +1,98 @@
+"""Invariants that hold for every valid tree, checked over randomly generated ones."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, small_arch, workload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trees import ARCH, trees
+
+from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.cost import evaluate
+from tileflow.tree import Dataflow, Tile, map_tiles
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+TEXTS = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv": CONV}
+
+
+def _evaluate(w, arch, flow):
+    try:
+        return evaluate(w, arch, flow)
+    except InvalidDataflow:
+        return None
+
+
+def _with_primitive(flow: Dataflow, primitive: str) -> Dataflow:
+    def change(_path: str, t: Tile) -> Tile:
+        return replace(t, primitive=primitive) if len(t.children) > 1 else t
+    return replace(flow, root=map_tiles(flow.root, change))
+
+
+@pytest.mark.parametrize("name", TEXTS)
+def test_dram_traffic_never_below_compulsory_and_ops_match_the_workload(name):
+    w = workload(TEXTS[name])
+
+    @SETTINGS
+    @given(trees(w))
+    def check(flow):
+        r = _evaluate(w, ARCH, flow)
+        if r is None:
+            return
+        dram = r.traffic["DRAM"]
+        for t in w.inputs:
+            assert dram[t].read >= w.tensor_words(t)
+        for t in w.outputs:
+            assert dram[t].update >= w.tensor_words(t)
+        for op in w.ops:
+            if name == "conv" and op.name == "conv1":
+                assert r.ops[op.name] >= w.op_count(op)  # halo rows may be recomputed
+            else:
+                assert r.ops[op.name] == w.op_count(op)
+
+    check()
+
+
+@pytest.mark.parametrize("name", ["chain", "softmax", "conv"])
+def test_seq_never_moves_less_than_shar(name):
+    w = workload(TEXTS[name])
+
+    @SETTINGS
+    @given(trees(w))
+    def check(flow):
+        seq = _evaluate(w, ARCH, _with_primitive(flow, "Seq"))
+        shar = _evaluate(w, ARCH, _with_primitive(flow, "Shar"))
+        if seq is None or shar is None:
+            return
+        for level, tensors in shar.traffic.items():
+            for t, m in tensors.items():
+                s = seq.traffic[level][t]
+                assert (s.fill, s.read, s.update) >= (m.fill, m.read, m.update) or (
+                    s.fill >= m.fill and s.read >= m.read and s.update >= m.update), (level, t)
+
+    check()
+
+
+@pytest.mark.parametrize("name", TEXTS)
+def test_a_footprint_above_capacity_is_always_flagged(name):
+    w = workload(TEXTS[name])
+
+    @SETTINGS
+    @given(trees(w), st.integers(1, 40), st.integers(1, 6))
+    def check(flow, l1_words, reg_words):
+        arch = small_arch(l1_words=l1_words, reg_words=reg_words, pes=64)
+        r = _evaluate(w, arch, flow)
+        if r is None:
+            return
+        over = [f.level for f in r.footprints if f.words > f.capacity_words]
+        flagged = [v for v in r.violations if v.startswith("capacity")]
+        assert len(over) == len(flagged)
+        for level in over:
+            assert any(f"level {level} needs" in v for v in flagged)
+        if over:
+            assert not r.valid
+
+    check()
