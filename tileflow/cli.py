@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--double-buffer", action="store_true",
                     help="check capacity with every buffer doubled")
     ev.add_argument("--tree", action="store_true", help="also print the tile tree")
+    ev.add_argument("--save-dataflow", metavar="PATH",
+                    help="write the dataflow as YAML (a starting point for hand edits)")
     cp = sub.add_parser("compare", help="every baseline dataflow side by side",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(cp)
@@ -114,6 +116,10 @@ def cmd_evaluate(args) -> int:
     workload, arch = _load(args)
     flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile"))
     result = _evaluate(flow, workload, arch, double_buffer=args.double_buffer)
+    if args.save_dataflow:
+        from tileflow.specs.dataflow import save_dataflow
+
+        save_dataflow(flow, args.save_dataflow)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:

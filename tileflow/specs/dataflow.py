@@ -84,3 +84,17 @@ def locate(error: InputError, flow: Dataflow) -> InputError:
         if f"({path})" in where or where == path:
             return InputError(error.message, flow.source, f"line {flow.lines[path]}, {where}")
     return InputError(error.message, flow.source, where or None)
+
+
+def save_dataflow(flow: Dataflow, path: str | Path) -> Path:
+    """Write a dataflow as YAML that `load_dataflow_file` reads back."""
+    from ruamel.yaml import YAML
+
+    from tileflow.tree import to_dict
+
+    path = Path(path)
+    yaml = YAML()
+    yaml.default_flow_style = None
+    with path.open("w") as handle:
+        yaml.dump(to_dict(flow), handle)
+    return path
