@@ -26,7 +26,8 @@ def summary(result: Result, arch_name: str, workload_name: str) -> str:
     lines += [
         f"  cycles       {r.cycles:,.0f}  ({r.latency_ms:.4f} ms at {r.clock_ghz:g} GHz)",
         f"  bottleneck   {r.bottleneck}",
-        f"  energy       {r.energy_pj / 1e6:,.2f} uJ  (compute {r.compute_energy_pj / 1e6:,.2f} uJ)",
+        f"  energy       {r.energy_pj / 1e6:,.2f} uJ  "
+        f"(compute {r.compute_energy_pj / 1e6:,.2f} uJ)",
         f"  operations   {r.macs:,} MACs, {r.vector_ops:,} vector ops",
         f"  utilization  {r.utilization:.1%} of the matrix units",
         f"  DRAM traffic {r.dram_words:,.0f} words",

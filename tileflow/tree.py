@@ -46,7 +46,7 @@ class Tile:
     no_reuse: tuple[str, ...] = ()
 
 
-Node = Union[Tile, Op]
+Node = Union[Tile, Op]  # noqa: UP007 (a runtime alias; X | Y needs 3.10 classes)
 
 
 @dataclass(frozen=True)

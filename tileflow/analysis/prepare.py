@@ -59,6 +59,15 @@ class Plan:
     def tiles(self) -> dict[str, Tile]:
         return {p: n for p, n in walk(self.flow.root) if isinstance(n, Tile)}
 
+    @cached_property
+    def tensors_under(self) -> dict[int, frozenset[str]]:
+        """Tensors used below each node, keyed by the node's id()."""
+        out: dict[int, frozenset[str]] = {}
+        for _, node in walk(self.flow.root):
+            out[id(node)] = frozenset(t for o in ops_under(node)
+                                      for t in self.workload.op_by_name[o].tensors)
+        return out
+
 
 def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     """Validate the tree's structure and build the per-operator paths (raises InvalidDataflow)."""

@@ -17,7 +17,7 @@ from tileflow.analysis.movement import (
 )
 from tileflow.analysis.prepare import OpPath, PathLoop, Plan
 from tileflow.specs.expressions import Access
-from tileflow.tree import Op, Tile, ops_under
+from tileflow.tree import Op, Tile
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,6 @@ def _dims(plan: Plan, path: OpPath, loops_below: list[PathLoop]) -> dict[str, Di
 def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
     """Path positions of Seq tiles whose next child (wrapping) does not use `tensor`: below
     them the tensor is dropped between steps, so loops at or above them give no reuse."""
-    w = plan.workload
     depths = []
     for k, (_, tile) in enumerate(path.tiles):
         if tile.primitive != "Seq" or len(tile.children) < 2:
@@ -93,7 +92,7 @@ def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
         child_path = path.tiles[k + 1][0] if k + 1 < len(path.tiles) else None
         index = _child_index(tile, path, k, child_path)
         nxt = tile.children[(index + 1) % len(tile.children)]
-        if not any(tensor in w.op_by_name[o].tensors for o in ops_under(nxt)):
+        if tensor not in plan.tensors_under[id(nxt)]:
             depths.append(k)
     return depths
 
@@ -101,16 +100,16 @@ def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
 def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> int:
     if child_path is not None:
         return int(child_path.rsplit(".", 1)[1])
-    return next(i for i, c in enumerate(tile.children) if isinstance(c, Op) and c.op == path.op.name)
+    return next(i for i, c in enumerate(tile.children)
+                if isinstance(c, Op) and c.op == path.op.name)
 
 
 def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
-    w = plan.workload
     op = path.op
     levels = path.levels
     accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
     tensor_info = {}
-    for access, is_out in accesses:
+    for access, _ in accesses:
         t = access.tensor
         drops = _drop_depths(plan, path, t)
         no_reuse = {k for k, (_, tile) in enumerate(path.tiles) if t in tile.no_reuse}
