@@ -49,7 +49,8 @@ def test_evaluate_json_levels_add_up():
     assert r["valid"] is True and r["violations"] == []
     assert set(r["levels"]) == {"DRAM", "L1", "Reg"}
     for level in r["levels"].values():
-        assert level["reads"] == pytest.approx(sum(t["reads"] for t in level["per_tensor"].values()))
+        tensors = level["per_tensor"].values()
+        assert level["reads"] == pytest.approx(sum(t["reads"] for t in tensors))
         assert level["writes"] == pytest.approx(
             sum(t["writes"] for t in level["per_tensor"].values()))
     # inputs are read from DRAM at least once, the output written exactly once

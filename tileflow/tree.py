@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Union
 
 PRIMITIVES = ("Seq", "Shar", "Para", "Pipe")
 
@@ -46,7 +45,7 @@ class Tile:
     no_reuse: tuple[str, ...] = ()
 
 
-Node = Union[Tile, Op]  # noqa: UP007 (a runtime alias; X | Y needs 3.10 classes)
+Node = Tile | Op
 
 
 @dataclass(frozen=True)
