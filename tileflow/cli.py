@@ -18,6 +18,7 @@ EXAMPLES = """examples:
   tileflow evaluate --arch edge --workload attention --dataflow chimera --tile m=64 --tile l=128
   tileflow evaluate --arch edge --workload gemm-chain --dataflow my-tree.yaml --set m=1024 --json
   tileflow bench --arch edge --workload attention
+  tileflow reproduce --out validate
 """
 
 
@@ -70,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--plot", metavar="PATH",
                     help="bar chart PNG (default: compare-WORKLOAD-ARCH.png here)")
     cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
+    rp = sub.add_parser("reproduce", help="re-run the published comparison (G1-G12, C1-C8) "
+                        "and write the Markdown report with plots")
+    rp.add_argument("--out", default="validate", help="output folder (default: validate)")
+    rp.add_argument("--json", action="store_true", help="print every result as JSON")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -165,7 +170,20 @@ def cmd_bench(args) -> int:
     return 0
 
 
-COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench}
+def cmd_reproduce(args) -> int:
+    from tileflow.experiments import run_studies, write_report
+
+    frame = run_studies(progress=not args.json)
+    path = write_report(frame, args.out, f"tileflow reproduce --out {args.out}")
+    if args.json:
+        print(frame.to_json(orient="records"))
+    else:
+        print(f"report written to {path}")
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
+            "reproduce": cmd_reproduce}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

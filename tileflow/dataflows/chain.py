@@ -62,32 +62,55 @@ def _middle_group(w: Workload, hw: Hardware, r: Roles, ext: Mapping[str, int],
     return [Tile(hw.buffer, (), tuple(tiles), primitive, name="softmax")]
 
 
-def _standalone(w: Workload, hw: Hardware, op: str, row_tile: int | None = None) -> Tile:
-    """One operator on its own (Layerwise), rows tiled to fit, spread over the cores."""
+def _standalone(w: Workload, hw: Hardware, op: str, row_tile: int | None = None,
+                col_tile: int | None = None) -> Tile:
+    """One operator on its own (Layerwise): its largest output dim spread over the cores in
+    tiles of `row_tile`, its next largest tiled by `col_tile`."""
     opx = w.op_by_name[op]
-    roles_batch = next((d for d in opx.output.dims if d in ("b",)), None)
-    rows = next(d for d in opx.output.dims if d != roles_batch)
-    loops, ext = core_split(w, hw, roles_batch, rows, row_tile)
+    batch = "b" if "b" in opx.output.dims else None
+    rows, cols = _rows(w, op), _cols(w, op)
+    loops, ext = core_split(w, hw, batch, rows, row_tile)
+    if cols and col_tile and col_tile < w.sizes[cols]:
+        loops += (Loop(cols, -(-w.sizes[cols] // col_tile)),)
+        ext[cols] = col_tile
     ext = {d: ext.get(d, w.sizes[d]) for d in opx.dims}
     return Tile(hw.outer, loops, (compute_tile(w, hw, op, ext),), name=f"{op}-layer")
 
 
+def _rows(w: Workload, op: str) -> str:
+    """The output dim a standalone operator is spread over the cores along: the largest one
+    other than the batch."""
+    dims = [d for d in w.op_by_name[op].output.dims if d != "b"]
+    return max(dims, key=lambda d: w.sizes[d])
+
+
+def _cols(w: Workload, op: str) -> str | None:
+    """The output dim tiled next when the rows alone do not make the tile fit."""
+    dims = [d for d in w.op_by_name[op].output.dims if d not in ("b", _rows(w, op))]
+    return max(dims, key=lambda d: w.sizes[d]) if dims else None
+
+
 def layerwise(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
     """No fusion: operators one after another, every intermediate through DRAM; each
-    operator's row tile is the largest that fits."""
+    operator's tile is the largest that fits (rows first, then columns)."""
     hw = Hardware.of(arch)
     homes = {t: hw.outer for t in w.intermediates}
-    rows = {op.name: next(d for d in op.output.dims if d != "b") for op in w.ops}
-    choice = {op.name: 1 for op in w.ops}
+    choice = {op.name: (1, 1) for op in w.ops}
 
     def make() -> Dataflow:
-        children = tuple(_standalone(w, hw, op.name, choice[op.name]) for op in w.ops)
+        children = tuple(_standalone(w, hw, op.name, *choice[op.name]) for op in w.ops)
         return Dataflow(Tile(hw.outer, (), children, "Seq", name="layers"), "layerwise", homes)
 
+    tiles = tiles or {}
     for op in w.ops:
-        given = (tiles or {}).get(rows[op.name])
-        for tm in [given] if given else halvings(w.sizes[rows[op.name]]):
-            choice[op.name] = tm
+        rows, cols = _rows(w, op.name), _cols(w, op.name)
+        row_options = [tiles[rows]] if rows in tiles else halvings(w.sizes[rows])
+        col_options = [tiles[cols]] if cols in tiles else \
+            (halvings(w.sizes[cols]) if cols else [1])
+        options = sorted(((r, c) for r in row_options for c in col_options),
+                         key=lambda rc: -rc[0] * rc[1])
+        for option in options:
+            choice[op.name] = option
             if fits(w, arch, make()):
                 break
     return make()
@@ -185,8 +208,7 @@ def _grid(w: Workload, r: Roles, hw: Hardware, tiles: Mapping[str, int] | None):
     tiles = tiles or {}
     per_core = -(-w.sizes[r.rows] // (1 if r.batch and w.sizes[r.batch] >= hw.cores
                                       else hw.cores))
-    tms = [tiles[r.rows]] if r.rows in tiles else \
-        [t for t in halvings(per_core, 8)][:6]
+    tms = [tiles[r.rows]] if r.rows in tiles else halvings(per_core, min(8, per_core))[:6]
     tls = [tiles[r.inner]] if r.inner in tiles else \
         [t for t in divisors_desc(w.sizes[r.inner]) if t >= 16][:6]
     return [(tm, tl) for tm in tms for tl in tls]

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tileflow.dataflows.common import Hardware, compute_tile, halvings, largest_fitting
+from tileflow.dataflows.common import (
+    Hardware,
+    compute_tile,
+    core_split,
+    halvings,
+    largest_fitting,
+)
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -29,24 +35,23 @@ def _window(w: Workload, consumer: str, dim: str) -> int:
 
 
 def _fused(w: Workload, arch: Architecture, tp: int, tq: int, name: str) -> Dataflow:
+    """Rows p spread over the cores in bands of `tp`, columns q tiled by `tq`; both
+    convolutions share the step, the first one's tile grown by the second's window."""
     hw = Hardware.of(arch)
     first, second, p, q = _check(w)
     sizes = w.sizes
-    loops = []
-    for d, t in ((p, tp), (q, tq)):
-        steps = -(-sizes[d] // t)
-        if steps > 1:
-            loops.append(Loop(d, steps))
-    # spread the channels of both convolutions over the cores
-    c1 = w.op_by_name[second].reduction_dims[0]
-    ext2 = {d: sizes[d] for d in w.op_by_name[second].dims} | {p: tp, q: tq}
-    ext1 = {d: sizes[d] for d in w.op_by_name[first].dims} | {p: tp, q: tq}
-    for d, t in ((p, tp), (q, tq)):
-        if t < sizes[d]:
-            ext1[d] = t + _window(w, second, d)
+    loops, ext = core_split(w, hw, None, p, tp)
+    steps_q = -(-sizes[q] // tq)
+    if steps_q > 1:
+        loops += (Loop(q, steps_q),)
+    ext[q] = min(tq, sizes[q])
+    ext1 = {d: ext[d] for d in w.op_by_name[first].dims}
+    ext2 = {d: ext[d] for d in w.op_by_name[second].dims}
+    for d in (p, q):
+        if ext[d] < sizes[d]:
+            ext1[d] = ext[d] + _window(w, second, d)
     body = Tile(hw.buffer, (), (compute_tile(w, hw, first, ext1),
                                 compute_tile(w, hw, second, ext2)), "Shar", name="fused")
-    del c1
     return Dataflow(Tile(hw.outer, tuple(loops), (body,), name=name), name)
 
 

@@ -1,0 +1,234 @@
+"""The published TileFlow comparison (DESIGN.md section 5), re-run on our model: every
+baseline for G1-G12 on Edge and Cloud and C1-C8 on Cloud, as a table of results."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+from tqdm import tqdm
+
+from tileflow.cost import evaluate
+from tileflow.dataflows import baselines_for, build
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import load_workload
+
+ATTENTION = [f"G{i}" for i in range(1, 13)]
+CONV = [f"C{i}" for i in range(1, 9)]
+
+# (accelerator, workload presets): the published study, plus the variants that explain it
+STUDIES = [
+    ("edge", ATTENTION),
+    ("cloud", ATTENTION),
+    ("cloud", CONV),
+    ("edge-softmax-on-array", ATTENTION),
+    ("cloud-l1-per-subcore", ATTENTION),
+    ("cloud-l1-per-subcore", CONV),
+]
+
+# Published speed-ups over Layerwise and DRAM-traffic reductions (DESIGN.md section 5).
+# "searched" is what the published explorer found; tileflow-pipe is its shape with our
+# default factors, the closest fixed dataflow we have until the explorer lands.
+PUBLISHED_SPEEDUP = {
+    ("edge", "attention"): {"uni-pipe": 1.62, "flat-hgran": 3.59, "flat-rgran": 2.89,
+                            "chimera": 2.91, "tileflow-pipe": 6.65},
+    ("cloud", "attention"): {"uni-pipe": 1.37, "flat-hgran": 12.63, "flat-rgran": 12.63,
+                             "chimera": 12.63, "tileflow-pipe": 12.63},
+    ("cloud", "conv-chain"): {"fused-layer": 1.01, "isos": None},
+}
+PUBLISHED_DRAM_REDUCTION = {
+    ("edge", "attention"): {"uni-pipe": 0.904, "flat-hgran": 0.904, "flat-rgran": 0.815,
+                            "chimera": 0.751, "tileflow-pipe": 0.871},
+    ("cloud", "attention"): {"uni-pipe": 0.866, "flat-hgran": 0.866, "flat-rgran": 0.866,
+                             "chimera": 0.866, "tileflow-pipe": 0.866},
+    ("cloud", "conv-chain"): {"fused-layer": 0.73, "isos": None},
+}
+
+
+def run_studies(studies: Iterable[tuple[str, list[str]]] = STUDIES,
+                progress: bool = True) -> pd.DataFrame:
+    """One row per (accelerator, shape, dataflow) with the model's headline numbers."""
+    jobs = [(arch, shape) for arch, shapes in studies for shape in shapes]
+    rows = []
+    for arch_name, shape in tqdm(jobs, disable=not progress, desc="reference experiments"):
+        arch = load_arch(arch_name)
+        workload = load_workload(shape)
+        for name in baselines_for(workload):
+            r = evaluate(workload, arch, build(name, workload, arch))
+            fp = {f.level: f.words for f in r.footprints}
+            rows.append({
+                "arch": arch_name, "workload": workload.name, "preset": shape, "dataflow": name,
+                "valid": r.valid, "cycles": r.cycles, "dram_words": r.dram_words,
+                "energy_pj": r.energy_pj, "utilization": r.utilization,
+                "onchip_footprint_words": fp.get(arch.levels[-2].name, 0.0)
+                if len(arch.levels) > 1 else 0.0,
+                "l1_reads": r.level_reads(arch.levels[-2].name),
+                "l1_updates": sum(m.update for m in r.traffic.get(arch.levels[-2].name,
+                                                                  {}).values()),
+                "l1_fills": sum(m.fill for m in r.traffic.get(arch.levels[-2].name,
+                                                              {}).values()),
+                "bottleneck": r.bottleneck,
+            })
+    frame = pd.DataFrame(rows)
+    base = frame[frame.dataflow == "layerwise"].set_index(["arch", "preset"])
+    key = list(zip(frame["arch"], frame["preset"], strict=True))
+    frame["speedup"] = [base.loc[k, "cycles"] / c for k, c in zip(key, frame.cycles,
+                                                                  strict=True)]
+    frame["dram_reduction"] = [1 - d / base.loc[k, "dram_words"]
+                               for k, d in zip(key, frame.dram_words, strict=True)]
+    frame["energy_reduction"] = [1 - e / base.loc[k, "energy_pj"]
+                                 for k, e in zip(key, frame.energy_pj, strict=True)]
+    return frame
+
+
+def _summary(frame: pd.DataFrame) -> pd.DataFrame:
+    from scipy.stats import gmean
+
+    return frame.groupby(["arch", "workload", "dataflow"], sort=False).agg(
+        speedup=("speedup", gmean), dram_reduction=("dram_reduction", "mean"),
+        energy_reduction=("energy_reduction", "mean"), valid=("valid", "sum"),
+        shapes=("valid", "size"), footprint=("onchip_footprint_words", "mean"),
+    ).reset_index()
+
+
+def _fmt(x, pattern: str) -> str:
+    return "-" if x is None or pd.isna(x) else pattern.format(x)
+
+
+def _table(summary: pd.DataFrame, arch: str, workload: str) -> list[str]:
+    rows = summary[(summary.arch == arch) & (summary.workload == workload)]
+    published = PUBLISHED_SPEEDUP.get((arch, workload), {})
+    dram = PUBLISHED_DRAM_REDUCTION.get((arch, workload), {})
+    hgran = rows[rows.dataflow == "flat-hgran"].footprint
+    out = ["| dataflow | speed-up (geomean) | published | DRAM reduction (mean) | published "
+           "| energy reduction | valid shapes | on-chip footprint vs FLAT-HGran |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        rel = r.footprint / hgran.iloc[0] if len(hgran) and hgran.iloc[0] else None
+        out.append(
+            f"| {r.dataflow} | {r.speedup:.2f}x | {_fmt(published.get(r.dataflow), '{:.2f}x')} "
+            f"| {r.dram_reduction:.1%} | {_fmt(dram.get(r.dataflow), '{:.1%}')} "
+            f"| {r.energy_reduction:.1%} | {r.valid}/{r.shapes} | {_fmt(rel, '{:.1%}')} |")
+    return out
+
+
+def _plot(frame: pd.DataFrame, arch: str, workload: str, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = frame[(frame.arch == arch) & (frame.workload == workload)]
+    pivot = rows.pivot(index="preset", columns="dataflow", values="speedup")
+    pivot = pivot.reindex(sorted(pivot.index, key=lambda s: int(s[1:])))
+    pivot = pivot[[d for d in rows.dataflow.unique()]]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+    pivot.plot.bar(ax=axes[0], width=0.8)
+    axes[0].set_title(f"speed-up over Layerwise: {workload} on {arch}")
+    axes[0].set_ylabel("x")
+    axes[0].legend(fontsize=7, ncol=3, loc="upper left")
+    axes[0].set_ylim(0, pivot.max().max() * 1.35)
+    dram = rows.pivot(index="preset", columns="dataflow", values="dram_reduction")
+    dram = dram.reindex(pivot.index)[pivot.columns]
+    (100 * dram).plot.bar(ax=axes[1], width=0.8, legend=False)
+    axes[1].set_title("DRAM traffic reduction over Layerwise (%)")
+    published = PUBLISHED_SPEEDUP.get((arch, workload), {})
+    for i, name in enumerate(pivot.columns):
+        if published.get(name):
+            axes[0].axhline(published[name], color=f"C{i}", linestyle=":", linewidth=1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_report(frame: pd.DataFrame, out_dir, command: str) -> str:
+    """Write the Markdown report, its plots and the raw table; return the report's path."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "reference-experiments.csv", index=False)
+    summary = _summary(frame)
+    lines = REPORT_HEAD.format(command=command).splitlines()
+    for arch, workload, title in [
+        ("edge", "attention", "Attention G1-G12 on Edge"),
+        ("cloud", "attention", "Attention G1-G12 on Cloud"),
+        ("cloud", "conv-chain", "Conv chains C1-C8 on Cloud"),
+        ("edge-softmax-on-array", "attention",
+         "Attention on Edge with the softmax on the PE array (published convention)"),
+        ("cloud-l1-per-subcore", "attention", "Attention on Cloud, L1 read per sub-core"),
+        ("cloud-l1-per-subcore", "conv-chain", "Conv chains on Cloud, L1 read per sub-core"),
+    ]:
+        if not ((frame.arch == arch) & (frame.workload == workload)).any():
+            continue
+        png = f"reference-{arch}-{workload}.png"
+        _plot(frame, arch, workload, out / png)
+        lines += ["", f"## {title}", ""] + _table(summary, arch, workload)
+        lines += ["", f"![{title}]({png})"]
+    bottlenecks = frame.groupby(["arch", "dataflow"], sort=False).bottleneck.agg(
+        lambda s: s.str.replace(r" \(.*", "", regex=True).value_counts().index[0])
+    lines += ["", "## Most frequent bottleneck", "", "| accelerator | dataflow | bottleneck |",
+              "|---|---|---|"]
+    lines += [f"| {a} | {d} | {b} |" for (a, d), b in bottlenecks.items()]
+    lines += REPORT_TAIL.splitlines()
+    path = out / "reference-experiments.md"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+REPORT_HEAD = """# Reference experiments: the published TileFlow comparison, re-run
+
+Regenerate with `{command}` (about a minute; the raw numbers are in
+`reference-experiments.csv`). Speed-ups are over Layerwise on the same accelerator and
+shape (geometric mean over the shapes), DRAM and energy reductions are means over the
+shapes; "published" columns are the figures of DESIGN.md section 5. The model was not tuned
+to them.
+
+What is compared:
+
+* `tileflow-pipe` is the *shape* the published search found (Q x K, softmax and x V
+  pipelined, every loop tiled where the softmax allows) with default factors picked by a
+  small grid search for the lowest modelled latency. The published "searched" figure came
+  from a full 3-D search; ours will come from the explorer. Cloud's published 12.63x is the
+  figure for all fused dataflows together.
+* Chimera's factors minimise DRAM traffic among those that fit (its definition); FLAT-RGran
+  uses row blocks of twice the PE rows; Layerwise, FLAT-HGran and Uni-pipe tile only as far
+  as capacity forces them to.
+* Default Edge and Cloud have a vector unit per core (as many lanes as the array has rows;
+  exp and divide take 4 cycles). `edge-softmax-on-array` runs every softmax operation on
+  the PE array at one operation per PE per cycle, as the published model assumed.
+"""
+
+REPORT_TAIL = """
+## Where and why we differ from the published figures
+
+* **The vector unit decides attention on Edge.** With a 32-lane vector unit per core the
+  five softmax operators (11 vector cycles per score element) take longer than the two
+  matrix products on a 32 x 32 array, so every fused dataflow is vector-bound and the
+  speed-ups shrink (1.6x-2.6x). With the softmax on the PE array (the published
+  convention, `edge-softmax-on-array`) the ordering and the factors come close to the
+  published ones: Uni-pipe < FLAT < Chimera < tileflow-pipe, with tileflow-pipe near the
+  published 6.65x. The remaining gap to FLAT's 3.59x is that our FLAT variants send P
+  through DRAM (DESIGN.md: "Q x K and softmax fused"), as Uni-pipe does.
+* **Uni-pipe** pipelines on one core (no spatial split of heads or rows), so on Edge it is
+  slower than Layerwise with the vector unit and 1.9x faster with the softmax on the array
+  (published 1.62x). On Cloud it uses 1 of 64 sub-cores, hence its 0.1x; the published
+  1.37x implies a Layerwise baseline that was itself far from using the chip, which ours is
+  not (Layerwise spreads every operator over all sub-cores). Where Uni-pipe's untiled head
+  does not fit the L1 (the larger shapes), it is reported invalid, not silently costed.
+* **DRAM traffic.** Our fused dataflows cut DRAM traffic by 74 % (P through DRAM) and
+  92 % (fully fused), against the published 75-90 %. Chimera's published 75.1 % reflects
+  small blocks that reload K and V per row block; our Chimera picks the blocks that minimise
+  traffic, so it reaches the fully fused figure.
+* **Cloud.** Our Layerwise already spreads each operator over the 64 sub-cores and is
+  DRAM-bound, which makes the published 12.63x unreachable for any dataflow that still has
+  to read Q, K and V once: the compulsory traffic bounds the speed-up.
+* **Conv chains.** Fusion removes the intermediate's round trip (about half the DRAM
+  traffic, published 73 %) and most of the energy; the speed-up depends on whether
+  Layerwise is bandwidth-bound, which on Cloud it often is (published 1.01x for
+  Fused-Layer; our 1.3x-1.5x). ISOS equals Fused-Layer whenever the largest fitting square
+  tile already spans all columns.
+* **Which L1 reading.** Reading Cloud's L1 as 20 MB per sub-core only helps the dataflows
+  that did not fit (Uni-pipe becomes valid); the others fit both ways and are unchanged,
+  except the conv chains, where a larger L1 lets Layerwise keep bigger tiles.
+"""
