@@ -35,6 +35,23 @@ class Movement:
 
 
 @dataclass(frozen=True)
+class NodeLatency:
+    """Cycles of one tile: the time its loads, its children and its stores would take alone;
+    the tile takes the largest (overlapped, double-buffered)."""
+
+    path: str
+    label: str
+    depth: int
+    load_cycles: float
+    inner_cycles: float
+    store_cycles: float
+
+    @property
+    def cycles(self) -> float:
+        return max(self.load_cycles, self.inner_cycles, self.store_cycles)
+
+
+@dataclass(frozen=True)
 class Result:
     """Everything the model says about one dataflow. Cycles are the primary unit."""
 
@@ -54,6 +71,7 @@ class Result:
     bottleneck: str
     utilization: float  # MACs / (cycles x matrix units on the chip)
     levels: tuple[str, ...] = field(default=())
+    latency_breakdown: tuple[NodeLatency, ...] = field(default=())
 
     @property
     def latency_ms(self) -> float:
@@ -108,6 +126,15 @@ class Result:
             "compute_energy_pj": self.compute_energy_pj,
         }
 
+    def latency_frame(self):
+        """Per-tile latency breakdown (loads, children, stores) as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame([
+            {"path": n.path, "tile": n.label, "depth": n.depth, "load_cycles": n.load_cycles,
+             "inner_cycles": n.inner_cycles, "store_cycles": n.store_cycles,
+             "cycles": n.cycles} for n in self.latency_breakdown])
+
     def frame(self):
         """Per-level, per-tensor breakdown as a pandas DataFrame."""
         import pandas as pd
@@ -144,13 +171,15 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False) -> Result:
     macs = sum(v for name, v in ops.items() if w.op_by_name[name].unit == MATRIX)
     compute_pj = sum(leaf.ops * arch.unit(leaf.unit).energy_pj_per_op
                      for leaf in counts.leaves.values())
-    cycles, bottleneck = _latency(plan, counts)
+    breakdown: list[NodeLatency] = []
+    cycles, bottleneck = _latency(plan, counts, breakdown)
     total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
     utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
     return Result(
         plan.flow.name, not violations, tuple(violations), cycles, arch.clock_ghz, total_pj,
         macs, sum(ops.values()) - macs, ops, dict(traffic), tuple(fps), dict(energy),
         compute_pj, bottleneck, utilization, tuple(lv.name for lv in arch.levels),
+        tuple(sorted(breakdown, key=lambda n: n.path)),
     )
 
 
@@ -167,7 +196,7 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer]) -> tuple[float
     return time, f"{arch.levels[index].name} {kind} bandwidth"
 
 
-def _latency(plan: Plan, counts: Counts) -> tuple[float, str]:
+def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency]) -> tuple[float, str]:
     arch = plan.arch
 
     def leaf(op: str) -> tuple[float, str]:
@@ -198,6 +227,7 @@ def _latency(plan: Plan, counts: Counts) -> tuple[float, str]:
         load, load_what = _transfer_time(arch, counts.loads.get(path, []))
         store, store_what = _transfer_time(arch, counts.stores.get(path, []))
         where = label(path, tile)
+        breakdown.append(NodeLatency(path, where, path.count("."), load, inner, store))
         return max((inner, slowest), (load, f"{load_what} (loads of {where})"),
                    (store, f"{store_what} (stores of {where})"), key=lambda x: x[0])
 
