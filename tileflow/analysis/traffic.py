@@ -140,11 +140,18 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
         y = levels[j + 1]
         dims_y = _dims(plan, path, below)
         union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
+        fast = _ExactTiling(plan, path, j, run_start, dims_y, union_sp)
         for access, is_out in accesses:
             t = access.tensor
             if t in plan.homes and x < plan.homes[t]:
                 continue
             axes, drops, no_reuse, epoch = tensor_info[t]
+            quick = fast.counts(access, is_out, drops, no_reuse, epoch)
+            if quick is not None:
+                moved_y, moved_x, refill_y, refill_x = quick
+                _record(counts, owner, x, y, t, is_out, inst_x, inst_y,
+                        moved_y, moved_x, refill_y, refill_x)
+                continue
             temporal = []
             for lp, ep in zip(path.loops, epoch, strict=True):
                 if lp.node > j or lp.spatial:
@@ -159,6 +166,7 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             loops_x = [r for r, _ in inst_loops_x + temporal]
             moved_y = words_moved(axes, dims_y, loops_y)
             moved_x = words_moved(axes, dims_y, loops_x, union=union)
+            refill_y = refill_x = 0
             if is_out:
                 # partial sums come back only for elements touched before in their epoch
                 epoch_y = [e for _, e in inst_loops_y + temporal]
@@ -167,18 +175,110 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
                             - first_touches(axes, dims_y, loops_y, epoch_y))
                 refill_x = (words_moved(axes, dims_y, loops_x, epoch_x, union)
                             - first_touches(axes, dims_y, loops_x, epoch_x, union=union))
-                counts.traffic[(y, t)][FILL] += refill_y
-                counts.traffic[(x, t)][READ] += refill_x
-                counts.traffic[(x, t)][UPDATE] += moved_x
-                counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read"),
-                                        Transfer(y, refill_y, inst_y, "write")]
-                counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write"),
-                                         Transfer(y, moved_y, inst_y, "read")]
-            else:
-                counts.traffic[(y, t)][FILL] += moved_y
-                counts.traffic[(x, t)][READ] += moved_x
-                counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read"),
-                                        Transfer(y, moved_y, inst_y, "write")]
+            _record(counts, owner, x, y, t, is_out, inst_x, inst_y,
+                    moved_y, moved_x, refill_y, refill_x)
+
+
+def _record(counts: Counts, owner: str, x: int, y: int, t: str, is_out: bool, inst_x: int,
+            inst_y: int, moved_y: float, moved_x: float, refill_y: float,
+            refill_x: float) -> None:
+    """Book one tensor's movement over one link: inputs are filled down; outputs are written
+    back up (after spatial reduction) and their partial sums filled down again."""
+    if is_out:
+        counts.traffic[(y, t)][FILL] += refill_y
+        counts.traffic[(x, t)][READ] += refill_x
+        counts.traffic[(x, t)][UPDATE] += moved_x
+        counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read"),
+                                Transfer(y, refill_y, inst_y, "write")]
+        counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write"),
+                                 Transfer(y, moved_y, inst_y, "read")]
+    else:
+        counts.traffic[(y, t)][FILL] += moved_y
+        counts.traffic[(x, t)][READ] += moved_x
+        counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read"),
+                                Transfer(y, moved_y, inst_y, "write")]
+
+
+class _ExactTiling:
+    """Closed forms for a boundary where every dimension is tiled exactly (no clipping, no
+    shift, no gaps between spatial instances): a slice is then either unchanged or replaced
+    whole, so a tensor moves |slice| x (the trip counts of every loop down to the innermost
+    one that changes or drops it). Returns None for anything else."""
+
+    def __init__(self, plan: Plan, path: OpPath, j: int, run_start: int,
+                 dims_y: dict[str, DimRec], union_sp: list[PathLoop]):
+        self.sizes = plan.workload.sizes
+        self.shapes = plan.workload.shapes
+        self.path = path
+        self.j = j
+        self.run_start = run_start
+        above = [lp for lp in path.loops if lp.node <= j]
+        self.temporal = [lp for lp in above if not lp.spatial]
+        self.inst_y = math.prod(lp.n for lp in above if lp.spatial)
+        self.inst_x = math.prod(lp.n for lp in above if lp.spatial and lp.node < run_start)
+        self.extent_y = {d: r.extent for d, r in dims_y.items()}
+        self.extent_x = dict(self.extent_y)
+        self.regular: set[str] = set()
+        for d, rec in dims_y.items():
+            if rec.shift:
+                continue
+            mine = [lp for lp in union_sp if lp.dim == d]
+            self.extent_x[d] = rec.extent + sum((lp.n - 1) * lp.stride for lp in mine)
+            if _chain(rec.extent, [lp for lp in above if lp.dim == d], self.sizes[d]) and \
+                    _chain(rec.extent, mine, self.extent_x[d]):
+                self.regular.add(d)
+
+    def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
+               epoch: list[bool]):
+        dims = []
+        for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
+            if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
+                return None
+            d = axis.terms[0][0]
+            if d not in self.regular or size != self.sizes[d]:
+                return None
+            dims.append(d)
+        j = self.j
+        loops = [(lp, lp.node in no_reuse or any(lp.node <= k <= j for k in drops), e)
+                 for lp, e in zip(self.path.loops, epoch, strict=True)
+                 if lp.node <= j and not lp.spatial]
+        moved = _steps(loops, dims, fresh=False)
+        slice_y = math.prod(self.extent_y[d] for d in dims)
+        slice_x = math.prod(self.extent_x[d] for d in dims)
+        moved_y = slice_y * self.inst_y * moved
+        moved_x = slice_x * self.inst_x * moved
+        if not is_out:
+            return moved_y, moved_x, 0, 0
+        restarts = _steps(loops, dims, fresh=True)
+        # every instance over a dim the tensor does not index starts its own partial sums,
+        # and so does every epoch (recomputation, a new step of the common ancestor)
+        others = [lp for lp in self.path.loops if lp.node <= j and lp.dim not in dims]
+        epochs = math.prod(lp.n for lp, _, e in loops if e and lp.dim not in dims)
+        words = math.prod(self.sizes[d] for d in dims) * epochs
+        spread_y = math.prod(lp.n for lp in others if lp.spatial)
+        spread_x = math.prod(lp.n for lp in others if lp.spatial and lp.node < self.run_start)
+        refill_y = slice_y * self.inst_y * restarts - words * spread_y
+        refill_x = slice_x * self.inst_x * restarts - words * spread_x
+        return moved_y, moved_x, refill_y, refill_x
+
+
+def _chain(extent: int, loops: list[PathLoop], size: int) -> bool:
+    """Loops over one dim whose strides tile it exactly, from `extent` up to `size`."""
+    span = extent
+    for stride, n in sorted((lp.stride, lp.n) for lp in loops if lp.n > 1):
+        if stride != span:
+            return False
+        span *= n
+    return span == size
+
+
+def _steps(loops, dims: list[str], fresh: bool) -> int:
+    """Product of trip counts down to the innermost loop that changes the slice."""
+    last = -1
+    for i, (lp, drop, epoch) in enumerate(loops):
+        if lp.n > 1 and (lp.dim in dims or drop or (fresh and epoch)):
+            last = i
+    return math.prod(lp.n for lp, _, _ in loops[: last + 1])
 
 
 def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int,
