@@ -149,13 +149,16 @@ class Result:
 
 
 def evaluate(workload: Workload, arch: Architecture, flow: Dataflow, *,
-             double_buffer: bool = False) -> Result:
+             double_buffer: bool = False, fill_drain: bool = True) -> Result:
     """Analyse a dataflow. Structural errors raise InvalidDataflow; resource overruns come
-    back as `valid=False` with the violations named."""
-    return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer)
+    back as `valid=False` with the violations named. `fill_drain=False` gives the published
+    model's perfect overlap of loads, compute and stores."""
+    return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
+                         fill_drain=fill_drain)
 
 
-def evaluate_plan(plan: Plan, *, double_buffer: bool = False) -> Result:
+def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
+                  fill_drain: bool = True) -> Result:
     arch, w = plan.arch, plan.workload
     counts = count(plan)
     fps = footprints(plan, double_buffer)
@@ -172,7 +175,7 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False) -> Result:
     compute_pj = sum(leaf.ops * arch.unit(leaf.unit).energy_pj_per_op
                      for leaf in counts.leaves.values())
     breakdown: list[NodeLatency] = []
-    cycles, bottleneck = _latency(plan, counts, breakdown)
+    cycles, bottleneck = _latency(plan, counts, breakdown, fill_drain)
     total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
     utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
     return Result(
@@ -183,20 +186,30 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False) -> Result:
     )
 
 
-def _transfer_time(arch: Architecture, transfers: list[Transfer]) -> tuple[float, str]:
-    """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins."""
+def _transfer_time(arch: Architecture, transfers: list[Transfer],
+                   steps: int) -> tuple[float, str, float]:
+    """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins.
+    A level read at every step adds its per-step overhead; also returns the latency before
+    the first word arrives."""
     busy: dict[tuple[int, str], float] = defaultdict(float)
     for tr in transfers:
         lv = arch.levels[tr.level]
         rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
         busy[(tr.level, tr.kind)] += tr.words / (max(tr.instances, 1) * rate)
     if not busy:
-        return 0.0, ""
+        return 0.0, "", 0.0
+    latency = 0.0
+    for (index, kind), time in list(busy.items()):
+        lv = arch.levels[index]
+        if kind == "read" and time > 0:
+            busy[(index, kind)] = time + lv.step_overhead_cycles * steps
+            latency = max(latency, lv.latency_cycles)
     (index, kind), time = max(busy.items(), key=lambda kv: kv[1])
-    return time, f"{arch.levels[index].name} {kind} bandwidth"
+    return time, f"{arch.levels[index].name} {kind} bandwidth", latency
 
 
-def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency]) -> tuple[float, str]:
+def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
+             fill_drain: bool = True) -> tuple[float, str]:
     arch = plan.arch
 
     def leaf(op: str) -> tuple[float, str]:
@@ -224,11 +237,16 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency]) -> tuple[
             stages = [k[0] / steps for k in kids]
             inner = sum(stages) + (steps - 1) * max(stages)
         slowest = max(kids, key=lambda k: k[0])[1]
-        load, load_what = _transfer_time(arch, counts.loads.get(path, []))
-        store, store_what = _transfer_time(arch, counts.stores.get(path, []))
+        load, load_what, latency = _transfer_time(arch, counts.loads.get(path, []), steps)
+        store, store_what, _ = _transfer_time(arch, counts.stores.get(path, []), steps)
         where = label(path, tile)
         breakdown.append(NodeLatency(path, where, path.count("."), load, inner, store))
-        return max((inner, slowest), (load, f"{load_what} (loads of {where})"),
-                   (store, f"{store_what} (stores of {where})"), key=lambda x: x[0])
+        cycles, what = max((inner, slowest), (load, f"{load_what} (loads of {where})"),
+                           (store, f"{store_what} (stores of {where})"), key=lambda x: x[0])
+        if fill_drain and (load or store):
+            # double-buffered steps overlap (also across the parents' steps), but the first
+            # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
+            cycles += (load + inner + store - cycles) / steps + latency
+        return cycles, what
 
     return node("root", plan.flow.root, 1)

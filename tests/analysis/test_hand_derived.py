@@ -181,6 +181,17 @@ def test_latency_of_a_compute_bound_leaf_is_its_temporal_steps():
     """4 PEs in parallel (m over 2, n over 2), everything else temporal."""
     flow = Dataflow(tile("DRAM", "", tile("L1", "m:6 n:5 k:8 m:2:Sp n:2:Sp", tile("Reg", "",
                                                                                "mm"))))
-    r = evaluate(gemm(), small_arch(pes=4), flow)
+    r = evaluate(gemm(), small_arch(pes=4), flow, fill_drain=False)
     assert r.bottleneck.startswith("matrix unit")
     assert r.cycles == 6 * 5 * 8
+
+
+def test_pipeline_fill_and_drain_are_paid_once():
+    """m=n=k=4, two DRAM steps over n. Per run: loads A and B once (32 words at 4 words per
+    cycle: 8 cycles), computes 64 steps on one unit, writes C back once (16 words: 4).
+    Overlapped: max(8, 64, 4) = 64; the first load and last store are not hidden: spread
+    over the 2 steps, (8 + 64 + 4 - 64) / 2 = 6 more."""
+    w = gemm(4, 4, 4)
+    flow = Dataflow(tile("DRAM", "n:2", tile("L1", "m:4 n:2 k:4", "mm")))
+    assert evaluate(w, ARCH, flow, fill_drain=False).cycles == 64
+    assert evaluate(w, ARCH, flow).cycles == 64 + 6

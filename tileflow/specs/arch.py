@@ -25,6 +25,8 @@ class Level:
     read_energy_pj: float  # per word
     write_energy_pj: float
     update_energy_pj: float
+    step_overhead_cycles: float = 0.0  # per step that reads from this level (request setup)
+    latency_cycles: float = 0.0  # before the first word of a run of transfers arrives
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
            word_bytes: int) -> Level:
     f.check_keys({"name", "capacity_bytes", "capacity_words", "fanout", "read_bandwidth_gbps",
                   "write_bandwidth_gbps", "read_words_per_cycle", "write_words_per_cycle",
-                  "energy_pj_per_word", "notes"}, required={"name"})
+                  "energy_pj_per_word", "step_overhead_cycles", "latency_cycles", "notes"},
+                 required={"name"})
     name = f.string("name")
     if f.has("capacity_bytes") and f.has("capacity_words"):
         raise f.error("give either 'capacity_bytes' or 'capacity_words', not both")
@@ -148,7 +151,8 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
             raise f.error(f"level '{name}' needs '{gbps}' (or '{wpc}')")
     energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
     return Level(name, capacity_words, fanout, parent_instances * fanout, rates[0], rates[1],
-                 *energy)
+                 *energy, f.number("step_overhead_cycles", 0.0, positive=False),
+                 f.number("latency_cycles", 0.0, positive=False))
 
 
 def _energies(f: Field, outermost: bool, capacity_bytes: float,

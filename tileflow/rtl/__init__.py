@@ -1,0 +1,1 @@
+"""Model accuracy against the RTL-measured systolic accelerator (../shared/datasets/rtl-systolic)."""
