@@ -71,14 +71,22 @@ def test_evaluate_readable_summary_and_saved_dataflow_round_trip(tmp_path):
     assert json.loads(again.stdout)["cycles"] == json.loads(first.stdout)["cycles"]
 
 
+SHIPPED = {  # dataflow file -> the accelerator and workload it was written for
+    "attention-": ["--arch", "edge", "--workload", "attention"],
+    "gemm-chain-": ["--arch", "edge", "--workload", "gemm-chain"],
+    "conv-chain-": ["--arch", "cloud", "--workload", "C3"],
+    "rtl-gemm": ["--arch", "rtl-systolic-gemm", "--workload", "gemm", "--set", "m=256",
+                 "--set", "n=256", "--set", "k=256"],
+    "rtl-chain": ["--arch", "rtl-systolic-chain", "--workload", "gemm-chain", "--set", "b=1",
+                  "--set", "m=512", "--set", "l=512", "--set", "k=64", "--set", "n=64"],
+}
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "dataflows").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_shipped_dataflows_evaluate_as_valid(path):
-    workload = "conv-chain" if "conv" in path.stem else path.stem.split("-")[0]
-    workload = "gemm-chain" if path.stem.startswith("gemm-chain") else workload
-    arch = "cloud" if "conv" in path.stem else "edge"
-    extra = ["--workload", "C3"] if "conv" in path.stem else ["--workload", workload]
-    proc = tileflow("evaluate", "--arch", arch, *extra, "--dataflow", str(path), "--json")
+    args = next(v for prefix, v in SHIPPED.items() if path.stem.startswith(prefix))
+    proc = tileflow("evaluate", *args, "--dataflow", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["valid"]
 

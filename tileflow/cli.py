@@ -19,6 +19,7 @@ EXAMPLES = """examples:
   tileflow evaluate --arch edge --workload gemm-chain --dataflow my-tree.yaml --set m=1024 --json
   tileflow bench --arch edge --workload attention
   tileflow reproduce --out validate
+  tileflow validate rtl
 """
 
 
@@ -75,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "and write the Markdown report with plots")
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
     rp.add_argument("--json", action="store_true", help="print every result as JSON")
+    va = sub.add_parser("validate", help="model accuracy against measurements")
+    va.add_argument("target", choices=["rtl"],
+                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
+    va.add_argument("--data", help="folder with gemm_1152.csv and gemm_chain_131.csv "
+                                   "(default: ../shared/datasets/rtl-systolic)")
+    va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
+    va.add_argument("--json", action="store_true", help="print the summary as JSON")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -170,6 +178,27 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    from tileflow.rtl import report, study
+
+    results = study.run(args.data)
+    command = "tileflow validate rtl" + (f" --data {args.data}" if args.data else "") + (
+        f" --out {args.out}" if args.out != "validate/rtl-systolic" else "")
+    path = report.write(results, args.out, command)
+    numbers = report.summary(results)
+    if args.json:
+        print(json.dumps(numbers, indent=2))
+    else:
+        print(f"GEMM set:  MAPE {numbers['gemm_mape']:.2%}, R^2 {numbers['gemm_r2']:.4f} "
+              f"(calibrated, held out: {numbers['gemm_mape_calibrated_heldout']:.2%})")
+        print(f"fused set: MAPE {numbers['fused_mape']:.2%}, R^2 {numbers['fused_r2']:.4f} "
+              f"(calibrated, held out: {numbers['fused_mape_calibrated_heldout']:.2%}); "
+              f"DRAM traffic exact on {numbers['fused_dram_exact_rows']} of "
+              f"{numbers['fused_rows']} rows")
+        print(f"report written to {path}")
+    return 0
+
+
 def cmd_reproduce(args) -> int:
     from tileflow.experiments import run_studies, write_report
 
@@ -183,7 +212,7 @@ def cmd_reproduce(args) -> int:
 
 
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
-            "reproduce": cmd_reproduce}
+            "reproduce": cmd_reproduce, "validate": cmd_validate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -208,6 +208,12 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     return time, f"{arch.levels[index].name} {kind} bandwidth", latency
 
 
+def latency(plan: Plan, counts: Counts, fill_drain: bool = True) -> float:
+    """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
+    parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
+    return _latency(plan, counts, [], fill_drain)[0]
+
+
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
              fill_drain: bool = True) -> tuple[float, str]:
     arch = plan.arch

@@ -1,0 +1,184 @@
+"""Evaluate every row of the RTL dataset, measure the model's error, and calibrate the
+accelerator's free timing parameters on one half of the rows, testing on the other."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+from scipy.stats import spearmanr
+
+from tileflow.analysis.prepare import Plan, prepare
+from tileflow.analysis.traffic import Counts, count
+from tileflow.cost import evaluate_plan, latency
+from tileflow.errors import InputError
+from tileflow.rtl.mappings import chain_mapping, gemm_mapping
+from tileflow.specs.arch import Architecture, load_arch
+from tileflow.specs.workload import Workload, load_workload
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "rtl-systolic"
+FILES = {"gemm": "gemm_1152.csv", "fused": "gemm_chain_131.csv"}
+TRANSFERS = {  # measured column (bits) -> what the model counts, in words
+    "dram_to_buffer": "DRAM reads",
+    "buffer_to_dram": "DRAM writes",
+    "buffer_to_reg": "Buffer reads",
+    "reg_to_buffer": "Buffer updates",
+}
+BITS_PER_WORD = 16
+# the free timing parameters calibration fits, all of the DRAM level
+PARAMETERS = ("read_words_per_cycle", "write_words_per_cycle", "step_overhead_cycles",
+              "latency_cycles")
+
+
+def load_dataset(data: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    folder = Path(data) if data else DEFAULT_DATA
+    missing = [f for f in FILES.values() if not (folder / f).exists()]
+    if missing:
+        raise InputError(
+            f"the RTL dataset is not in {folder} (missing {', '.join(missing)}): put "
+            "gemm_1152.csv and gemm_chain_131.csv from shared/datasets/rtl-systolic there, "
+            "or point --data at the folder that holds them")
+    return {key: pd.read_csv(folder / name) for key, name in FILES.items()}
+
+
+@lru_cache(maxsize=None)
+def _gemm_workload(m: int, n: int, k: int) -> Workload:
+    return load_workload("gemm", {"m": m, "n": n, "k": k})
+
+
+@lru_cache(maxsize=None)
+def _chain_workload(m: int, l: int, k: int, n: int) -> Workload:  # noqa: E741
+    return load_workload("gemm-chain", {"b": 1, "m": m, "l": l, "k": k, "n": n})
+
+
+@dataclass(frozen=True)
+class Row:
+    """One dataset row, analysed: its plan and counts, ready for latency under any timing."""
+
+    plan: Plan
+    counts: Counts
+    measured_cycles: float
+
+
+def analyse(kind: str, frame: pd.DataFrame, arch: Architecture) -> list[Row]:
+    rows = []
+    for r in frame.itertuples():
+        if kind == "gemm":
+            w = _gemm_workload(r.M, r.N, r.K)
+            flow = gemm_mapping(r.M, r.N, r.K, r.tile_M, r.tile_N, r.tile_K)
+        else:
+            w = _chain_workload(r.M, r.L, r.K, r.N)
+            flow = chain_mapping(r.M, r.L, r.K, r.N, r.tile_M, r.tile_K, r.tile_L)
+        plan = prepare(w, arch, flow)
+        rows.append(Row(plan, count(plan), float(r.rtl_cycles)))
+    return rows
+
+
+def with_dram(arch: Architecture, values: Sequence[float]) -> Architecture:
+    """The accelerator with its DRAM timing parameters replaced (PARAMETERS order)."""
+    dram = replace(arch.levels[0], **dict(zip(PARAMETERS, values, strict=True)))
+    return replace(arch, levels=(dram, *arch.levels[1:]))
+
+
+def predict(rows: Sequence[Row], arch: Architecture) -> np.ndarray:
+    return np.array([latency(replace(row.plan, arch=arch), row.counts) for row in rows])
+
+
+def dram_values(arch: Architecture) -> list[float]:
+    return [getattr(arch.levels[0], p) for p in PARAMETERS]
+
+
+def calibrate(rows: Sequence[Row], arch: Architecture) -> list[float]:
+    """Fit the DRAM timing parameters to minimise the relative cycle error on `rows`."""
+    measured = np.array([r.measured_cycles for r in rows])
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        return predict(rows, with_dram(arch, x)) / measured - 1
+
+    start = np.array(dram_values(arch), dtype=float)
+    fit = least_squares(residual, start, bounds=([0.5, 0.5, 0.0, 0.0], [64, 64, 1e3, 1e4]),
+                        x_scale=[1, 1, 10, 100], diff_step=1e-3, max_nfev=60)
+    return [float(v) for v in fit.x]
+
+
+def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
+    return float(np.mean(np.abs(predicted - measured) / measured))
+
+
+def r2_identity(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """R^2 of the line y = x (no fit)."""
+    residual = np.sum((measured - predicted) ** 2)
+    return float(1 - residual / np.sum((measured - measured.mean()) ** 2))
+
+
+def transfers(rows: Sequence[Row], arch: Architecture) -> pd.DataFrame:
+    """The model's words for each of the four measured transfers of the fused set."""
+    out = []
+    for row in rows:
+        r = evaluate_plan(replace(row.plan, arch=arch))
+        buffer = r.traffic.get("Buffer", {})
+        out.append({
+            "dram_to_buffer": r.level_reads("DRAM"),
+            "buffer_to_dram": r.level_writes("DRAM"),
+            "buffer_to_reg": r.level_reads("Buffer"),
+            "reg_to_buffer": sum(m.update for m in buffer.values()),
+        })
+    return pd.DataFrame(out)
+
+
+def split_halves(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[: n // 2]), np.sort(order[n // 2 :])
+
+
+@dataclass(frozen=True)
+class SetResult:
+    frame: pd.DataFrame  # the dataset plus predictions and errors
+    params_by_half: tuple[list[float], list[float]]
+    heldout_mape: float
+
+
+def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> SetResult:
+    """Uncalibrated predictions for every row; calibration on each half, tested on the other."""
+    rows = analyse(kind, frame, arch)
+    frame = frame.copy()
+    frame["predicted"] = predict(rows, arch)
+    first, second = split_halves(len(rows), seed)
+    calibrated = np.empty(len(rows))
+    params = []
+    for train, test in ((first, second), (second, first)):
+        values = calibrate([rows[i] for i in train], arch)
+        params.append(values)
+        calibrated[test] = predict([rows[i] for i in test], with_dram(arch, values))
+    frame["calibrated_heldout"] = calibrated
+    frame["error"] = frame.predicted / frame.rtl_cycles - 1
+    frame["error_calibrated"] = frame.calibrated_heldout / frame.rtl_cycles - 1
+    if kind == "fused":
+        model = transfers(rows, arch)
+        for column in TRANSFERS:
+            frame[f"{column}_words"] = frame[f"{column}_bits"] / BITS_PER_WORD
+            frame[f"{column}_predicted"] = model[column].to_numpy()
+    held = mape(calibrated, frame.rtl_cycles.to_numpy())
+    return SetResult(frame, (params[0], params[1]), held)
+
+
+def spearman_by_shape(frame: pd.DataFrame, shape: Sequence[str]) -> pd.DataFrame:
+    rows = []
+    for key, group in frame.groupby(list(shape)):
+        rho = spearmanr(group.predicted, group.rtl_cycles).statistic if len(group) > 2 else None
+        rows.append({**dict(zip(shape, key, strict=True)), "rows": len(group),
+                     "spearman": rho})
+    return pd.DataFrame(rows)
+
+
+def run(data: str | Path | None = None) -> dict[str, SetResult]:
+    frames = load_dataset(data)
+    return {
+        "gemm": study("gemm", frames["gemm"], load_arch("rtl-systolic-gemm")),
+        "fused": study("fused", frames["fused"], load_arch("rtl-systolic-chain")),
+    }
