@@ -1,1 +1,1 @@
-"""Model accuracy against the RTL-measured systolic accelerator (../shared/datasets/rtl-systolic)."""
+"""Model accuracy against the RTL-measured systolic accelerator of shared/datasets."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +46,12 @@ def load_dataset(data: str | Path | None = None) -> dict[str, pd.DataFrame]:
     return {key: pd.read_csv(folder / name) for key, name in FILES.items()}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gemm_workload(m: int, n: int, k: int) -> Workload:
     return load_workload("gemm", {"m": m, "n": n, "k": k})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _chain_workload(m: int, l: int, k: int, n: int) -> Workload:  # noqa: E741
     return load_workload("gemm-chain", {"b": 1, "m": m, "l": l, "k": k, "n": n})
 
