@@ -101,6 +101,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
 
 def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
     seen_ops: dict[str, str] = {}
+    below_of = _ops_below(root)
     for path, node in walk(root):
         if isinstance(node, Op):
             if node.op not in w.op_by_name:
@@ -120,7 +121,7 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
                                   f"{', '.join(PRIMITIVES)}", where=where)
         if not node.children:
             raise InvalidDataflow("a tile needs at least one child", where=where)
-        below = ops_under(node)
+        below = below_of[id(node)]
         dims_below = {d for o in below for d in w.op_by_name[o].dims if o in w.op_by_name}
         for lp in node.loops:
             if lp.factor < 1:
@@ -141,6 +142,22 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
     missing = [o.name for o in w.ops if o.name not in seen_ops]
     if missing:
         raise InvalidDataflow(f"operators missing from the tree: {', '.join(missing)}")
+
+
+def _ops_below(root: Tile) -> dict[int, tuple[str, ...]]:
+    """The operators under every node (by id), in one walk."""
+    out: dict[int, tuple[str, ...]] = {}
+
+    def go(node) -> tuple[str, ...]:
+        if isinstance(node, Op):
+            found = (node.op,)
+        else:
+            found = tuple(o for c in node.children for o in go(c))
+        out[id(node)] = found
+        return found
+
+    go(root)
+    return out
 
 
 def _check_independent(w: Workload, node: Tile, where: str) -> None:

@@ -287,10 +287,15 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int
     the result once per operation; an accumulator is not read on its first touch."""
     op = path.op
     w = plan.workload
-    dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
-    all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
-    op_axes = tuple(AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
-    ops = iteration_count(op_axes, dims, all_loops)
+    exact = not path.shift and all(
+        _chain(1, [lp for lp in path.loops if lp.dim == d], w.sizes[d]) for d in op.dims)
+    if exact:  # every iteration is a real one: a product of trip counts
+        ops = math.prod(lp.n for lp in path.loops)
+    else:
+        dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
+        all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
+        op_axes = tuple(AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
+        ops = iteration_count(op_axes, dims, all_loops)
     reads = 0.0
     for access in op.inputs:
         counts.traffic[(x, access.tensor)][READ] += ops
@@ -300,8 +305,13 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int
     if op.accumulates:
         axes, _, _, epoch = tensor_info[out]
         marks = [e or lp.spatial for e, lp in zip(epoch, path.loops, strict=True)]
-        guards = [d for d in op.dims if d not in op.output.dims]
-        starts = first_touches(axes, dims, all_loops, marks, guards)
+        if exact:  # each instance and epoch starts every element of the result afresh
+            starts = w.tensor_words(out) * math.prod(
+                lp.n for lp, m in zip(path.loops, marks, strict=True)
+                if m and lp.dim not in op.output.dims)
+        else:
+            guards = [d for d in op.dims if d not in op.output.dims]
+            starts = first_touches(axes, dims, all_loops, marks, guards)
         counts.traffic[(x, out)][READ] += ops - starts
         reads += ops - starts
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)

@@ -6,6 +6,7 @@ import ast
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 REF = re.compile(r"([A-Za-z_]\w*)\s*\[([^\]]*)\]")
 STATEMENT = re.compile(r"^\s*(.+?)\s*(\+=|max=|=)\s*(.+?)\s*$")
@@ -20,11 +21,11 @@ class Axis:
     terms: tuple[tuple[str, int], ...]
     offset: int = 0
 
-    @property
+    @cached_property
     def dims(self) -> tuple[str, ...]:
         return tuple(d for d, _ in self.terms)
 
-    @property
+    @cached_property
     def is_plain(self) -> bool:
         return len(self.terms) == 1 and self.terms[0][1] == 1 and self.offset == 0
 
@@ -42,7 +43,7 @@ class Access:
     tensor: str
     axes: tuple[Axis, ...]
 
-    @property
+    @cached_property
     def dims(self) -> tuple[str, ...]:
         return tuple(d for a in self.axes for d in a.dims)
 

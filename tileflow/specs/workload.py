@@ -32,12 +32,12 @@ class Operator:
     function: str  # "mul", "exp", "sub", ...
     dims: tuple[str, ...]  # every loop dimension of the operator, in order of appearance
 
-    @property
+    @cached_property
     def unit(self) -> str:
         is_contraction = self.update == "+=" and self.function == "mul" and len(self.inputs) == 2
         return MATRIX if is_contraction else VECTOR
 
-    @property
+    @cached_property
     def reduction_dims(self) -> tuple[str, ...]:
         out = set(self.output.dims)
         return tuple(d for d in self.dims if d not in out)
@@ -46,7 +46,7 @@ class Operator:
     def accumulates(self) -> bool:
         return self.update != "="
 
-    @property
+    @cached_property
     def tensors(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys([a.tensor for a in self.inputs] + [self.output.tensor]))
 
