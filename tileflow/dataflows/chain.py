@@ -116,14 +116,21 @@ def layerwise(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None =
     return make()
 
 
-def _with_separate_last(w: Workload, hw: Hardware, r: Roles, group: Tile, name: str) -> Dataflow:
-    """The fused group, then (for attention) x V on its own with P through DRAM."""
+def _with_separate_last(w: Workload, arch: Architecture, r: Roles, group: Tile,
+                        name: str) -> Dataflow:
+    """The fused group, then (for attention) x V on its own with P through DRAM, its rows
+    tiled as far as the buffer needs."""
     if r.last in r.fused_group:
         return Dataflow(group, name)
-    last = _standalone(w, hw, r.last)
-    root = Tile(hw.outer, (), (group, last), "Seq", name="stages")
-    return Dataflow(root, name, {t: hw.outer for t in w.intermediates
-                                 if w.producer[t] in r.fused_group and r.last in w.consumers[t]})
+    hw = Hardware.of(arch)
+    homes = {t: hw.outer for t in w.intermediates
+             if w.producer[t] in r.fused_group and r.last in w.consumers[t]}
+
+    def make(row_tile: int) -> Dataflow:
+        last = _standalone(w, hw, r.last, row_tile)
+        return Dataflow(Tile(hw.outer, (), (group, last), "Seq", name="stages"), name, homes)
+
+    return largest_fitting(halvings(w.sizes[_rows(w, r.last)]), make, w, arch)
 
 
 def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
@@ -138,7 +145,7 @@ def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = 
     if r.last in r.fused_group:
         stages.append(compute_tile(w, hw, r.last, ext))
     group = Tile(hw.outer, loops, tuple(stages), "Pipe", name="uni-pipe")
-    return _with_separate_last(w, hw, r, group, "uni-pipe")
+    return _with_separate_last(w, arch, r, group, "uni-pipe")
 
 
 def _flat(w: Workload, arch: Architecture, row_tile: int | None, name: str) -> Dataflow:
@@ -147,7 +154,7 @@ def _flat(w: Workload, arch: Architecture, row_tile: int | None, name: str) -> D
     tiles = [compute_tile(w, hw, o, ext) for o in r.fused_group]
     body = Tile(hw.buffer, (), tuple(tiles), "Shar", name="fused")
     group = Tile(hw.outer, loops, (body,), name=name)
-    return _with_separate_last(w, hw, r, group, name)
+    return _with_separate_last(w, arch, r, group, name)
 
 
 def flat_hgran(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:

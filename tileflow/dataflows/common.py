@@ -20,7 +20,8 @@ class Hardware:
 
     outer: str  # off-chip level (DRAM)
     buffer: str  # on-chip level that holds tiles (L1)
-    reg: str | None  # per-PE register level feeding the array, if any
+    reg: str | None  # register level feeding the array, if any
+    per_pe: bool  # one register instance per PE: spatial loops fan out from the buffer
     cores: int  # buffer instances per outer instance
     rows: int
     cols: int
@@ -30,15 +31,15 @@ class Hardware:
     @classmethod
     def of(cls, arch: Architecture) -> Hardware:
         feed = arch.level_index[arch.matrix.level]
-        if arch.matrix.parallelism == 1 and feed > 0:
+        if feed > 1:
             reg, buffer = arch.matrix.level, arch.levels[feed - 1].name
         else:
             reg, buffer = None, arch.matrix.level
         outer = arch.levels[0].name
         cores = arch.fanout_between(outer, buffer) if buffer != outer else 1
         lanes = arch.matrix.rows if arch.vector_on_matrix else arch.vector.rows
-        return cls(outer, buffer, reg, cores, arch.matrix.rows, arch.matrix.cols, lanes,
-                   arch.vector_on_matrix)
+        return cls(outer, buffer, reg, arch.matrix.parallelism == 1, cores, arch.matrix.rows,
+                   arch.matrix.cols, lanes, arch.vector_on_matrix)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -59,10 +60,16 @@ def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, 
     order = list(op.output.dims) + list(op.reduction_dims)
     loops = [Loop(d, ceil_div(extents[d], spatial.get(d, 1))) for d in order]
     loops = [lp for lp in loops if lp.factor > 1]
-    loops += [Loop(d, f, True) for d, f in spatial.items() if f > 1]
+    spread = tuple(Loop(d, f, True) for d, f in spatial.items() if f > 1)
     leaf = Op(op_name)
-    child = Tile(hw.reg, (), (leaf,), name=f"{op_name}-pe") if on_array and hw.reg else leaf
-    return Tile(hw.buffer, tuple(loops), (child,), name=op_name)
+    if not (on_array and hw.reg):
+        return Tile(hw.buffer, (*loops, *spread), (leaf,), name=op_name)
+    if hw.per_pe:  # spatial loops fan out from the buffer to one register file per PE
+        return Tile(hw.buffer, (*loops, *spread), (Tile(hw.reg, (), (leaf,),
+                                                        name=f"{op_name}-pe"),), name=op_name)
+    # a register file shared by the whole unit (a CPU core): the lanes fan out from it
+    return Tile(hw.buffer, tuple(loops), (Tile(hw.reg, spread, (leaf,), name=f"{op_name}-reg"),),
+                name=op_name)
 
 
 def outer_loops(w: Workload, op_dims: Iterable[str], tiles: Mapping[str, int],
