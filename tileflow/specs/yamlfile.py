@@ -36,11 +36,12 @@ class Field:
     data: Any
     source: str
     path: str = ""
+    line: int | None = None  # 0-based line of this value, when its parent knows it
 
     def _line(self, key: Any = None) -> str | None:
         lc = getattr(self.data, "lc", None)
         if lc is None:
-            return None
+            return f"line {self.line + 1}" if self.line is not None else None
         try:
             if key is not None and isinstance(self.data, CommentedMap):
                 line = self.data.lc.key(key)[0]
@@ -89,7 +90,15 @@ class Field:
         return isinstance(self.data, dict) and key in self.data
 
     def child(self, key: Any) -> Field:
-        return Field(self.data[key], self.source, self._child_path(key))
+        line = None
+        try:
+            if isinstance(self.data, CommentedMap):
+                line = self.data.lc.value(key)[0]
+            elif isinstance(self.data, CommentedSeq):
+                line = self.data.lc.item(key)[0]
+        except (KeyError, IndexError, TypeError, AttributeError):
+            line = None
+        return Field(self.data[key], self.source, self._child_path(key), line)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default) if isinstance(self.data, dict) else default
@@ -139,6 +148,8 @@ class Field:
 
 
 def type_name(value: Any) -> str:
+    if value is None:
+        return "nothing (an empty value or file)"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
