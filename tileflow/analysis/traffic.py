@@ -146,37 +146,48 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             if t in plan.homes and x < plan.homes[t]:
                 continue
             axes, drops, no_reuse, epoch = tensor_info[t]
-            quick = fast.counts(access, is_out, drops, no_reuse, epoch)
-            if quick is not None:
-                moved_y, moved_x, refill_y, refill_x = quick
-                _record(counts, owner, x, y, t, is_out, inst_x, inst_y,
-                        moved_y, moved_x, refill_y, refill_x)
-                continue
-            temporal = []
-            for lp, ep in zip(path.loops, epoch, strict=True):
-                if lp.node > j or lp.spatial:
-                    continue
-                drop = lp.node in no_reuse or any(lp.node <= k <= j for k in drops)
-                temporal.append((LoopRec(lp.dim, lp.n, lp.stride, drop), ep))
-            inst_loops_y = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
-                            for lp in path.loops if lp.spatial and lp.node <= j]
-            inst_loops_x = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
-                            for lp in path.loops if lp.spatial and lp.node < run_start]
-            loops_y = [r for r, _ in inst_loops_y + temporal]
-            loops_x = [r for r, _ in inst_loops_x + temporal]
-            moved_y = words_moved(axes, dims_y, loops_y)
-            moved_x = words_moved(axes, dims_y, loops_x, union=union)
-            refill_y = refill_x = 0
-            if is_out:
-                # partial sums come back only for elements touched before in their epoch
-                epoch_y = [e for _, e in inst_loops_y + temporal]
-                epoch_x = [e for _, e in inst_loops_x + temporal]
-                refill_y = (words_moved(axes, dims_y, loops_y, epoch_y)
-                            - first_touches(axes, dims_y, loops_y, epoch_y))
-                refill_x = (words_moved(axes, dims_y, loops_x, epoch_x, union)
-                            - first_touches(axes, dims_y, loops_x, epoch_x, union=union))
-            _record(counts, owner, x, y, t, is_out, inst_x, inst_y,
-                    moved_y, moved_x, refill_y, refill_x)
+            moved = fast.counts(access, is_out, drops, no_reuse, epoch)
+            if moved is None:
+                moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
+                                        drops, no_reuse, epoch)
+            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved)
+
+
+def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
+                    union: list[LoopRec], axes: tuple[AxisRec, ...], is_out: bool,
+                    drops: list[int], no_reuse: set[int], epoch: list[bool]):
+    """Words moved over the boundary below path position j, by the exact per-axis sums:
+    (into the child level, out of the parent, partial sums refilled into each)."""
+    temporal = []
+    for lp, ep in zip(path.loops, epoch, strict=True):
+        if lp.node > j or lp.spatial:
+            continue
+        temporal.append((LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse)), ep))
+    # spatial instances above the boundary each hold their own copy: no reuse between them
+    inst_y = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
+              for lp in path.loops if lp.spatial and lp.node <= j]
+    inst_x = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
+              for lp in path.loops if lp.spatial and lp.node < run_start]
+    loops_y = [r for r, _ in inst_y + temporal]
+    loops_x = [r for r, _ in inst_x + temporal]
+    moved_y = words_moved(axes, dims_y, loops_y)
+    moved_x = words_moved(axes, dims_y, loops_x, union=union)
+    if not is_out:
+        return moved_y, moved_x, 0, 0
+    # partial sums come back only for elements touched before in their epoch
+    epoch_y = [e for _, e in inst_y + temporal]
+    epoch_x = [e for _, e in inst_x + temporal]
+    refill_y = (words_moved(axes, dims_y, loops_y, epoch_y)
+                - first_touches(axes, dims_y, loops_y, epoch_y))
+    refill_x = (words_moved(axes, dims_y, loops_x, epoch_x, union)
+                - first_touches(axes, dims_y, loops_x, epoch_x, union=union))
+    return moved_y, moved_x, refill_y, refill_x
+
+
+def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:
+    """The buffer below path position j keeps nothing of the tensor across this loop: its
+    tile says no_reuse, or a Seq tile between it and the boundary drops the tensor."""
+    return lp.node in no_reuse or any(lp.node <= k <= j for k in drops)
 
 
 def _record(counts: Counts, owner: str, x: int, y: int, t: str, is_out: bool, inst_x: int,
@@ -213,7 +224,6 @@ class _ExactTiling:
         self.j = j
         self.run_start = run_start
         above = [lp for lp in path.loops if lp.node <= j]
-        self.temporal = [lp for lp in above if not lp.spatial]
         self.inst_y = math.prod(lp.n for lp in above if lp.spatial)
         self.inst_x = math.prod(lp.n for lp in above if lp.spatial and lp.node < run_start)
         self.extent_y = {d: r.extent for d, r in dims_y.items()}
@@ -239,7 +249,7 @@ class _ExactTiling:
                 return None
             dims.append(d)
         j = self.j
-        loops = [(lp, lp.node in no_reuse or any(lp.node <= k <= j for k in drops), e)
+        loops = [(lp, _drops(lp, j, drops, no_reuse), e)
                  for lp, e in zip(self.path.loops, epoch, strict=True)
                  if lp.node <= j and not lp.spatial]
         moved = _steps(loops, dims, fresh=False)
