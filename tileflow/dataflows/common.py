@@ -56,7 +56,10 @@ def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, 
     rows, cols = array or (hw.rows, hw.cols)
     outs = sorted((d for d in op.output.dims if extents[d] > 1), key=lambda d: -extents[d])
     limits = [rows, cols] if on_array else [hw.lanes]
-    spatial = {d: min(limit, extents[d]) for d, limit in zip(outs, limits, strict=False)}
+    # spatial factors divide the extent, so that every operator under a shared loop covers
+    # exactly the same rows (a larger cover would overlap the next step: recomputation)
+    spatial = {d: largest_divisor(extents[d], limit)
+               for d, limit in zip(outs, limits, strict=False)}
     order = list(op.output.dims) + list(op.reduction_dims)
     loops = [Loop(d, ceil_div(extents[d], spatial.get(d, 1))) for d in order]
     loops = [lp for lp in loops if lp.factor > 1]
@@ -144,6 +147,11 @@ def halvings(n: int, floor: int = 1) -> list[int]:
             break
         n = ceil_div(n, 2)
     return list(dict.fromkeys(out))
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of n that is at most `limit`."""
+    return max(d for d in divisors_desc(n) if d <= limit)
 
 
 def divisors_desc(n: int) -> list[int]:

@@ -1,0 +1,92 @@
+"""The named baselines build valid trees that do what their names promise."""
+
+from __future__ import annotations
+
+import pytest
+
+from tileflow.cost import evaluate
+from tileflow.dataflows import baselines_for, build
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import MATRIX, load_workload
+
+EDGE = load_arch("edge")
+CLOUD = load_arch("cloud")
+
+
+def _compulsory_per_operator(w) -> float:
+    """Every operator reads its inputs and writes its output through DRAM exactly once."""
+    return sum(w.tensor_words(a.tensor) for op in w.ops for a in op.inputs) + sum(
+        w.tensor_words(op.output.tensor) for op in w.ops)
+
+
+@pytest.mark.parametrize("preset", ["G1", "G4", "G10"])
+def test_layerwise_moves_every_tensor_of_every_operator_through_dram_once(preset):
+    w = load_workload(preset)
+    r = evaluate(w, EDGE, build("layerwise", w, EDGE))
+    assert r.valid
+    assert r.dram_words == _compulsory_per_operator(w)
+
+
+@pytest.mark.parametrize("name", ["chimera", "tileflow-pipe"])
+@pytest.mark.parametrize("preset", ["G1", "G7", "G12"])
+def test_fully_fused_attention_keeps_every_intermediate_on_chip(name, preset):
+    w = load_workload(preset)
+    r = evaluate(w, EDGE, build(name, w, EDGE))
+    assert r.valid
+    assert set(r.traffic["DRAM"]) == {"Q", "K", "V", "O"}
+    assert r.traffic["DRAM"]["Q"].read == w.tensor_words("Q")  # each row block once
+    assert r.traffic["DRAM"]["O"].update == w.tensor_words("O")
+    assert r.macs == w.total_ops(MATRIX) and r.vector_ops == w.total_ops() - r.macs
+
+
+@pytest.mark.parametrize("name", ["uni-pipe", "flat-hgran", "flat-rgran"])
+def test_flat_and_uni_pipe_fuse_the_softmax_and_send_p_through_dram(name):
+    w = load_workload("G1")
+    r = evaluate(w, EDGE, build(name, w, EDGE))
+    assert set(r.traffic["DRAM"]) == {"Q", "K", "V", "O", "P"}
+    p = w.tensor_words("P")
+    assert r.traffic["DRAM"]["P"].update == p and r.traffic["DRAM"]["P"].read >= p
+
+
+def test_flat_rgran_needs_less_buffer_than_flat_hgran():
+    w = load_workload("G1")
+    fp = {name: evaluate(w, EDGE, build(name, w, EDGE)).peak_footprint("L1")
+          for name in ("flat-hgran", "flat-rgran")}
+    assert fp["flat-rgran"] < fp["flat-hgran"]
+
+
+@pytest.mark.parametrize("preset", ["C1", "C6", "C8"])
+def test_fused_convolutions_keep_the_intermediate_on_chip(preset):
+    w = load_workload(preset)
+    for name in ("fused-layer", "isos"):
+        r = evaluate(w, CLOUD, build(name, w, CLOUD))
+        assert r.valid
+        assert "A" not in r.traffic["DRAM"]
+        assert r.ops["conv2"] == w.op_count(w.op_by_name["conv2"])
+        if w.sizes["t"] == 1:  # no window on the intermediate: nothing to recompute
+            assert r.ops["conv1"] == w.op_count(w.op_by_name["conv1"])
+        else:
+            assert r.ops["conv1"] > w.op_count(w.op_by_name["conv1"])
+
+
+def test_given_tile_sizes_are_used():
+    w = load_workload("G1")
+    flow = build("chimera", w, EDGE, {"m": 64, "l": 128})
+    loops = [lp for _, node in _tiles(flow.root) for lp in node.loops]
+    assert any(lp.dim == "l" and lp.factor == 4 for lp in loops)  # 512 / 128 steps of l
+
+
+def _tiles(node, path="root"):
+    from tileflow.tree import Tile, walk
+
+    return [(p, n) for p, n in walk(node, path) if isinstance(n, Tile)]
+
+
+@pytest.mark.parametrize("workload", ["attention", "gemm-chain", "conv-chain", "mlp"])
+def test_every_applicable_baseline_builds_and_evaluates(workload):
+    w = load_workload(workload)
+    names = baselines_for(w)
+    assert "layerwise" in names
+    for name in names:
+        r = evaluate(w, EDGE, build(name, w, EDGE))
+        assert r.cycles > 0 and r.macs == w.total_ops(MATRIX)
