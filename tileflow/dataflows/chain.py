@@ -54,9 +54,14 @@ class Roles:
         return (self.first, *self.middle) if self.middle else (self.first, self.last)
 
 
+def _shared(r: Roles) -> tuple[str, ...]:
+    """Dims that the fused dataflows tile in the loops above all stages."""
+    return tuple(d for d in (r.batch, r.rows) if d)
+
+
 def _middle_group(w: Workload, hw: Hardware, r: Roles, ext: Mapping[str, int],
                   primitive: str = "Seq") -> list[Tile]:
-    tiles = [compute_tile(w, hw, o, ext) for o in r.middle]
+    tiles = [compute_tile(w, hw, o, ext, shared=_shared(r)) for o in r.middle]
     if len(tiles) <= 1:
         return tiles
     return [Tile(hw.buffer, (), tuple(tiles), primitive, name="softmax")]
@@ -141,9 +146,10 @@ def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = 
     if r.batch and w.sizes[r.batch] > 1:
         loops = (Loop(r.batch, w.sizes[r.batch]),)
         ext[r.batch] = 1
-    stages = [compute_tile(w, hw, r.first, ext)] + _middle_group(w, hw, r, ext)
+    stages = [compute_tile(w, hw, r.first, ext, shared=_shared(r))]
+    stages += _middle_group(w, hw, r, ext)
     if r.last in r.fused_group:
-        stages.append(compute_tile(w, hw, r.last, ext))
+        stages.append(compute_tile(w, hw, r.last, ext, shared=_shared(r)))
     group = Tile(hw.outer, loops, tuple(stages), "Pipe", name="uni-pipe")
     return _with_separate_last(w, arch, r, group, "uni-pipe")
 
@@ -151,7 +157,7 @@ def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = 
 def _flat(w: Workload, arch: Architecture, row_tile: int | None, name: str) -> Dataflow:
     hw, r = Hardware.of(arch), Roles.of(w)
     loops, ext = core_split(w, hw, r.batch, r.rows, row_tile)
-    tiles = [compute_tile(w, hw, o, ext) for o in r.fused_group]
+    tiles = [compute_tile(w, hw, o, ext, shared=_shared(r)) for o in r.fused_group]
     body = Tile(hw.buffer, (), tuple(tiles), "Shar", name="fused")
     group = Tile(hw.outer, loops, (body,), name=name)
     return _with_separate_last(w, arch, r, group, name)
@@ -173,12 +179,13 @@ def flat_rgran(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None 
 
 
 def _branch(w: Workload, hw: Hardware, op: str, ext: Mapping[str, int],
-            tiles: Mapping[str, int], array: tuple[int, int] | None = None) -> Tile:
+            tiles: Mapping[str, int], shared: tuple[str, ...],
+            array: tuple[int, int] | None = None) -> Tile:
     """An operator with DRAM-level loops of its own over `tiles` inside a shared step."""
     opx = w.op_by_name[op]
     own = outer_loops(w, opx.dims, tiles, ext)
     inner = {d: min(tiles.get(d, ext[d]), ext[d]) for d in opx.dims}
-    leaf = compute_tile(w, hw, op, inner, array)
+    leaf = compute_tile(w, hw, op, inner, array, shared)
     return Tile(hw.outer, own, (leaf,), name=f"{op}-stream") if own else leaf
 
 
@@ -187,9 +194,9 @@ def _fused_chain(w: Workload, arch: Architecture, tm: int, tl: int, primitive: s
     hw, r = Hardware.of(arch), Roles.of(w)
     loops, ext = core_split(w, hw, r.batch, r.rows, tm)
     half = (hw.rows, max(hw.cols // 2, 1)) if split_array else None
-    stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, half)]
+    stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, _shared(r), half)]
     stages += _middle_group(w, hw, r, ext, "Shar")
-    stages.append(_branch(w, hw, r.last, ext, {r.inner: tl}, half))
+    stages.append(_branch(w, hw, r.last, ext, {r.inner: tl}, _shared(r), half))
     return Dataflow(Tile(hw.outer, loops, tuple(stages), primitive, name=name), name)
 
 

@@ -47,7 +47,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, int],
-                 array: tuple[int, int] | None = None) -> Tile:
+                 array: tuple[int, int] | None = None, shared: Iterable[str] = ()) -> Tile:
     """The buffer-level tile of one operator covering `extents` per step: spatial loops over
     its largest output dims (PE rows x cols, or vector lanes), temporal loops over the rest
     with reductions innermost (output stationary)."""
@@ -56,9 +56,11 @@ def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, 
     rows, cols = array or (hw.rows, hw.cols)
     outs = sorted((d for d in op.output.dims if extents[d] > 1), key=lambda d: -extents[d])
     limits = [rows, cols] if on_array else [hw.lanes]
-    # spatial factors divide the extent, so that every operator under a shared loop covers
-    # exactly the same rows (a larger cover would overlap the next step: recomputation)
-    spatial = {d: largest_divisor(extents[d], limit)
+    # along dims `shared` with other operators by a loop above, spatial factors divide the
+    # extent: every operator then covers exactly the step's rows (a larger cover would
+    # overlap the next step: recomputation); elsewhere the last tile may be clipped
+    shared = set(shared)
+    spatial = {d: largest_divisor(extents[d], limit) if d in shared else min(limit, extents[d])
                for d, limit in zip(outs, limits, strict=False)}
     order = list(op.output.dims) + list(op.reduction_dims)
     loops = [Loop(d, ceil_div(extents[d], spatial.get(d, 1))) for d in order]

@@ -50,8 +50,10 @@ def _fused(w: Workload, arch: Architecture, tp: int, tq: int, name: str) -> Data
     for d in (p, q):
         if ext[d] < sizes[d]:
             ext1[d] = ext[d] + _window(w, second, d)
-    body = Tile(hw.buffer, (), (compute_tile(w, hw, first, ext1),
-                                compute_tile(w, hw, second, ext2)), "Shar", name="fused")
+    shared = {lp.dim for lp in loops if lp.factor > 1}
+    body = Tile(hw.buffer, (), (compute_tile(w, hw, first, ext1, shared=shared),
+                                compute_tile(w, hw, second, ext2, shared=shared)),
+                "Shar", name="fused")
     return Dataflow(Tile(hw.outer, tuple(loops), (body,), name=name), name)
 
 
