@@ -81,3 +81,11 @@ ops:
 shapes:
   X: [c0, h]
 """
+
+TWINS = """
+name: twins
+dims: {m: 4, n: 3, k: 3, j: 2}
+ops:
+  - {name: g1, expr: "C[m,n] += A[m,k] * B[k,n]"}
+  - {name: g2, expr: "E[m,j] += A[m,k] * D[k,j]"}
+"""

@@ -102,11 +102,12 @@ def trees(draw, w: Workload):
         allowed = [c for c in CHAINS if LEVELS.index(c[0]) >= LEVELS.index(first_level)]
         exact = {d for d in opx.dims if d in per_step and required[d] == per_step[d]}
         chains[op] = _chain(data, w, op, required, data.draw(st.sampled_from(allowed)), exact)
-    primitive = data.draw(st.sampled_from(["Seq", "Shar", "Pipe"]))
+    kinds = ["Seq", "Shar", "Pipe"] + ([] if w.intermediates else ["Para"])
+    primitive = data.draw(st.sampled_from(kinds))
     children = [chains[o] for o in ops]
     if grouped:
         cut = data.draw(st.integers(1, len(ops) - 1))
-        inner_primitive = data.draw(st.sampled_from(["Seq", "Shar", "Pipe"]))
+        inner_primitive = data.draw(st.sampled_from(kinds))
         head = Tile(group_level, (), tuple(children[:cut]), inner_primitive)
         children = [head, *children[cut:]] if len(children[:cut]) > 1 else children
     root = Tile("DRAM", tuple(root_loops), tuple(children), primitive)

@@ -5,7 +5,7 @@ partial-sum spills, Seq drops, intermediates at their home level, the softmax to
 from __future__ import annotations
 
 import pytest
-from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, workload
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, workload
 from hypothesis import HealthCheck, given, settings
 from reference_sim import simulate
 from trees import ARCH, trees
@@ -63,6 +63,7 @@ CASES = {
                           "on-chip intermediate"}),
     "conv-halo": (CONV, {"halo", "spatial", "clipping", "Seq", "Shar"}),
     "strided": (STRIDED, {"spatial", "clipping"}),
+    "independent twins": (TWINS, {"spatial", "clipping", "Seq", "Shar", "Pipe", "Para"}),
 }
 
 
