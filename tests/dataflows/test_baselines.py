@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tileflow.cost import evaluate
@@ -90,3 +92,21 @@ def test_every_applicable_baseline_builds_and_evaluates(workload):
     for name in names:
         r = evaluate(w, EDGE, build(name, w, EDGE))
         assert r.cycles > 0 and r.macs == w.total_ops(MATRIX)
+
+
+ACCELERATORS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "accelerators")
+                      .glob("*.yaml") if not p.stem.startswith("rtl"))
+
+
+@pytest.mark.parametrize("arch_name", ACCELERATORS)
+@pytest.mark.parametrize("workload", ["attention", "gemm-chain", "conv-chain", "mlp"])
+def test_every_baseline_on_every_shipped_accelerator_counts_the_workload_exactly(
+        arch_name, workload):
+    """No builder recomputes by accident: the operations are the workload's (conv chains
+    with a windowed second convolution aside), whatever the accelerator."""
+    arch = load_arch(arch_name)
+    w = load_workload(workload)
+    for name in baselines_for(w):
+        r = evaluate(w, arch, build(name, w, arch))
+        assert r.macs == w.total_ops(MATRIX), (name, r.ops)
+        assert r.vector_ops == w.total_ops() - w.total_ops(MATRIX)
