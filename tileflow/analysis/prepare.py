@@ -37,11 +37,38 @@ class OpPath:
     levels: tuple[int, ...]  # level index per tile
     loops: tuple[PathLoop, ...]  # outermost first
     shift: Mapping[str, int]  # start offset per dimension (halo of a windowed consumer)
+    size_of: Mapping[str, int]  # dimension sizes
 
     def extent_below(self, node: int, dim: str) -> int:
         """Extent of `dim` covered by the loops of tiles strictly below path position `node`."""
-        return 1 + sum((lp.n - 1) * lp.stride for lp in self.loops
-                       if lp.node > node and lp.dim == dim)
+        return self.extents_from[node + 1][dim] if node + 1 < len(self.extents_from) else 1
+
+    @cached_property
+    def extents_from(self) -> list[dict[str, int]]:
+        """For each path position, every dim's extent covered by the tiles from there down."""
+        dims = dict.fromkeys((*self.op.dims, *(lp.dim for lp in self.loops)), 1)
+        out = [dict(dims) for _ in range(len(self.tiles) + 1)]
+        for lp in self.loops:
+            for position in range(lp.node + 1):
+                out[position][lp.dim] += (lp.n - 1) * lp.stride
+        return out
+
+    @cached_property
+    def exact_dims(self) -> frozenset[str]:
+        """Dims whose loops tile them exactly: no clipped step, no shift (then every slice
+        along them is full and the closed forms apply)."""
+        exact = set()
+        for d in self.op.dims:
+            span = 1
+            for stride, n in sorted((lp.stride, lp.n) for lp in self.loops
+                                    if lp.dim == d and lp.n > 1):
+                if stride != span:
+                    break
+                span *= n
+            else:
+                if span == self.size_of[d] and not self.shift.get(d):
+                    exact.add(d)
+        return frozenset(exact)
 
 
 @dataclass(frozen=True)
@@ -89,7 +116,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
             PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k])
             for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
         )
-        paths[op.name] = OpPath(op, tile_list, levels, loop_list, {})
+        paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
     for name, shift in _halo_shifts(workload, paths, lca).items():
         paths[name] = replace(paths[name], shift=shift)
     homes = {t: _home(workload, arch, flow, t, lca[t], paths, tiles) for t in lca}

@@ -23,12 +23,11 @@ def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
     w = plan.workload
     access = path.op.access(tensor)
     words = 1.0
+    extents = path.extents_from[position]
     for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
         span = 1
         for d, c in axis.terms:
-            extent = 1 + sum((lp.n - 1) * lp.stride for lp in path.loops
-                             if lp.node >= position and lp.dim == d)
-            span += c * (min(extent, w.sizes[d]) - 1)
+            span += c * (min(extents[d], w.sizes[d]) - 1)
         words *= min(span, size)
     return words
 

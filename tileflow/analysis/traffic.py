@@ -73,13 +73,11 @@ def _axes(plan: Plan, access: Access) -> tuple[AxisRec, ...]:
                                                                       strict=True))
 
 
-def _dims(plan: Plan, path: OpPath, loops_below: list[PathLoop]) -> dict[str, DimRec]:
+def _dims(plan: Plan, path: OpPath, j: int) -> dict[str, DimRec]:
+    """Each dim's size, extent inside the buffer below path position j, and shift."""
     sizes = plan.workload.sizes
-    return {
-        d: DimRec(sizes[d], 1 + sum((lp.n - 1) * lp.stride for lp in loops_below if lp.dim == d),
-                  path.shift.get(d, 0))
-        for d in path.op.dims
-    }
+    extents = path.extents_from[j + 1]
+    return {d: DimRec(sizes[d], extents[d], path.shift.get(d, 0)) for d in path.op.dims}
 
 
 def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
@@ -129,7 +127,6 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
         run_start = j
         while run_start > 0 and levels[run_start - 1] == x:
             run_start -= 1
-        below = [lp for lp in path.loops if lp.node > j]
         union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
         inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
         inst_y = inst_x * math.prod(lp.n for lp in union_sp)
@@ -138,7 +135,7 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             _count_compute(plan, path, counts, x, inst_x, tensor_info)
             continue
         y = levels[j + 1]
-        dims_y = _dims(plan, path, below)
+        dims_y = _dims(plan, path, j)
         union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
         fast = _ExactTiling(plan, path, j, run_start, dims_y, union_sp)
         for access, is_out in accesses:
@@ -228,15 +225,18 @@ class _ExactTiling:
         self.inst_x = math.prod(lp.n for lp in above if lp.spatial and lp.node < run_start)
         self.extent_y = {d: r.extent for d, r in dims_y.items()}
         self.extent_x = dict(self.extent_y)
-        self.regular: set[str] = set()
-        for d, rec in dims_y.items():
-            if rec.shift:
-                continue
-            mine = [lp for lp in union_sp if lp.dim == d]
-            self.extent_x[d] = rec.extent + sum((lp.n - 1) * lp.stride for lp in mine)
-            if _chain(rec.extent, [lp for lp in above if lp.dim == d], self.sizes[d]) and \
-                    _chain(rec.extent, mine, self.extent_x[d]):
-                self.regular.add(d)
+        # strides grow up the path, so a dim tiled exactly overall is tiled exactly from any
+        # boundary up; the spatial instances under one parent must also abut (no temporal
+        # loop above the boundary striding between them)
+        self.regular = set(path.exact_dims)
+        for d in {lp.dim for lp in union_sp}:
+            span = self.extent_y[d]
+            for stride, n in sorted((lp.stride, lp.n) for lp in union_sp
+                                    if lp.dim == d and lp.n > 1):
+                if stride != span:
+                    self.regular.discard(d)
+                span *= n
+            self.extent_x[d] = span
 
     def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
                epoch: list[bool]):
@@ -272,16 +272,6 @@ class _ExactTiling:
         return moved_y, moved_x, refill_y, refill_x
 
 
-def _chain(extent: int, loops: list[PathLoop], size: int) -> bool:
-    """Loops over one dim whose strides tile it exactly, from `extent` up to `size`."""
-    span = extent
-    for stride, n in sorted((lp.stride, lp.n) for lp in loops if lp.n > 1):
-        if stride != span:
-            return False
-        span *= n
-    return span == size
-
-
 def _steps(loops, dims: list[str], fresh: bool) -> int:
     """Product of trip counts down to the innermost loop that changes the slice."""
     last = -1
@@ -297,8 +287,7 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int
     the result once per operation; an accumulator is not read on its first touch."""
     op = path.op
     w = plan.workload
-    exact = not path.shift and all(
-        _chain(1, [lp for lp in path.loops if lp.dim == d], w.sizes[d]) for d in op.dims)
+    exact = path.exact_dims == frozenset(op.dims)
     if exact:  # every iteration is a real one: a product of trip counts
         ops = math.prod(lp.n for lp in path.loops)
     else:
