@@ -203,16 +203,13 @@ def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int,
             before.append((loops[i], v))
             after.append((loops[i], v + 1))
         before += [(loops[j], loops[j].n - 1) for j in inner]
-        total += _common(_spans(axis, dims, _pos(before), union),
-                         _spans(axis, dims, _pos(after), union))
+        total += _common(_spans(axis, dims, _pair_positions(before), union),
+                         _spans(axis, dims, _pair_positions(after), union))
     return total
 
 
-def _pos(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
-    pos: dict[str, int] = {}
-    for lp, v in pairs:
-        pos[lp.dim] = pos.get(lp.dim, 0) + v * lp.stride
-    return pos
+def _pair_positions(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
+    return _positions([lp for lp, _ in pairs], [v for _, v in pairs])
 
 
 def _all_regular(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],

@@ -3,7 +3,6 @@ operator, its root-to-leaf path of loops with strides: what the counting needs."
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -351,7 +350,3 @@ def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,
                 f"common ancestor it needs {need} rows of '{t}' but '{producer.name}' produces "
                 f"{has}; give '{producer.name}' factors of '{d}' covering {need}",
                 where=label(*ppath.tiles[-1]))
-
-
-def sp_product(path: OpPath, node_filter) -> int:
-    return math.prod(lp.n for lp in path.loops if lp.spatial and node_filter(lp))
