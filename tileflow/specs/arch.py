@@ -202,7 +202,15 @@ ARCH_DIR = Path(__file__).resolve().parents[2] / "accelerators"
 
 
 def load_arch(name_or_path: str) -> Architecture:
-    """Load an accelerator by shipped name (edge, cloud, tpu-like, cpu, ...) or YAML path."""
+    """Load an accelerator by shipped name (edge, cloud, tpu-like, cpu, ...), YAML path, or
+    `host`: this machine, its caches read from the OS (cpu.yaml where the OS does not say)."""
+    if name_or_path == "host":
+        from tileflow.specs.host import host_description
+
+        try:
+            return parse_arch(Field(host_description(), "host"))
+        except OSError:
+            name_or_path = "cpu"
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
         path = ARCH_DIR / f"{name_or_path.lower()}.yaml"
