@@ -158,3 +158,11 @@ def test_errors_reach_the_shell_as_exit_status_2_without_traceback(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stderr.startswith("tileflow: error:") and "Traceback" not in proc.stderr
+
+
+def test_home_for_a_tensor_that_is_not_an_intermediate(tmp_path, capsys):
+    text = DATAFLOW.format(loops="b:8, m:4").replace("name: mine", "name: mine\nhomes: {A: L1}")
+    flow = write(tmp_path, "flow.yaml", text)
+    code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
+                    "--dataflow", flow)
+    assert code == 2 and "homes names 'A', which is not an intermediate" in err

@@ -101,6 +101,11 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
     _check_nodes(workload, arch, root)
+    for tensor in flow.homes:
+        if tensor not in workload.intermediates:
+            raise InvalidDataflow(
+                f"homes names '{tensor}', which is not an intermediate of the workload "
+                f"(intermediates: {', '.join(workload.intermediates) or 'none'})", where="homes")
     tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
     leaf_paths = _leaf_paths(root)
     strides = _strides(workload, root)
