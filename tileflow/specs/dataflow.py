@@ -12,7 +12,7 @@ TILE_KEYS = {"level", "name", "loops", "primitive", "children", "no_reuse"}
 
 
 def parse_dataflow(data: Field) -> Dataflow:
-    data.check_keys({"name", "description", "homes", "root", "workload", "arch"},
+    data.check_keys({"name", "description", "homes", "root"},
                     required={"root"})
     lines: dict[str, int] = {}
     root = _node(data.child("root"), "root", lines)
