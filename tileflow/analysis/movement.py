@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import product
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class LoopRec:
+class LoopRec(NamedTuple):
     """A loop above the buffer: `n` iterations of `dim`, moving the slice by `stride`.
 
     `drop`: the buffer keeps nothing of this tensor across iterations of this loop
@@ -32,8 +31,7 @@ class LoopRec:
     drop: bool = False
 
 
-@dataclass(frozen=True)
-class AxisRec:
+class AxisRec(NamedTuple):
     """A tensor axis sum(coef * dim) + offset, clipped to [0, size)."""
 
     terms: tuple[tuple[str, int], ...]
@@ -41,8 +39,7 @@ class AxisRec:
     size: int
 
 
-@dataclass(frozen=True)
-class DimRec:
+class DimRec(NamedTuple):
     """A dimension's size, the slice extent inside the buffer, and the op's start shift."""
 
     size: int

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import NamedTuple
 
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
@@ -17,8 +18,7 @@ class InvalidDataflow(InputError):
     """A tree that cannot be analysed: the message names the node and the constraint."""
 
 
-@dataclass(frozen=True)
-class PathLoop:
+class PathLoop(NamedTuple):
     dim: str
     n: int
     stride: int

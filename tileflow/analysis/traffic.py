@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tileflow.analysis.movement import (
     AxisRec,
@@ -20,8 +21,7 @@ from tileflow.specs.expressions import Access
 from tileflow.tree import Op, Tile
 
 
-@dataclass(frozen=True)
-class Transfer:
+class Transfer(NamedTuple):
     """Words moved over one link by one tile: `words` counted at `level`, spread over
     `instances` instances of it; `kind` is 'read' or 'write' (which port it uses)."""
 
