@@ -14,7 +14,7 @@ EXAMPLES = """examples:
   tileflow compare --arch edge --workload attention
   tileflow compare --arch cloud --workload G3 --json
   tileflow compare --arch cloud --workload C1 --plot c1.png
-  tileflow evaluate --arch edge --workload attention --dataflow flat-rgran
+  tileflow evaluate --arch edge --workload attention --dataflow flat-rgran --detail
   tileflow evaluate --arch edge --workload attention --dataflow chimera --tile m=64 --tile l=128
   tileflow evaluate --arch edge --workload gemm-chain --dataflow my-tree.yaml --set m=1024 --json
   tileflow bench --arch edge --workload attention
@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--double-buffer", action="store_true",
                     help="check capacity with every buffer doubled")
     ev.add_argument("--tree", action="store_true", help="also print the tile tree")
+    ev.add_argument("--detail", action="store_true",
+                    help="also print traffic and energy per level and tensor, and the "
+                         "latency of every tile")
     ev.add_argument("--save-dataflow", metavar="PATH",
                     help="write the dataflow as YAML (a starting point for hand edits)")
     cp = sub.add_parser("compare", help="every baseline dataflow side by side",
@@ -139,6 +142,12 @@ def cmd_evaluate(args) -> int:
         if args.tree:
             print(render(flow.root))
         print(summary(result, arch.name, workload.name))
+        if args.detail:
+            print("\nper level and tensor (words, pJ):")
+            print(result.frame().to_string(index=False))
+            print("\nper tile (cycles if alone: loads, children, stores):")
+            print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
+                                          "store_cycles", "cycles"]].to_string(index=False))
     return 0
 
 
