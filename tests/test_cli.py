@@ -103,3 +103,14 @@ def test_bench_reports_evaluations_per_second():
     rows = json.loads(proc.stdout)
     assert {r["dataflow"] for r in rows} == {"flat-rgran", "tileflow-pipe"}
     assert all(r["evals_per_second"] > 0 for r in rows)
+
+
+def test_preset_of_another_workload():
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", "gemm-chain", "--preset", "G3",
+                    "--dataflow", "chimera", "--json")
+    assert proc.returncode == 0, proc.stderr
+    b, m, n, k, l_ = 16, 512, 64, 64, 512  # G3
+    assert json.loads(proc.stdout)["macs"] == b * m * l_ * k + b * m * l_ * n
+    bad = tileflow("evaluate", "--arch", "edge", "--workload", "mlp", "--preset", "G3",
+                   "--dataflow", "layerwise")
+    assert bad.returncode == 2 and "unknown preset 'G3'" in bad.stderr

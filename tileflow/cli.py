@@ -14,6 +14,7 @@ EXAMPLES = """examples:
   tileflow compare --arch edge --workload attention
   tileflow compare --arch cloud --workload G3 --json
   tileflow compare --arch cloud --workload C1 --plot c1.png
+  tileflow compare --arch edge --workload gemm-chain --preset G3
   tileflow evaluate --arch edge --workload attention --dataflow flat-rgran --detail
   tileflow evaluate --arch edge --workload attention --dataflow chimera --tile m=64 --tile l=128
   tileflow evaluate --arch edge --workload gemm-chain --dataflow my-tree.yaml --set m=1024 --json
@@ -42,6 +43,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", required=True,
                    help="workload: a YAML file, a shipped name (attention, gemm-chain, "
                         "conv-chain, mlp) or a preset (G1..G12, C1..C8)")
+    p.add_argument("--preset", metavar="NAME",
+                   help="a size preset of the workload, e.g. G3 for gemm-chain")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="override a dimension or parameter size (repeatable), e.g. m=1024")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -99,7 +102,7 @@ def _load(args):
     from tileflow.specs.workload import load_workload
 
     overrides = _pairs(args.set, "--set")
-    return load_workload(args.workload, overrides), load_arch(args.arch)
+    return load_workload(args.workload, overrides, args.preset), load_arch(args.arch)
 
 
 def _dataflow(name: str, workload, arch, tiles):
