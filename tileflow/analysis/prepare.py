@@ -88,11 +88,9 @@ class Plan:
     @cached_property
     def tensors_under(self) -> dict[int, frozenset[str]]:
         """Tensors used below each node, keyed by the node's id()."""
-        out: dict[int, frozenset[str]] = {}
-        for _, node in walk(self.flow.root):
-            out[id(node)] = frozenset(t for o in ops_under(node)
-                                      for t in self.workload.op_by_name[o].tensors)
-        return out
+        ops = self.workload.op_by_name
+        return {key: frozenset(t for o in below for t in ops[o].tensors)
+                for key, below in _ops_below(self.flow.root).items()}
 
 
 def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:

@@ -51,9 +51,11 @@ class Operator:
         return tuple(dict.fromkeys([a.tensor for a in self.inputs] + [self.output.tensor]))
 
     def access(self, tensor: str) -> Access:
-        if self.output.tensor == tensor:
-            return self.output
-        return next(a for a in self.inputs if a.tensor == tensor)
+        return self._accesses[tensor]
+
+    @cached_property
+    def _accesses(self) -> dict[str, Access]:
+        return {a.tensor: a for a in (*self.inputs, self.output)}
 
     def __str__(self) -> str:
         sym = {"mul": "*", "sub": "-", "add": "+", "div": "/"}
