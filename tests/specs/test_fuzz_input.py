@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,35 +36,30 @@ def _mutate(text: str, data) -> str:
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))
 
-
-@SETTINGS
-@given(st.data())
-def test_edited_dataflow_files_never_crash(tmp_path_factory, data):
-    text = (REPO / "dataflows" / "gemm-chain-chimera.yaml").read_text()
-    path = tmp_path_factory.mktemp("f") / "flow.yaml"
-    path.write_text(_mutate(text, data))
-    code = main(["evaluate", "--arch", "edge", "--workload", "gemm-chain", "--dataflow",
-                 str(path), "--json"])
-    assert code in (0, 2)
-
-
-@SETTINGS
-@given(st.data())
-def test_edited_accelerator_files_never_crash(tmp_path_factory, data):
-    text = (REPO / "accelerators" / "edge.yaml").read_text()
-    path = tmp_path_factory.mktemp("a") / "arch.yaml"
-    path.write_text(_mutate(text, data))
-    code = main(["evaluate", "--arch", str(path), "--workload", "gemm-chain", "--dataflow",
-                 "flat-rgran", "--json"])
-    assert code in (0, 2)
+# (shipped file to edit, the command line that reads it as {path})
+CASES = {
+    "dataflow": ("dataflows/gemm-chain-chimera.yaml",
+                 ["evaluate", "--arch", "edge", "--workload", "gemm-chain", "--dataflow", "{path}"]),
+    "accelerator": ("accelerators/edge.yaml",
+                    ["evaluate", "--arch", "{path}", "--workload", "gemm-chain", "--dataflow",
+                     "flat-rgran"]),
+    "workload": ("workloads/attention.yaml",
+                 ["evaluate", "--arch", "edge", "--workload", "{path}", "--dataflow",
+                  "layerwise"]),
+}
 
 
-@SETTINGS
-@given(st.data())
-def test_edited_workload_files_never_crash(tmp_path_factory, data):
-    text = (REPO / "workloads" / "attention.yaml").read_text()
-    path = tmp_path_factory.mktemp("w") / "workload.yaml"
-    path.write_text(_mutate(text, data))
-    code = main(["evaluate", "--arch", "edge", "--workload", str(path), "--dataflow",
-                 "layerwise", "--json"])
-    assert code in (0, 2)
+@pytest.mark.parametrize("case", CASES)
+def test_edited_files_never_crash(tmp_path_factory, case):
+    source, args = CASES[case]
+    text = (REPO / source).read_text()
+
+    @SETTINGS
+    @given(st.data())
+    def check(data):
+        path = tmp_path_factory.mktemp(case) / Path(source).name
+        path.write_text(_mutate(text, data))
+        code = main([a.format(path=path) for a in args] + ["--json"])
+        assert code in (0, 2)
+
+    check()
