@@ -39,7 +39,8 @@ SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
 # (shipped file to edit, the command line that reads it as {path})
 CASES = {
     "dataflow": ("dataflows/gemm-chain-chimera.yaml",
-                 ["evaluate", "--arch", "edge", "--workload", "gemm-chain", "--dataflow", "{path}"]),
+                 ["evaluate", "--arch", "edge", "--workload", "gemm-chain", "--dataflow",
+                  "{path}"]),
     "accelerator": ("accelerators/edge.yaml",
                     ["evaluate", "--arch", "{path}", "--workload", "gemm-chain", "--dataflow",
                      "flat-rgran"]),
