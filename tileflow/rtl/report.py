@@ -119,13 +119,30 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
 def _worst(frame: pd.DataFrame, kind: str, column: str, n: int = 6) -> list[str]:
     cols = SHAPES[kind] + TILES[kind]
     worst = frame.reindex(frame[column].abs().sort_values(ascending=False).index).head(n)
-    lines = ["| " + " | ".join(cols) + " | measured | predicted | error |",
-             "|" + "---|" * (len(cols) + 3)]
+    lines = ["| " + " | ".join(cols) + " | measured | predicted | error | model's bottleneck "
+             "| why |", "|" + "---|" * (len(cols) + 5)]
     for r in worst.itertuples():
         predicted = r.predicted if column == "error" else r.calibrated_heldout
+        error = getattr(r, column)
         lines.append("| " + " | ".join(str(getattr(r, c)) for c in cols)
-                     + f" | {r.rtl_cycles:,} | {predicted:,.0f} | {getattr(r, column):+.1%} |")
+                     + f" | {r.rtl_cycles:,} | {predicted:,.0f} | {error:+.1%} "
+                     f"| {r.bottleneck.split(' (')[0]} | {_why(r.bottleneck, error)} |")
     return lines
+
+
+def _why(bottleneck: str, error: float) -> str:
+    """The mechanism behind a large error, from what bounds the row in the model."""
+    if "DRAM write" in bottleneck and error > 0:
+        return "write-back bound: the README's write bandwidth is below what the RTL sustains"
+    if "DRAM read" in bottleneck and error < 0:
+        return ("load bound: per-step request overhead and a lower effective read bandwidth "
+                "than the README's")
+    if "Buffer read" in bottleneck and error < 0:
+        return ("buffer-read bound, and the hardware reads more from the buffer than the "
+                "stated mapping implies (zero partial sums, C twice: see data movement)")
+    if error < 0:
+        return "write-backs partly serialised with the next tile's compute in the RTL"
+    return "overlap the RTL does not achieve in this row"
 
 
 def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> Path:

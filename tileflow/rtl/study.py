@@ -148,6 +148,7 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
     rows = analyse(kind, frame, arch)
     frame = frame.copy()
     frame["predicted"] = predict(rows, arch)
+    frame["bottleneck"] = [evaluate_plan(row.plan).bottleneck for row in rows]
     first, second = split_halves(len(rows), seed)
     calibrated = np.empty(len(rows))
     params = []
