@@ -5,20 +5,12 @@ from __future__ import annotations
 
 from math import ceil
 
-from helpers import small_arch, workload
+from helpers import CHAIN, small_arch, workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.cost import evaluate
 from tileflow.tree import Dataflow, tile
-
-CHAIN = """
-name: chain
-dims: {m: 8, l: 8, k: 8, n: 8}
-ops:
-  - {name: g1, expr: "C[m,l] += A[m,k] * B[k,l]"}
-  - {name: g2, expr: "E[m,n] += C[m,l] * D[l,n]"}
-"""
 
 
 def chain_tree(M: int, K: int, L: int, N: int, TM: int, TK: int, TL: int, TN: int,

@@ -209,11 +209,6 @@ def _pair_positions(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
     return _positions([lp for lp, _ in pairs], [v for _, v in pairs])
 
 
-def _all_regular(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
-                 unions: Sequence[Sequence[LoopRec]]) -> bool:
-    return all(not u and _regular(a, dims, loops) for a, u in zip(axes, unions, strict=True))
-
-
 def iteration_count(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
                     union: Sequence[LoopRec] = ()) -> int:
     """Sum over all steps of the slice size (the operation count, for the op's own axes)."""
@@ -238,14 +233,6 @@ def words_moved(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
     advances count as entering again (an accumulation that restarts touches them anew)."""
     tensor_dims = {d for a in axes for d, _ in a.terms}
     dims, unions = _split_union(axes, dims, union)
-    if _all_regular(axes, dims, loops, unions):
-        # every change of the slice replaces it whole: count the steps where it changes
-        last = -1
-        for i, lp in enumerate(loops):
-            if lp.n > 1 and (lp.dim in tensor_dims or lp.drop or (fresh is not None and fresh[i])):
-                last = i
-        return math.prod(dims[a.terms[0][0]].extent for a in axes) * math.prod(
-            lp.n for lp in loops[: last + 1])
     total = _iteration_count(axes, dims, loops, unions)
     for i, lp in enumerate(loops):
         if lp.n <= 1 or _dropped(loops, i) or (fresh is not None and _restarts(loops, fresh, i)):

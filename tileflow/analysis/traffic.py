@@ -40,7 +40,6 @@ class Leaf:
     function: str
     ops: int  # operations performed (recomputation included)
     steps: int  # temporal iterations (clipped ones included: they still take cycles)
-    units_used: int  # compute units working in parallel
     level: int  # innermost storage level, which feeds the unit
     operand_reads: float
     result_updates: float
@@ -314,6 +313,5 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int
         counts.traffic[(x, out)][READ] += ops - starts
         reads += ops - starts
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
-    units = math.prod(lp.n for lp in path.loops if lp.spatial)
-    counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, units, x,
+    counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, x,
                                   reads, ops, inst_x)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -76,7 +76,6 @@ class Workload:
     ops: tuple[Operator, ...]
     sizes: Mapping[str, int]  # loop dimensions
     shapes: Mapping[str, tuple[int, ...]]  # tensor -> extent per axis
-    word_bytes_hint: int = field(default=2)
 
     @cached_property
     def op_by_name(self) -> dict[str, Operator]:
