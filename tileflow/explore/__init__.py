@@ -1,0 +1,1 @@
+"""Design-space exploration: structures with factor slots, batched evaluation, searches."""
