@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tileflow.cost import Result
+from tileflow.outputs import save_figure
 
 
 def _si(x: float) -> str:
@@ -114,7 +115,7 @@ def comparison_plot(results: Sequence[Result], title: str, path: str | Path) -> 
                         ha="center", va="bottom", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, flag="--plot", dpi=110)
+    finally:
+        plt.close(fig)

@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tileflow.errors import InputError
-from tileflow.specs.yamlfile import Field, load_yaml
+from tileflow.specs.yamlfile import MIN_POSITIVE, Field, load_mapping
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,16 @@ def sram_energy_pj(capacity_bytes: float) -> float:
 
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0
+MAX_FANOUT = 2**20  # instances of a level per parent instance; rows, columns, lanes
+MAX_INSTANCES = 2**32  # instances of a level on the whole chip
+MAX_CYCLES_PER_OP = 1e6
 
 
 def parse_arch(data: Field) -> Architecture:
     data.check_keys({"name", "description", "clock_ghz", "word_bits", "levels", "compute",
                      "vector_on_matrix", "notes"}, required={"levels", "compute"})
-    clock_ghz = data.number("clock_ghz", 1.0)
-    word_bits = data.integer("word_bits", 16)
+    clock_ghz = data.number("clock_ghz", 1.0, maximum=1e4)
+    word_bits = data.integer("word_bits", 16, maximum=1024)
     if word_bits % 8:
         raise data.error(f"'word_bits' must be a multiple of 8, got {word_bits}", "word_bits")
     word_bytes = word_bits // 8
@@ -115,9 +118,9 @@ def parse_arch(data: Field) -> Architecture:
     compute.check_keys({"matrix", "vector"}, required={"matrix"})
     matrix = _unit(compute.child("matrix"), "matrix", levels)
     vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
-    vector_on_matrix = bool(data.get("vector_on_matrix", not compute.has("vector")))
-    return Architecture(data.get("name", "accelerator"), tuple(levels), matrix, vector,
-                        clock_ghz, word_bytes, vector_on_matrix, data.get("description", ""))
+    vector_on_matrix = data.boolean("vector_on_matrix", not compute.has("vector"))
+    return Architecture(data.string("name", "accelerator"), tuple(levels), matrix, vector,
+                        clock_ghz, word_bytes, vector_on_matrix, data.string("description", ""))
 
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
@@ -138,7 +141,10 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
         capacity_words = f.number("capacity_words")
     else:
         capacity_words = f.number("capacity_bytes") / word_bytes
-    fanout = 1 if outermost else f.integer("fanout", 1)
+    fanout = 1 if outermost else f.integer("fanout", 1, maximum=MAX_FANOUT)
+    if parent_instances * fanout > MAX_INSTANCES:
+        raise f.error(f"level '{name}' would have {parent_instances * fanout:,} instances; "
+                      f"at most {MAX_INSTANCES:,} are supported", "fanout")
     bytes_per_cycle = clock_ghz  # 1 GB/s = 1/clock_ghz bytes per cycle
     rates = []
     for kind in ("read", "write"):
@@ -147,6 +153,9 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
             rates.append(f.number(wpc))
         elif f.has(gbps):
             rates.append(f.number(gbps) / bytes_per_cycle / word_bytes)
+            if rates[-1] < MIN_POSITIVE:
+                raise f.error(f"'{gbps}' is below {MIN_POSITIVE:g} words per cycle at "
+                              f"{clock_ghz:g} GHz", gbps)
         else:
             raise f.error(f"level '{name}' needs '{gbps}' (or '{wpc}')")
     energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
@@ -162,7 +171,7 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
         base = DRAM_ENERGY_PJ_PER_16BIT if outermost else sram_energy_pj(capacity_bytes)
         return base * scale, base * scale, base * scale
     e = f.child("energy_pj_per_word")
-    if isinstance(e.data, (int, float)) and not isinstance(e.data, bool):
+    if not isinstance(e.data, dict):
         value = f.number("energy_pj_per_word", positive=False)
         return value, value, value
     e.check_keys({"read", "write", "update"}, required={"read", "write"})
@@ -181,19 +190,20 @@ def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
     if level not in by_name:
         raise f.error(f"unknown level '{level}'; levels are {', '.join(by_name)}", "level")
     if kind == "matrix":
-        rows, cols = f.integer("rows"), f.integer("cols")
+        rows, cols = f.integer("rows", maximum=MAX_FANOUT), f.integer("cols", maximum=MAX_FANOUT)
         parallelism = rows * cols
         if by_name[level].fanout == parallelism:
             parallelism = 1
     else:
-        rows, cols = f.integer("lanes"), 1
+        rows, cols = f.integer("lanes", maximum=MAX_FANOUT), 1
         parallelism = rows
-    cycles = f.get("cycles_per_op", 1)
-    if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
-        cycles_map = {"default": float(cycles)}
+    if not f.has("cycles_per_op"):
+        cycles_map = {"default": 1.0}
+    elif not isinstance(f.data["cycles_per_op"], dict):
+        cycles_map = {"default": f.number("cycles_per_op", maximum=MAX_CYCLES_PER_OP)}
     else:
         c = f.child("cycles_per_op")
-        cycles_map = {k: c.number(k) for k in c.keys()}
+        cycles_map = {str(k): c.number(k, maximum=MAX_CYCLES_PER_OP) for k in c.keys()}
     return ComputeUnit(kind, level, parallelism, f.number("energy_pj_per_op", 1.0, False),
                        cycles_map, rows, cols)
 
@@ -221,6 +231,6 @@ def load_arch(name_or_path: str) -> Architecture:
     elif not path.exists():
         raise InputError(f"no such accelerator file '{name_or_path}'")
     try:
-        return parse_arch(Field(load_yaml(path), str(path)))
+        return parse_arch(load_mapping(path))
     except InputError as exc:
         raise exc.located(str(path)) from None
