@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(ev)
     ev.add_argument("--dataflow", required=True,
-                    help="a dataflow YAML file or a baseline name (layerwise, flat-rgran, ...)")
+                    help="a dataflow YAML file, a baseline name (layerwise, flat-rgran, ...) "
+                         "or a shipped dataflow file's name (attention-chimera, ...)")
     ev.add_argument("--tile", action="append", metavar="DIM=SIZE",
                     help="tile size for a baseline builder (repeatable), e.g. m=64")
     ev.add_argument("--double-buffer", action="store_true",
@@ -106,12 +107,16 @@ def _load(args):
 
 
 def _dataflow(name: str, workload, arch, tiles):
+    from tileflow import resources
     from tileflow.dataflows import build
     from tileflow.specs.dataflow import load_dataflow_file
 
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or path.exists():
         return load_dataflow_file(path)
+    shipped = resources.find("dataflows", name)
+    if shipped is not None:
+        return load_dataflow_file(shipped)
     return build(name, workload, arch, tiles)
 
 

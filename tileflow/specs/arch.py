@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from tileflow import resources
 from tileflow.errors import InputError
 from tileflow.specs.yamlfile import Field, load_yaml
 
@@ -198,9 +199,6 @@ def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
                        cycles_map, rows, cols)
 
 
-ARCH_DIR = Path(__file__).resolve().parents[2] / "accelerators"
-
-
 def load_arch(name_or_path: str) -> Architecture:
     """Load an accelerator by shipped name (edge, cloud, tpu-like, cpu, ...), YAML path, or
     `host`: this machine, its caches read from the OS (cpu.yaml where the OS does not say)."""
@@ -213,11 +211,12 @@ def load_arch(name_or_path: str) -> Architecture:
             name_or_path = "cpu"
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
-        path = ARCH_DIR / f"{name_or_path.lower()}.yaml"
-        if not path.exists():
-            names = sorted(p.stem for p in ARCH_DIR.glob("*.yaml"))
+        found = resources.find("accelerators", name_or_path)
+        if found is None:
+            names = list(resources.shipped("accelerators"))
             raise InputError(f"unknown accelerator '{name_or_path}': give a YAML file or one "
                              f"of {', '.join(names)}")
+        path = found
     elif not path.exists():
         raise InputError(f"no such accelerator file '{name_or_path}'")
     try:

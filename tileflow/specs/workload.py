@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from tileflow import resources
 from tileflow.errors import InputError
 from tileflow.specs.expressions import (
     Access,
@@ -240,9 +241,6 @@ def _check_graph(w: Workload, data: Field) -> None:
         raise data.error("operator names must be unique", "ops")
 
 
-WORKLOAD_DIR = Path(__file__).resolve().parents[2] / "workloads"
-
-
 def load_workload(
     name_or_path: str, overrides: Mapping[str, int] | None = None, preset: str | None = None
 ) -> Workload:
@@ -260,13 +258,13 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
         if not path.exists():
             raise InputError(f"no such workload file '{name_or_path}'")
         return path, preset
-    shipped = WORKLOAD_DIR / f"{name_or_path.lower()}.yaml"
-    if shipped.exists():
+    shipped = resources.find("workloads", name_or_path)
+    if shipped is not None:
         return shipped, preset
-    for candidate in sorted(WORKLOAD_DIR.glob("*.yaml")):
+    for candidate in resources.shipped("workloads").values():
         presets = load_yaml(candidate).get("presets") or {}
         if name_or_path.upper() in presets:
             return candidate, name_or_path.upper()
-    names = sorted(p.stem for p in WORKLOAD_DIR.glob("*.yaml"))
+    names = list(resources.shipped("workloads"))
     raise InputError(f"unknown workload '{name_or_path}': give a YAML file, one of "
                      f"{', '.join(names)}, or a preset such as G1 or C1")
