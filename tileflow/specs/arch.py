@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tileflow import resources
 from tileflow.errors import InputError
+from tileflow.specs import keys
 from tileflow.specs.yamlfile import Field, load_yaml
 
 
@@ -96,8 +97,7 @@ DRAM_ENERGY_PJ_PER_16BIT = 200.0
 
 
 def parse_arch(data: Field) -> Architecture:
-    data.check_keys({"name", "description", "clock_ghz", "word_bits", "levels", "compute",
-                     "vector_on_matrix", "notes"}, required={"levels", "compute"})
+    keys.ACCELERATOR.check(data)
     clock_ghz = data.number("clock_ghz", 1.0)
     word_bits = data.integer("word_bits", 16)
     if word_bits % 8:
@@ -113,7 +113,7 @@ def parse_arch(data: Field) -> Architecture:
     if len(set(names)) != len(names):
         raise data.error("level names must be unique", "levels")
     compute = data.child("compute")
-    compute.check_keys({"matrix", "vector"}, required={"matrix"})
+    keys.COMPUTE.check(compute)
     matrix = _unit(compute.child("matrix"), "matrix", levels)
     vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
     vector_on_matrix = bool(data.get("vector_on_matrix", not compute.has("vector")))
@@ -123,10 +123,7 @@ def parse_arch(data: Field) -> Architecture:
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
            word_bytes: int) -> Level:
-    f.check_keys({"name", "capacity_bytes", "capacity_words", "fanout", "read_bandwidth_gbps",
-                  "write_bandwidth_gbps", "read_words_per_cycle", "write_words_per_cycle",
-                  "energy_pj_per_word", "step_overhead_cycles", "latency_cycles", "notes"},
-                 required={"name"})
+    keys.LEVEL.check(f)
     name = f.string("name")
     if f.has("capacity_bytes") and f.has("capacity_words"):
         raise f.error("give either 'capacity_bytes' or 'capacity_words', not both")
@@ -166,7 +163,7 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
     if isinstance(e.data, (int, float)) and not isinstance(e.data, bool):
         value = f.number("energy_pj_per_word", positive=False)
         return value, value, value
-    e.check_keys({"read", "write", "update"}, required={"read", "write"})
+    keys.ENERGY.check(e)
     read, write = e.number("read", positive=False), e.number("write", positive=False)
     return read, write, e.number("update", write, positive=False)
 
@@ -174,9 +171,7 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
 def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
     """`parallelism` is per instance of the feeding level: a matrix array fed from a per-PE
     register level (fan-out = rows x cols) has one MAC per register instance."""
-    allowed = {"level", "energy_pj_per_op", "cycles_per_op", "notes"}
-    allowed |= {"rows", "cols"} if kind == "matrix" else {"lanes"}
-    f.check_keys(allowed, required={"level"})
+    (keys.MATRIX if kind == "matrix" else keys.VECTOR).check(f)
     level = f.string("level")
     by_name = {lv.name: lv for lv in levels}
     if level not in by_name:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tileflow import resources
 from tileflow.errors import InputError
+from tileflow.specs import keys
 from tileflow.specs.expressions import (
     Access,
     ExpressionError,
@@ -130,8 +131,7 @@ def parse_workload(
     data: Field, overrides: Mapping[str, int] | None = None, preset: str | None = None
 ) -> Workload:
     """Build a Workload from its YAML mapping; sizes come from dims/params, a preset and --set."""
-    data.check_keys({"name", "description", "dims", "params", "ops", "shapes", "presets"},
-                    required={"dims", "ops"})
+    keys.WORKLOAD.check(data)
     overrides = dict(overrides or {})
     presets = data.child("presets") if data.has("presets") else None
     if preset is not None:
@@ -155,7 +155,7 @@ def parse_workload(
             raise dims_field.error(f"dimension '{name}' must be at least 1, got {value}", name)
     ops = []
     for item in data.child("ops").elements():
-        item.check_keys({"name", "expr"}, required={"name", "expr"})
+        keys.OPERATOR.check(item)
         name = item.string("name")
         try:
             statement = parse_statement(item.string("expr"), set(sizes), params)
