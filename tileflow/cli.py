@@ -71,13 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--detail", action="store_true",
                     help="also print traffic and energy per level and tensor, and the "
                          "latency of every tile")
+    ev.add_argument("--csv", metavar="FILE",
+                    help="write one row per level and tensor (level, tensor, fill, read, "
+                         "update, energy_pj) to FILE")
     ev.add_argument("--save-dataflow", metavar="PATH",
                     help="write the dataflow as YAML (a starting point for hand edits)")
     cp = sub.add_parser("compare", help="every baseline dataflow side by side",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(cp)
     cp.add_argument("--plot", metavar="PATH",
-                    help="bar chart PNG (default: compare-WORKLOAD-ARCH.png here)")
+                    help="bar chart PNG (default: compare-WORKLOAD-SIZES-ARCH.png here)")
+    cp.add_argument("--csv", metavar="FILE",
+                    help="write one row per dataflow (the table's columns) to FILE")
     cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
     rp = sub.add_parser("reproduce", help="re-run the published comparison (G1-G12, C1-C8) "
                         "and write the Markdown report with plots")
@@ -86,8 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validate", help="model accuracy against measurements")
     va.add_argument("target", choices=["rtl"],
                     help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
-    va.add_argument("--data", help="folder with gemm_1152.csv and gemm_chain_131.csv "
-                                   "(default: ../shared/datasets/rtl-systolic)")
+    va.add_argument("--data", metavar="DIR",
+                    help="folder with gemm_1152.csv and gemm_chain_131.csv, the RTL "
+                         "measurements published with the TileFlow paper's artifact "
+                         "(default: ../shared/datasets/rtl-systolic beside the repository)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
@@ -104,6 +111,15 @@ def _load(args):
 
     overrides = _pairs(args.set, "--set")
     return load_workload(args.workload, overrides, args.preset), load_arch(args.arch)
+
+
+def _run_title(args, workload, arch) -> str:
+    """The run in words (workload, preset, sizes, accelerator), for tables and plot titles."""
+    from tileflow.report import run_title
+    from tileflow.specs.workload import resolve_workload
+
+    preset = resolve_workload(args.workload, args.preset)[1]
+    return run_title(workload, arch, preset, _pairs(args.set, "--set"))
 
 
 def _dataflow(name: str, workload, arch, tiles):
@@ -144,6 +160,10 @@ def cmd_evaluate(args) -> int:
         from tileflow.specs.dataflow import save_dataflow
 
         save_dataflow(flow, args.save_dataflow)
+    if args.csv:
+        from tileflow.report import write_csv
+
+        write_csv(result.frame(), args.csv)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -161,16 +181,24 @@ def cmd_evaluate(args) -> int:
 
 def cmd_compare(args) -> int:
     from tileflow.dataflows import baselines_for, build
-    from tileflow.report import comparison_plot, comparison_table
+    from tileflow.report import (
+        comparison_frame,
+        comparison_plot,
+        comparison_table,
+        default_plot_name,
+        write_csv,
+    )
 
     workload, arch = _load(args)
     results = [_evaluate(build(name, workload, arch), workload, arch)
                for name in baselines_for(workload)]
-    title = f"{workload.name} {dict(workload.sizes)} on {arch.name}"
+    title = _run_title(args, workload, arch)
     plot = None
     if not args.no_plot:
-        plot = comparison_plot(results, title,
-                               args.plot or f"compare-{workload.name}-{arch.name}.png")
+        plot = comparison_plot(results, title, args.plot or default_plot_name(
+            workload, arch, _pairs(args.set, "--set")))
+    if args.csv:
+        write_csv(comparison_frame(results), args.csv)
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
