@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(ev)
     ev.add_argument("--dataflow", required=True,
-                    help="a dataflow YAML file or a baseline name (layerwise, flat-rgran, ...)")
+                    help="a dataflow YAML file, a baseline name (layerwise, flat-rgran, ...) "
+                         "or a shipped dataflow file's name (attention-chimera, ...)")
     ev.add_argument("--tile", action="append", metavar="DIM=SIZE",
                     help="tile size for a baseline builder (repeatable), e.g. m=64")
     ev.add_argument("--double-buffer", action="store_true",
@@ -81,13 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--detail", action="store_true",
                     help="also print traffic and energy per level and tensor, and the "
                          "latency of every tile")
+    ev.add_argument("--csv", metavar="FILE",
+                    help="write one row per level and tensor (level, tensor, fill, read, "
+                         "update, energy_pj) to FILE")
     ev.add_argument("--save-dataflow", metavar="PATH",
                     help="write the dataflow as YAML (a starting point for hand edits)")
     cp = sub.add_parser("compare", help="every baseline dataflow side by side",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(cp)
     cp.add_argument("--plot", metavar="PATH",
-                    help="bar chart PNG (default: compare-WORKLOAD-ARCH.png here)")
+                    help="bar chart PNG (default: compare-WORKLOAD-SIZES-ARCH.png here)")
+    cp.add_argument("--csv", metavar="FILE",
+                    help="write one row per dataflow (the table's columns) to FILE")
     cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
     rp = sub.add_parser("reproduce", help="re-run the published comparison (G1-G12, C1-C8) "
                         "and write the Markdown report with plots")
@@ -96,8 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validate", help="model accuracy against measurements")
     va.add_argument("target", choices=["rtl"],
                     help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
-    va.add_argument("--data", help="folder with gemm_1152.csv and gemm_chain_131.csv "
-                                   "(default: ../shared/datasets/rtl-systolic)")
+    va.add_argument("--data", metavar="DIR",
+                    help="folder with gemm_1152.csv and gemm_chain_131.csv, the RTL "
+                         "measurements published with the TileFlow paper's artifact "
+                         "(default: ../shared/datasets/rtl-systolic beside the repository)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
@@ -116,15 +124,27 @@ def _load(args):
     return load_workload(args.workload, overrides, args.preset), load_arch(args.arch)
 
 
+def _run_title(args, workload, arch) -> str:
+    """The run in words (workload, preset, sizes, accelerator), for tables and plot titles."""
+    from tileflow.report import run_title
+    from tileflow.specs.workload import resolve_workload
+
+    preset = resolve_workload(args.workload, args.preset)[1]
+    return run_title(workload, arch, preset, _pairs(args.set, "--set", -MAX_FLAG_VALUE))
+
+
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
+    from tileflow import resources
     from tileflow.specs.dataflow import check_operators, load_dataflow_file
 
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    shipped = None if path.suffix in (".yaml", ".yml") or path.exists() else \
+        resources.find("dataflows", name)
+    if shipped is not None or path.suffix in (".yaml", ".yml") or path.exists():
         if tiles:
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
-        flow = load_dataflow_file(path)
+        flow = load_dataflow_file(shipped or path)
         check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
@@ -215,6 +235,10 @@ def cmd_evaluate(args) -> int:
         from tileflow.specs.dataflow import save_dataflow
 
         save_dataflow(flow, args.save_dataflow)
+    if args.csv:
+        from tileflow.report import write_csv
+
+        write_csv(result.frame(), args.csv)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -233,19 +257,27 @@ def cmd_evaluate(args) -> int:
 def cmd_compare(args) -> int:
     from tileflow.dataflows import baselines_for
     from tileflow.outputs import PLOT_SUFFIXES, check_output_file
-    from tileflow.report import comparison_plot, comparison_table
+    from tileflow.report import (
+        comparison_frame,
+        comparison_plot,
+        comparison_table,
+        default_plot_name,
+        write_csv,
+    )
 
     if args.plot and not args.no_plot:
         check_output_file(args.plot, PLOT_SUFFIXES, "--plot")
     workload, arch = _load(args)
     plot_path = None
     if not args.no_plot:
-        plot_path = args.plot or f"compare-{workload.name}-{arch.name}.png"
+        plot_path = args.plot or default_plot_name(workload, arch, _pairs(args.set, "--set", -MAX_FLAG_VALUE))
         check_output_file(plot_path, PLOT_SUFFIXES, "--plot")
     results = [_evaluate(_build(name, workload, arch), workload, arch)
                for name in baselines_for(workload)]
-    title = f"{workload.name} {dict(workload.sizes)} on {arch.name}"
+    title = _run_title(args, workload, arch)
     plot = comparison_plot(results, title, plot_path) if plot_path else None
+    if args.csv:
+        write_csv(comparison_frame(results), args.csv)
     if args.json:
         _print_json([r.to_dict() for r in results])
     else:
@@ -274,6 +306,7 @@ def cmd_validate(args) -> int:
     from tileflow.outputs import check_output_folder
     from tileflow.rtl import report, study
 
+    study.load_dataset(args.data)  # a missing dataset is explained before anything is written
     check_output_folder(args.out, "--out")
     results = study.run(args.data)
     command = "tileflow validate rtl" + (f" --data {args.data}" if args.data else "") + (

@@ -148,11 +148,16 @@ class Result:
                                            "energy_pj"])
 
 
-def evaluate(workload: Workload, arch: Architecture, flow: Dataflow, *,
+def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
              double_buffer: bool = False, fill_drain: bool = True) -> Result:
-    """Analyse a dataflow. Structural errors raise InvalidDataflow; resource overruns come
-    back as `valid=False` with the violations named. `fill_drain=False` gives the published
-    model's perfect overlap of loads, compute and stores."""
+    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Structural
+    errors raise InvalidDataflow; resource overruns come back as `valid=False` with the
+    violations named. `fill_drain=False` gives the published model's perfect overlap of
+    loads, compute and stores."""
+    if isinstance(flow, Tile):
+        flow = Dataflow(flow, flow.name or "dataflow")
+    elif not isinstance(flow, Dataflow):
+        raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
     return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
                          fill_drain=fill_drain)
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from tileflow import resources
 from tileflow.errors import InputError
+from tileflow.specs import keys
 from tileflow.specs.yamlfile import MIN_POSITIVE, Field, load_mapping
 
 
@@ -98,8 +100,7 @@ MAX_CYCLES_PER_OP = 1e6
 
 
 def parse_arch(data: Field) -> Architecture:
-    data.check_keys({"name", "description", "clock_ghz", "word_bits", "levels", "compute",
-                     "vector_on_matrix", "notes"}, required={"levels", "compute"})
+    keys.ACCELERATOR.check(data)
     clock_ghz = data.number("clock_ghz", 1.0, maximum=1e4)
     word_bits = data.integer("word_bits", 16, maximum=1024)
     if word_bits % 8:
@@ -115,7 +116,7 @@ def parse_arch(data: Field) -> Architecture:
     if len(set(names)) != len(names):
         raise data.error("level names must be unique", "levels")
     compute = data.child("compute")
-    compute.check_keys({"matrix", "vector"}, required={"matrix"})
+    keys.COMPUTE.check(compute)
     matrix = _unit(compute.child("matrix"), "matrix", levels)
     vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
     vector_on_matrix = data.boolean("vector_on_matrix", not compute.has("vector"))
@@ -125,10 +126,7 @@ def parse_arch(data: Field) -> Architecture:
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
            word_bytes: int) -> Level:
-    f.check_keys({"name", "capacity_bytes", "capacity_words", "fanout", "read_bandwidth_gbps",
-                  "write_bandwidth_gbps", "read_words_per_cycle", "write_words_per_cycle",
-                  "energy_pj_per_word", "step_overhead_cycles", "latency_cycles", "notes"},
-                 required={"name"})
+    keys.LEVEL.check(f)
     name = f.string("name")
     if f.has("capacity_bytes") and f.has("capacity_words"):
         raise f.error("give either 'capacity_bytes' or 'capacity_words', not both")
@@ -174,7 +172,7 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
     if not isinstance(e.data, dict):
         value = f.number("energy_pj_per_word", positive=False)
         return value, value, value
-    e.check_keys({"read", "write", "update"}, required={"read", "write"})
+    keys.ENERGY.check(e)
     read, write = e.number("read", positive=False), e.number("write", positive=False)
     return read, write, e.number("update", write, positive=False)
 
@@ -182,9 +180,7 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
 def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
     """`parallelism` is per instance of the feeding level: a matrix array fed from a per-PE
     register level (fan-out = rows x cols) has one MAC per register instance."""
-    allowed = {"level", "energy_pj_per_op", "cycles_per_op", "notes"}
-    allowed |= {"rows", "cols"} if kind == "matrix" else {"lanes"}
-    f.check_keys(allowed, required={"level"})
+    (keys.MATRIX if kind == "matrix" else keys.VECTOR).check(f)
     level = f.string("level")
     by_name = {lv.name: lv for lv in levels}
     if level not in by_name:
@@ -208,9 +204,6 @@ def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
                        cycles_map, rows, cols)
 
 
-ARCH_DIR = Path(__file__).resolve().parents[2] / "accelerators"
-
-
 def load_arch(name_or_path: str) -> Architecture:
     """Load an accelerator by shipped name (edge, cloud, tpu-like, cpu, ...), YAML path, or
     `host`: this machine, its caches read from the OS (cpu.yaml where the OS does not say)."""
@@ -223,11 +216,12 @@ def load_arch(name_or_path: str) -> Architecture:
             name_or_path = "cpu"
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
-        path = ARCH_DIR / f"{name_or_path.lower()}.yaml"
-        if not path.exists():
-            names = sorted(p.stem for p in ARCH_DIR.glob("*.yaml"))
+        found = resources.find("accelerators", name_or_path)
+        if found is None:
+            names = list(resources.shipped("accelerators"))
             raise InputError(f"unknown accelerator '{name_or_path}': give a YAML file or one "
                              f"of {', '.join(names)}")
+        path = found
     elif not path.exists():
         raise InputError(f"no such accelerator file '{name_or_path}'")
     try:

@@ -5,15 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tileflow.errors import InputError
+from tileflow.specs import keys
 from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping
 from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, parse_loop, walk
 
-TILE_KEYS = {"level", "name", "loops", "primitive", "children", "no_reuse"}
-
 
 def parse_dataflow(data: Field) -> Dataflow:
-    data.check_keys({"name", "description", "homes", "root"},
-                    required={"root"})
+    keys.DATAFLOW.check(data)
     lines: dict[str, int] = {}
     root = _node(data.child("root"), "root", lines)
     if not isinstance(root, Tile):
@@ -46,9 +44,9 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
     if line is not None:
         lines[path] = line + 1
     if f.has("op"):
-        f.check_keys({"op"})
+        keys.LEAF.check(f)
         return Op(f.string("op"))
-    f.check_keys(TILE_KEYS, required={"level", "children"})
+    keys.TILE.check(f)
     primitive = f.string("primitive", "Seq")
     if primitive not in PRIMITIVES:
         raise f.error(f"unknown primitive '{primitive}'; expected one of "
@@ -74,7 +72,7 @@ def _loop(f: Field) -> Loop:
         if not 1 <= loop.factor <= MAX_COUNT:
             raise f.error(f"the factor of loop '{f.data}' must be from 1 to {MAX_COUNT:,}")
         return loop
-    f.check_keys({"dim", "factor", "spatial"}, required={"dim", "factor"})
+    keys.LOOP.check(f)
     return Loop(f.string("dim"), f.integer("factor"), f.boolean("spatial", False))
 
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from tileflow import resources
 from tileflow.errors import InputError
+from tileflow.specs import keys
 from tileflow.specs.expressions import (
     Access,
     ExpressionError,
@@ -136,8 +138,7 @@ def parse_workload(
     data: Field, overrides: Mapping[str, int] | None = None, preset: str | None = None
 ) -> Workload:
     """Build a Workload from its YAML mapping; sizes come from dims/params, a preset and --set."""
-    data.check_keys({"name", "description", "dims", "params", "ops", "shapes", "presets"},
-                    required={"dims", "ops"})
+    keys.WORKLOAD.check(data)
     params_field = data.child("params").require_mapping() if data.has("params") else None
     dims_field = data.child("dims").require_mapping()
     for f in (dims_field, params_field):
@@ -166,7 +167,7 @@ def parse_workload(
     sizes = _eval_sizes(dims_field, overrides, params, flags, 1)
     ops = []
     for item in data.child("ops").elements():
-        item.check_keys({"name", "expr"}, required={"name", "expr"})
+        keys.OPERATOR.check(item)
         name = item.string("name")
         try:
             statement = parse_statement(item.string("expr"), set(sizes), params)
@@ -295,9 +296,6 @@ def _check_graph(w: Workload, data: Field) -> None:
         raise data.error("operator names must be unique", "ops")
 
 
-WORKLOAD_DIR = Path(__file__).resolve().parents[2] / "workloads"
-
-
 def load_workload(
     name_or_path: str, overrides: Mapping[str, int] | None = None, preset: str | None = None
 ) -> Workload:
@@ -315,10 +313,10 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
         if not path.exists():
             raise InputError(f"no such workload file '{name_or_path}'")
         return path, preset
-    shipped = WORKLOAD_DIR / f"{name_or_path.lower()}.yaml"
-    if shipped.exists():
+    shipped = resources.find("workloads", name_or_path)
+    if shipped is not None:
         return shipped, preset
-    for candidate in sorted(WORKLOAD_DIR.glob("*.yaml")):
+    for candidate in resources.shipped("workloads").values():
         presets = load_yaml(candidate).get("presets") or {}
         if name_or_path.upper() in presets:
             if preset is not None and preset != name_or_path.upper():
@@ -327,6 +325,6 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
                                  f"--workload {candidate.stem} --preset {preset}",
                                  where="--preset")
             return candidate, name_or_path.upper()
-    names = sorted(p.stem for p in WORKLOAD_DIR.glob("*.yaml"))
+    names = list(resources.shipped("workloads"))
     raise InputError(f"unknown workload '{name_or_path}': give a YAML file, one of "
                      f"{', '.join(names)}, or a preset such as G1 or C1")
