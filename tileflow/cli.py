@@ -151,6 +151,10 @@ def cmd_evaluate(args) -> int:
             print("\nper tile (cycles if alone: loads, children, stores):")
             print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
                                           "store_cycles", "cycles"]].to_string(index=False))
+            from tileflow.cost_components import components_table
+
+            print("\nper component (energy; area where the file names technology_nm):")
+            print(components_table(result.components))
     return 0
 
 

@@ -9,6 +9,14 @@ from functools import cached_property
 from pathlib import Path
 
 from tileflow.errors import InputError
+from tileflow.specs.arch_components import (
+    COMPONENT_LEVEL_KEYS,
+    choice,
+    technology,
+    unit_component,
+    with_component,
+)
+from tileflow.specs.components import ARITHMETIC
 from tileflow.specs.yamlfile import Field, load_yaml
 
 
@@ -27,6 +35,8 @@ class Level:
     update_energy_pj: float
     step_overhead_cycles: float = 0.0  # per step that reads from this level (request setup)
     latency_cycles: float = 0.0  # before the first word of a run of transfers arrives
+    area_mm2: float | None = None  # per instance, from the component model (technology_nm)
+    component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,8 @@ class ComputeUnit:
     cycles_per_op: Mapping[str, float] = field(default_factory=dict)  # by function; "default"
     rows: int = 1  # array shape (a vector unit is lanes x 1)
     cols: int = 1
+    lane_area_mm2: float | None = None  # per MAC or lane, from the component model
+    component: str = ""
 
     def cycles(self, function: str) -> float:
         return self.cycles_per_op.get(function, self.cycles_per_op.get("default", 1.0))
@@ -55,6 +67,7 @@ class Architecture:
     word_bytes: int
     vector_on_matrix: bool = False
     description: str = ""
+    technology_nm: float | None = None
 
     @cached_property
     def level_index(self) -> dict[str, int]:
@@ -96,16 +109,22 @@ DRAM_ENERGY_PJ_PER_16BIT = 200.0
 
 def parse_arch(data: Field) -> Architecture:
     data.check_keys({"name", "description", "clock_ghz", "word_bits", "levels", "compute",
-                     "vector_on_matrix", "notes"}, required={"levels", "compute"})
+                     "vector_on_matrix", "notes", "technology_nm", "precision"},
+                    required={"levels", "compute"})
     clock_ghz = data.number("clock_ghz", 1.0)
     word_bits = data.integer("word_bits", 16)
     if word_bits % 8:
         raise data.error(f"'word_bits' must be a multiple of 8, got {word_bits}", "word_bits")
     word_bytes = word_bits // 8
+    tech = technology(data)
+    precision = choice(data, "precision", ARITHMETIC, None)
+    if precision and tech is None:
+        raise data.error("'precision' needs 'technology_nm' beside it", "precision")
     levels: list[Level] = []
     for i, item in enumerate(data.child("levels").elements()):
-        levels.append(_level(item, i == 0, levels[-1].instances if levels else 1,
-                             clock_ghz, word_bytes))
+        level = _level(item, i == 0, levels[-1].instances if levels else 1,
+                       clock_ghz, word_bytes)
+        levels.append(with_component(level, item, i == 0, word_bits, tech))
     if not levels:
         raise data.error("an accelerator needs at least one storage level", "levels")
     names = [lv.name for lv in levels]
@@ -113,18 +132,24 @@ def parse_arch(data: Field) -> Architecture:
         raise data.error("level names must be unique", "levels")
     compute = data.child("compute")
     compute.check_keys({"matrix", "vector"}, required={"matrix"})
-    matrix = _unit(compute.child("matrix"), "matrix", levels)
-    vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
+    matrix = unit_component(_unit(compute.child("matrix"), "matrix", levels),
+                            compute.child("matrix"), tech, precision)
+    vector = matrix
+    if compute.has("vector"):
+        vector = unit_component(_unit(compute.child("vector"), "vector", levels),
+                                compute.child("vector"), tech, precision)
     vector_on_matrix = bool(data.get("vector_on_matrix", not compute.has("vector")))
     return Architecture(data.get("name", "accelerator"), tuple(levels), matrix, vector,
-                        clock_ghz, word_bytes, vector_on_matrix, data.get("description", ""))
+                        clock_ghz, word_bytes, vector_on_matrix, data.get("description", ""),
+                        tech)
 
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
            word_bytes: int) -> Level:
     f.check_keys({"name", "capacity_bytes", "capacity_words", "fanout", "read_bandwidth_gbps",
                   "write_bandwidth_gbps", "read_words_per_cycle", "write_words_per_cycle",
-                  "energy_pj_per_word", "step_overhead_cycles", "latency_cycles", "notes"},
+                  "energy_pj_per_word", "step_overhead_cycles", "latency_cycles", "notes",
+                  *COMPONENT_LEVEL_KEYS},
                  required={"name"})
     name = f.string("name")
     if f.has("capacity_bytes") and f.has("capacity_words"):
@@ -173,7 +198,7 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
 def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
     """`parallelism` is per instance of the feeding level: a matrix array fed from a per-PE
     register level (fan-out = rows x cols) has one MAC per register instance."""
-    allowed = {"level", "energy_pj_per_op", "cycles_per_op", "notes"}
+    allowed = {"level", "energy_pj_per_op", "cycles_per_op", "notes", "precision"}
     allowed |= {"rows", "cols"} if kind == "matrix" else {"lanes"}
     f.check_keys(allowed, required={"level"})
     level = f.string("level")
