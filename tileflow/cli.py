@@ -89,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(default: ../shared/datasets/rtl-systolic)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
+    im = sub.add_parser("import", help="write TileFlow YAML for Timeloop / original TileFlow "
+                        "architecture, problem and mapping files")
+    im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
+                                             "architecture among them)")
+    im.add_argument("--out", metavar="DIR", help="output folder (default: beside each file)")
+    ex = sub.add_parser("export-timeloop", help="write a single-operator dataflow as a "
+                        "Timeloop mapping")
+    _common(ex)
+    ex.add_argument("--dataflow", required=True, help="a dataflow YAML file or baseline name")
+    ex.add_argument("--out", metavar="PATH", help="write here (default: print)")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -98,20 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from tileflow.specs.arch import load_arch
-    from tileflow.specs.workload import load_workload
+    from tileflow.interop.files import load_arch_any, load_workload_any
 
     overrides = _pairs(args.set, "--set")
-    return load_workload(args.workload, overrides, args.preset), load_arch(args.arch)
+    return load_workload_any(args.workload, overrides, args.preset), load_arch_any(args.arch)
 
 
 def _dataflow(name: str, workload, arch, tiles):
     from tileflow.dataflows import build
-    from tileflow.specs.dataflow import load_dataflow_file
+    from tileflow.interop.files import load_dataflow_any
 
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        return load_dataflow_file(path)
+        return load_dataflow_any(path, workload, arch)
     return build(name, workload, arch, tiles)
 
 
@@ -227,8 +236,37 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from tileflow.interop.files import import_files
+
+    for path in import_files(args.files, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_export_timeloop(args) -> int:
+    from tileflow.interop.export import timeloop_mapping
+    from tileflow.interop.files import write_yaml_atomically
+
+    workload, arch = _load(args)
+    flow = _dataflow(args.dataflow, workload, arch, {})
+    mapping = timeloop_mapping(flow, workload, arch)
+    if args.json:
+        print(json.dumps(mapping, indent=2))
+    elif args.out:
+        print(f"wrote {write_yaml_atomically(Path(args.out), mapping)}")
+    else:
+        from ruamel.yaml import YAML
+
+        yaml = YAML()
+        yaml.default_flow_style = None
+        yaml.dump(mapping, sys.stdout)
+    return 0
+
+
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
-            "reproduce": cmd_reproduce, "validate": cmd_validate}
+            "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
+            "export-timeloop": cmd_export_timeloop}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
