@@ -126,6 +126,8 @@ def _flatten_v04(nodes: Field) -> list[Component]:
             _check_attrs(attrs, CONTAINER_KEYS, "container")
             instances *= mesh
             context = _inherit(context, attrs)
+            if item.has("spatial"):
+                context["meshX"] = item.child("spatial").get("meshX")
         else:
             out.append(Component(item.string("name"), str(item.get("class", "")), attrs,
                                  instances * mesh, _inherit(context, attrs)))
@@ -224,7 +226,8 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
     per_instance = mac.instances // inner.instances
     fanout = levels[-1].get("fanout", 1)
     if per_instance == 1:
-        cols = mac.attributes.get("meshX") or inner.attributes.get("meshX") or fanout
+        cols = (mac.attributes.get("meshX") or inner.attributes.get("meshX")
+                or mac.context.get("meshX") or fanout)
         cols = cols if isinstance(cols, int) and cols > 0 and fanout % cols == 0 else fanout
         rows = fanout // cols
     elif per_instance == fanout:

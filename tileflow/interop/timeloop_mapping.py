@@ -62,6 +62,15 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
         loops = [f"{dim}:{chosen[dim]}" + (":Sp" if kind == "spatial" else "")
                  for dim in permutation(d, chosen, sizes)]
         (temporal if kind == "temporal" else spatial)[target] = loops
+    for dim, size in sizes.items():
+        product = 1
+        for loops in (*temporal.values(), *spatial.values()):
+            for loop in loops:
+                name, factor = loop.split(":")[:2]
+                product *= int(factor) if name == dim else 1
+        if product != size:
+            raise directives.error(f"the factors of '{dim}' multiply to {product}, not its "
+                                   f"size {size} (Timeloop needs exact factors)")
     tile: dict | None = None
     for level in reversed([lv.name for lv in arch.levels]):
         loops = temporal.get(level, []) + spatial.get(level, [])
