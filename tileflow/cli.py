@@ -246,7 +246,7 @@ def cmd_import(args) -> int:
 
 def cmd_export_timeloop(args) -> int:
     from tileflow.interop.export import timeloop_mapping
-    from tileflow.interop.files import write_yaml_atomically
+    from tileflow.interop.files import dump_yaml, write_yaml_atomically
 
     workload, arch = _load(args)
     flow = _dataflow(args.dataflow, workload, arch, {})
@@ -256,11 +256,7 @@ def cmd_export_timeloop(args) -> int:
     elif args.out:
         print(f"wrote {write_yaml_atomically(Path(args.out), mapping)}")
     else:
-        from ruamel.yaml import YAML
-
-        yaml = YAML()
-        yaml.default_flow_style = None
-        yaml.dump(mapping, sys.stdout)
+        print(dump_yaml(mapping), end="")
     return 0
 
 

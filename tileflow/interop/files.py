@@ -141,17 +141,23 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
     return written
 
 
-def write_yaml_atomically(path: Path, data: dict, header: str = "") -> Path:
-    """Write YAML to a temporary file beside `path`, then rename it over `path`."""
+def dump_yaml(data: dict) -> str:
     yaml = YAML()
     yaml.default_flow_style = None
+    yaml.width = 100
     buffer = io.StringIO()
     yaml.dump(data, buffer)
+    return buffer.getvalue()
+
+
+def write_yaml_atomically(path: Path, data: dict, header: str = "") -> Path:
+    """Write YAML to a temporary file beside `path`, then rename it over `path`."""
+    text = dump_yaml(data)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w") as handle:
-            handle.write(header + buffer.getvalue())
+            handle.write(header + text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -285,9 +285,12 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
         raise a.error(f"storage '{c.name}' needs 'depth' (or 'entries', 'sizeKB'): only the "
                       "outermost level may be unbounded")
     shared = a.number("shared_bandwidth") if a.has("shared_bandwidth") else None
+    notes = []
     for kind in ("read", "write"):
         key = f"{kind}_bandwidth"
         rate = a.number(key) if a.has(key) else shared
+        if rate is None:
+            notes.append(f"no {kind} bandwidth in Timeloop: unlimited")
         level[f"{kind}_words_per_cycle"] = rate if rate is not None else UNLIMITED_WORDS_PER_CYCLE
     kind = _kind(c)
     if a.has("vector-access-energy"):
@@ -305,5 +308,7 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
         if width and width % word_bits == 0 and width >= word_bits:
             level["access_width_bits"] = width
     if bits != word_bits:
-        level["notes"] = f"words of {bits} bits in Timeloop (accelerator word: {word_bits})"
+        notes.append(f"capacity in {word_bits}-bit words (Timeloop: {bits}-bit words)")
+    if notes:
+        level["notes"] = "; ".join(notes)
     return level
