@@ -208,3 +208,51 @@ def write(folder: Path, name: str, text: str) -> str:
     path = folder / name
     path.write_text(textwrap.dedent(text))
     return str(path)
+
+
+# A 1-D convolution with output channels on DRAM -> Buffer -> one register file and MAC,
+# 8-bit words (no bandwidths given: unlimited, as in Timeloop).
+ARCH_ONE_PE = """
+architecture:
+  version: 0.2
+  subtree:
+  - name: System
+    local:
+    - name: DRAM
+      class: DRAM
+      attributes: {width: 256, block-size: 32, word-bits: 8}
+    subtree:
+    - name: Chip
+      attributes: {technology: 40nm}
+      local:
+      - name: Buffer
+        class: SRAM
+        attributes: {depth: 8192, width: 256, block-size: 32, word-bits: 8}
+      subtree:
+      - name: PE
+        local:
+        - name: Reg
+          class: regfile
+          attributes: {depth: 64, width: 8, block-size: 1, word-bits: 8}
+        - name: MAC
+          class: intmac
+          attributes: {datawidth: 8}
+"""
+
+CONV_OC_PROBLEM = """
+problem:
+  shape:
+    name: conv1d-oc
+    dimensions: [K, R, P]
+    data-spaces:
+    - {name: Weights, projection: [[[K]], [[R]]]}
+    - {name: Inputs, projection: [[[R], [P]]]}
+    - {name: Outputs, projection: [[[K]], [[P]]], read-write: True}
+  instance: {K: 32, R: 3, P: 16}
+"""
+
+CONV_OC_MAPPING = """
+mapping:
+- {target: Buffer, type: temporal, factors: K=16 P=16, permutation: PK}
+- {target: Reg, type: temporal, factors: K=2 R=3, permutation: RK}
+"""

@@ -8,8 +8,11 @@ import json
 import pytest
 
 from tests.interop.samples import (
+    ARCH_ONE_PE,
     ARCH_V03,
     ARCH_V04,
+    CONV_OC_MAPPING,
+    CONV_OC_PROBLEM,
     CONV_MAPPING_SPATIAL,
     CONV_MAPPING_TEMPORAL,
     CONV_PROBLEM,
@@ -90,6 +93,27 @@ def test_overlapping_windows_on_two_instances_are_read_once(tmp_path, arch):
     assert r.traffic["Reg"]["Inputs"].fill == 2 * 3 * 8
     assert r.traffic["Buffer"]["Weights"].read == 2 * 2 * 3  # multicast to both PEs
     assert r.traffic["Reg"]["Weights"].fill == 2 * (2 * 2 * 3)
+
+
+def test_convolution_with_output_channels_on_one_pe(tmp_path):
+    """Buffer loops K:16 (outer), P:16; the register holds Weights[2 k, 3 r], Inputs[3 rows],
+    Outputs[2 k, 1 p] and runs K:2, R:3. Every MAC (32 x 3 x 16 = 1536) reads a weight and
+    an input. Weights change with K only: 16 x 6 fills. Inputs slide along P: 3 rows, then
+    1 new per step, again for each of the 16 K steps: 16 x 18. Each output is updated once
+    per tap (1536) and read back except on its first touch (1536 - 512). Everything sits in
+    the Buffer once: 96 weights, 18 input rows, 512 outputs."""
+    arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_ONE_PE))
+    _, _, r = run(tmp_path, arch, CONV_OC_PROBLEM, CONV_OC_MAPPING)
+    reg, buf, dram = r.traffic["Reg"], r.traffic["Buffer"], r.traffic["DRAM"]
+    assert reg["Weights"].read == reg["Inputs"].read == 1536
+    assert reg["Weights"].fill == 16 * 6 and reg["Inputs"].fill == 16 * 18
+    assert reg["Outputs"].update == 1536 and reg["Outputs"].read == 1536 - 512
+    assert reg["Outputs"].fill == 0  # no fill on an output's first touch
+    assert buf["Weights"].read == 96 and buf["Inputs"].read == 16 * 18
+    assert buf["Inputs"].fill == 18 and buf["Outputs"].update == 512
+    assert dram["Weights"].read == 96 and dram["Inputs"].read == 18
+    assert dram["Outputs"].update == 512
+    assert arch.levels[1].capacity_words == 8192 * 32 and arch.technology_nm == 40
 
 
 def test_evaluate_command_reads_the_three_files(tmp_path, capsys):
