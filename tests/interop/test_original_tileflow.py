@@ -78,3 +78,39 @@ def test_problem_sizes_must_be_numbers(tmp_path, capsys):
                  "--workload", write(tmp_path, "prob.yaml", text), "--dataflow", "layerwise"])
     err = capsys.readouterr().err
     assert code == 2 and "prob.yaml, line" in err and "not an integer" in err
+
+
+def test_a_scope_at_the_top_and_a_spatial_tile_under_a_temporal_one(tmp_path):
+    """A top-level Scope sits in a tile at the outermost level; a Spatial node under a
+    Temporal node at the same target joins it as one tile (temporal loops first)."""
+    mapping = """
+    mapping:
+      node-type: Scope
+      type: Sharing
+      subtree:
+      - node-type: Tile
+        type: Temporal
+        factors: M=2 L=6 K=4
+        permutation: KLM
+        target: Buffer
+        subtree:
+        - node-type: Tile
+          type: Spatial
+          factors: M=4
+          target: Buffer
+          split: 1
+          subtree:
+          - {node-type: Op, name: GEMM1}
+      - node-type: Tile
+        type: Temporal
+        factors: M=8 N=6 L=6
+        permutation: LNM
+        target: Buffer
+        subtree:
+        - {node-type: Op, name: GEMM2}
+    """
+    arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_V03))
+    w = load_workload_any(write(tmp_path, "prob.yaml", CHAIN_PROBLEM))
+    flow = load_dataflow_any(write(tmp_path, "map.yaml", mapping), w, arch)
+    assert flow.root == tile("DRAM", "", tile("Buffer", "M:2 L:6 K:4 M:4:Sp", "GEMM1"),
+                             tile("Buffer", "M:8 N:6 L:6", "GEMM2"), primitive="Shar")

@@ -176,3 +176,14 @@ def test_component_keys_without_a_node_are_errors(tmp_path, capsys):
                  "layerwise"])
     err = capsys.readouterr().err
     assert code == 2 and "b.yaml, line" in err and "technology_nm" in err
+
+
+def test_detail_prints_the_component_table(tmp_path, capsys):
+    path = tmp_path / "a.yaml"
+    path.write_text(textwrap.dedent(ARCH))
+    assert main(["evaluate", "--arch", str(path), "--workload", "gemm", "--set", "m=8",
+                 "--set", "n=8", "--set", "k=8", "--dataflow", "layerwise", "--detail"]) == 0
+    out = capsys.readouterr().out
+    table = out.split("per component")[1]
+    assert "SRAM 64 KB, 64-bit access, 22 nm" in table and "LPDDR4 DRAM" in table
+    assert "int8 matrix lanes, 22 nm" in table

@@ -76,7 +76,9 @@ def with_component(level: T, f: Field, outermost: bool, word_bits: int,
         return level
     cost = memory_cost(kind, capacity_bytes, word_bits, tech or 45.0, width, dram_type)
     changes: dict[str, Any] = {"area_mm2": cost.area_mm2, "component": cost.component}
-    if not f.has("energy_pj_per_word"):
+    if f.has("energy_pj_per_word"):
+        changes["component"] += " (energy given)"
+    else:
         changes.update(read_energy_pj=cost.read_pj, write_energy_pj=cost.write_pj,
                        update_energy_pj=cost.write_pj)
     return replace(level, **changes)
@@ -93,6 +95,8 @@ def unit_component(unit: T, f: Field, tech: float | None, precision: str | None)
     energy, area = lane_cost(precision, tech)
     changes: dict[str, Any] = {"lane_area_mm2": area,
                                "component": f"{precision} {unit.kind} lanes, {tech:g} nm"}
-    if not f.has("energy_pj_per_op"):
+    if f.has("energy_pj_per_op"):
+        changes["component"] += " (energy given)"
+    else:
         changes["energy_pj_per_op"] = energy
     return replace(unit, **changes)
