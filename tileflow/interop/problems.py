@@ -4,6 +4,8 @@ and `out`) as TileFlow workloads: one einsum-like expression per operator."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tileflow.interop.common import IDENTIFIER, identifier, names
 from tileflow.specs.yamlfile import Field
 
@@ -102,7 +104,7 @@ def convert_tileflow_problem(doc: Field) -> dict:
     for d in {d for item in problem.child("ops").elements() for d in _dims(item)}:
         if d not in sizes:
             raise problem.error(f"no size for dimension '{d}' (give it in 'instance')")
-    return {"name": "tileflow-problem", "dims": sizes, "ops": ops}
+    return {"name": _stem(doc), "dims": sizes, "ops": ops}
 
 
 def _expression(item: Field, name: str, out: str, ins: list[str], acc: dict[str, str],
@@ -194,3 +196,7 @@ def _projection(f: Field, dims: list[str], coefficients: dict[str, int]) -> str:
             raise axis.error("a projection axis with no dimension (all coefficients zero)")
         axes.append("+".join(parts))
     return ",".join(axes)
+
+
+def _stem(doc: Field) -> str:
+    return Path(doc.source).stem

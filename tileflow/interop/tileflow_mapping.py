@@ -5,6 +5,8 @@ the tile above it (Sequential, Sharing, Parallel, Pipeline)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tileflow.interop.common import factors, names, permutation
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -25,7 +27,7 @@ def convert_tileflow_mapping(doc: Field, workload: Workload, arch: Architecture)
     root = _node(doc.child("mapping"), workload, arch, dims, arch.levels[0].name)
     if "op" in root:
         root = {"level": arch.levels[0].name, "children": [root]}
-    return {"name": "tileflow-mapping", "root": root}
+    return {"name": Path(doc.source).stem, "root": root}
 
 
 def _kind(f: Field) -> str:

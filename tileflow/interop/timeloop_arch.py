@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tileflow.specs.components import ARITHMETIC, DRAM_PJ_PER_BIT
 from tileflow.specs.yamlfile import Field
@@ -239,7 +240,7 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
         cols = cols if isinstance(cols, int) and cols > 0 and per_instance % cols == 0 else 1
         rows = per_instance // cols
     matrix: dict = {"rows": rows, "cols": cols, "level": inner.name}
-    out: dict = {"name": "timeloop-arch", "clock_ghz": _clock_ghz(components),
+    out: dict = {"name": Path(where.source).stem, "clock_ghz": _clock_ghz(components),
                  "word_bits": word_bits}
     if tech is not None:
         out["technology_nm"] = tech

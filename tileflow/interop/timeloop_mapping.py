@@ -5,6 +5,8 @@ temporal loops then its spatial loops, the operator under the innermost tile."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tileflow.interop.common import factors, names, permutation
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -87,7 +89,7 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
         tile = node
     if tile is None:
         raise directives.error("every level bypasses every tensor")
-    return {"name": "timeloop-mapping", "root": tile}
+    return {"name": Path(doc.source).stem, "root": tile}
 
 
 def _bypassed(d: Field, tensors: set[str], target: str) -> set[str]:
