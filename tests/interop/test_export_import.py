@@ -139,3 +139,12 @@ def test_import_writes_tileflow_files_that_evaluate_the_same(tmp_path, capsys):
 def test_import_of_a_mapping_alone_asks_for_its_problem(tmp_path, capsys):
     code = main(["import", write(tmp_path, "map.yaml", GEMM_MAPPING)])
     assert code == 2 and "needs its problem and architecture" in capsys.readouterr().err
+
+
+def test_import_writes_nothing_when_one_file_is_bad(tmp_path, capsys):
+    paths = [write(tmp_path, "arch.yaml", ARCH_V03), write(tmp_path, "prob.yaml", GEMM_PROBLEM),
+             write(tmp_path, "map.yaml", GEMM_MAPPING.replace("M=2 N=3", "M=? N=3"))]
+    out = tmp_path / "out"
+    assert main(["import", *paths, "--out", str(out)]) == 2
+    assert "map.yaml, line 5" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
+from tileflow.analysis.prepare import prepare
 from tileflow.errors import InputError
 from tileflow.interop.problems import (
     convert_tileflow_problem,
@@ -117,27 +118,39 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
                                  is_tileflow_problem(doc.data)):
             workload = _parsed(lambda d=doc: workload_document(d),
                                lambda f: parse_workload(f), doc, "problem")
-    written = []
+    planned: list[tuple[Path, dict, str]] = []
     for doc in docs:
         source = Path(doc.source)
         folder = Path(out_dir) if out_dir else source.parent
         stem = source.name.removesuffix(source.suffix)
         outputs = []
         if is_arch(doc.data):
-            outputs.append(("arch", arch_document(doc)))
+            data = arch_document(doc)
+            _parsed(lambda d=data: d, parse_arch, doc, "architecture")
+            outputs.append(("arch", data))
         if is_timeloop_problem(doc.data) or is_tileflow_problem(doc.data):
-            outputs.append(("workload", workload_document(doc)))
+            data = workload_document(doc)
+            _parsed(lambda d=data: d, parse_workload, doc, "problem")
+            outputs.append(("workload", data))
         if is_timeloop_mapping(doc.data) or is_tileflow_mapping(doc.data):
             if arch is None or workload is None:
                 raise InputError("a mapping needs its problem and architecture: give their "
                                  "files in the same 'tileflow import'", doc.source)
-            outputs.append(("dataflow", dataflow_document(doc, workload, arch)))
-        folder.mkdir(parents=True, exist_ok=True)
+            data = dataflow_document(doc, workload, arch)
+            flow = _parsed(lambda d=data: d, parse_dataflow, doc, "mapping")
+            try:
+                prepare(workload, arch, flow)
+            except InputError as exc:
+                raise InputError(f"{exc.message} (in the mapping as TileFlow reads it)",
+                                 doc.source, exc.where) from None
+            outputs.append(("dataflow", data))
         for kind, data in outputs:
-            target = folder / f"{stem}.{kind}.yaml"
-            write_yaml_atomically(target, data, f"# {kind} imported by `tileflow import` "
-                                                f"from {source.name}\n")
-            written.append(target)
+            planned.append((folder / f"{stem}.{kind}.yaml", data,
+                            f"# {kind} imported by `tileflow import` from {source.name}\n"))
+    written = []
+    for target, data, header in planned:  # everything converted and checked: now write
+        target.parent.mkdir(parents=True, exist_ok=True)
+        written.append(write_yaml_atomically(target, data, header))
     return written
 
 

@@ -148,7 +148,7 @@ def _kind(c: Component) -> str:
         return "dram"
     if "mac" in cls or cls in ("compute", "alu", "multiplier"):
         return "compute"
-    if any(k in cls for k in ("regfile", "reg", "_rf", "rf")) and "sram" not in cls:
+    if "regfile" in cls or cls.endswith("_rf") or cls in ("rf", "reg", "register"):
         return "regfile"
     if any(k in cls for k in ("sram", "storage", "buffer", "cache")):
         return "sram"
