@@ -144,6 +144,8 @@ BAD = [
      "'read-write' must be true or false"),
     (GEMM_PROBLEM.replace("K: 4}", "K: 4, X: 2}"), "prob", "'X' is neither"),
     (GEMM_PROBLEM.replace("[[[M]], [[K]]]", "[[[M]], [[Q]]]"), "prob", "'Q'"),
+    (GEMM_PROBLEM.replace("projection: [[[M]], [[N]]]", "projection: [[[M, 2]], [[N]]]"),
+     "prob", "output index '2*M'"),
 ]
 
 

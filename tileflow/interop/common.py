@@ -52,6 +52,8 @@ def permutation(f: Field, chosen: Mapping[str, int], dims: Mapping[str, int]) ->
             raise f.error(f"no 'permutation' for factors of {', '.join(moving)}: the loop "
                           "order must be given", "permutation")
         return moving
+    if isinstance(text, list) and all(isinstance(t, str) for t in text):
+        text = " ".join(text)
     if not isinstance(text, str):
         raise f.error(f"'permutation' must be a string, got {text!r}", "permutation")
     tokens = text.replace(",", " ").split()

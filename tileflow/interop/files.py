@@ -48,8 +48,11 @@ def _parsed(convert: Callable[[], dict], parse: Callable[[Field], object], doc: 
     try:
         return parse(Field(converted, doc.source))
     except InputError as exc:
+        key = next((k for k in ("architecture", "problem", "mapping") if doc.has(k)), None)
+        place = doc.where(key) if key else None
+        where = "; ".join(p for p in (place, exc.where and f"as read: {exc.where}") if p)
         raise InputError(f"{exc.message} (in the {what} as TileFlow reads it)",
-                         doc.source, exc.where) from None
+                         doc.source, where or None) from None
 
 
 def arch_document(doc: Field) -> dict:

@@ -26,7 +26,7 @@ def is_tileflow_problem(data: object) -> bool:
 
 def convert_timeloop_problem(doc: Field) -> dict:
     problem = doc.child("problem").require_mapping()
-    problem.check_keys({"shape", "instance"}, required={"shape", "instance"})
+    problem.check_keys({"version", "shape", "instance"}, required={"shape", "instance"})
     shape = problem.child("shape").require_mapping()
     shape.check_keys({"name", "dimensions", "coefficients", "data-spaces", "data_spaces"},
                      required={"dimensions"})
@@ -58,6 +58,7 @@ def convert_timeloop_problem(doc: Field) -> dict:
         accesses[tensor] = _projection(item.child("projection"), dims, coefficients)
         if _flag(item, "read-write") or _flag(item, "read_write"):
             outputs.append(tensor)
+            _plain_output(item, accesses[tensor], dims)
     if len(outputs) != 1 or len(accesses) != 3:
         raise spaces.error(f"expected three data spaces, one of them read-write (a multiply-"
                            f"accumulate); found {len(accesses)} with read-write: "
@@ -91,6 +92,8 @@ def convert_tileflow_problem(doc: Field) -> dict:
                              required={"name", "projection"})
             tensor = identifier(space, "name", "a data-space name")
             accesses[tensor] = _projection(space.child("projection"), dims, {})
+            if _flag(space, "read-write") or tensor == item.get("out"):
+                _plain_output(space, accesses[tensor], dims)
             if _flag(space, "read-write"):
                 written.add(tensor)
         out = identifier(item, "out", "'out'")
@@ -135,6 +138,13 @@ def _expression(item: Field, name: str, out: str, ins: list[str], acc: dict[str,
     if len(ins) != 1:
         raise item.error(f"a '{kind}' operator takes one input", "ins")
     return f"{lhs} = {symbol}({refs[0]})" if symbol else f"{lhs} = {refs[0]}"
+
+
+def _plain_output(space: Field, index: str, dims: list[str]) -> None:
+    for axis in index.split(","):
+        if axis not in dims:
+            raise space.error(f"output index '{axis}' must be one dimension with coefficient 1",
+                              "projection")
 
 
 def _dims(f: Field) -> list[str]:
