@@ -68,8 +68,9 @@ def _count(name: str) -> tuple[str, int]:
 
 
 def _attributes(f: Field) -> Field:
-    return f.child("attributes").require_mapping() if f.has("attributes") else Field({}, f.source,
-                                                                                       f.path)
+    if f.has("attributes"):
+        return f.child("attributes").require_mapping()
+    return Field({}, f.source, f.path)
 
 
 def _inherit(context: dict, attrs: Field) -> dict:
@@ -117,6 +118,10 @@ def _flatten_v04(nodes: Field) -> list[Component]:
         if item.has("constraints"):
             raise item.error("'constraints' are mapper input; TileFlow reads fixed mappings",
                              "constraints")
+        if not isinstance(item.get("enabled", True), bool):
+            raise item.error("'enabled' must be true or false", "enabled")
+        if item.get("enabled") is False:
+            continue  # a switched-off node, as Timeloop reads it
         attrs = _attributes(item)
         mesh = 1
         if item.has("spatial"):
