@@ -108,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: ../shared/datasets/rtl-systolic beside the repository)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
+    im = sub.add_parser("import", help="write TileFlow YAML for Timeloop / original TileFlow "
+                        "architecture, problem and mapping files")
+    im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
+                                             "architecture among them)")
+    im.add_argument("--out", metavar="DIR", help="output folder (default: beside each file)")
+    ex = sub.add_parser("export-timeloop", help="write a single-operator dataflow as a "
+                        "Timeloop mapping")
+    _common(ex)
+    ex.add_argument("--dataflow", required=True, help="a dataflow YAML file or baseline name")
+    ex.add_argument("--out", metavar="PATH", help="write here (default: print)")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -117,11 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from tileflow.specs.arch import load_arch
-    from tileflow.specs.workload import load_workload
+    from tileflow.interop.files import load_arch_any, load_workload_any
 
     overrides = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
-    return load_workload(args.workload, overrides, args.preset), load_arch(args.arch)
+    return load_workload_any(args.workload, overrides, args.preset), load_arch_any(args.arch)
 
 
 def _run_title(args, workload, arch) -> str:
@@ -135,7 +144,8 @@ def _run_title(args, workload, arch) -> str:
 
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
     from tileflow import resources
-    from tileflow.specs.dataflow import check_operators, load_dataflow_file
+    from tileflow.interop.files import load_dataflow_any
+    from tileflow.specs.dataflow import check_operators
 
     path = Path(name)
     shipped = None if path.suffix in (".yaml", ".yml") or path.exists() else \
@@ -144,7 +154,7 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
         if tiles:
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
-        flow = load_dataflow_file(shipped or path)
+        flow = load_dataflow_any(shipped or path, workload, arch)
         check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
@@ -251,6 +261,10 @@ def cmd_evaluate(args) -> int:
             print("\nper tile (cycles if alone: loads, children, stores):")
             print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
                                           "store_cycles", "cycles"]].to_string(index=False))
+            from tileflow.cost_components import components_table
+
+            print("\nper component (energy; area where the file names technology_nm):")
+            print(components_table(result.components))
     return 0
 
 
@@ -270,7 +284,8 @@ def cmd_compare(args) -> int:
     workload, arch = _load(args)
     plot_path = None
     if not args.no_plot:
-        plot_path = args.plot or default_plot_name(workload, arch, _pairs(args.set, "--set", -MAX_FLAG_VALUE))
+        sizes = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
+        plot_path = args.plot or default_plot_name(workload, arch, sizes)
         check_output_file(plot_path, PLOT_SUFFIXES, "--plot")
     results = [_evaluate(_build(name, workload, arch), workload, arch)
                for name in baselines_for(workload)]
@@ -340,8 +355,33 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from tileflow.interop.files import import_files
+
+    for path in import_files(args.files, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_export_timeloop(args) -> int:
+    from tileflow.interop.export import timeloop_mapping
+    from tileflow.interop.files import dump_yaml, write_yaml_atomically
+
+    workload, arch = _load(args)
+    flow = _dataflow(args.dataflow, workload, arch, {})
+    mapping = timeloop_mapping(flow, workload, arch)
+    if args.json:
+        print(json.dumps(mapping, indent=2))
+    elif args.out:
+        print(f"wrote {write_yaml_atomically(Path(args.out), mapping)}")
+    else:
+        print(dump_yaml(mapping), end="")
+    return 0
+
+
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
-            "reproduce": cmd_reproduce, "validate": cmd_validate}
+            "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
+            "export-timeloop": cmd_export_timeloop}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

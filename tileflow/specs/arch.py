@@ -11,6 +11,13 @@ from pathlib import Path
 from tileflow import resources
 from tileflow.errors import InputError
 from tileflow.specs import keys
+from tileflow.specs.arch_components import (
+    choice,
+    technology,
+    unit_component,
+    with_component,
+)
+from tileflow.specs.components import ARITHMETIC
 from tileflow.specs.yamlfile import MIN_POSITIVE, Field, load_mapping
 
 
@@ -29,6 +36,8 @@ class Level:
     update_energy_pj: float
     step_overhead_cycles: float = 0.0  # per step that reads from this level (request setup)
     latency_cycles: float = 0.0  # before the first word of a run of transfers arrives
+    area_mm2: float | None = None  # per instance, from the component model (technology_nm)
+    component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class ComputeUnit:
     cycles_per_op: Mapping[str, float] = field(default_factory=dict)  # by function; "default"
     rows: int = 1  # array shape (a vector unit is lanes x 1)
     cols: int = 1
+    lane_area_mm2: float | None = None  # per MAC or lane, from the component model
+    component: str = ""
 
     def cycles(self, function: str) -> float:
         return self.cycles_per_op.get(function, self.cycles_per_op.get("default", 1.0))
@@ -57,6 +68,7 @@ class Architecture:
     word_bytes: int
     vector_on_matrix: bool = False
     description: str = ""
+    technology_nm: float | None = None
 
     @cached_property
     def level_index(self) -> dict[str, int]:
@@ -106,10 +118,15 @@ def parse_arch(data: Field) -> Architecture:
     if word_bits % 8:
         raise data.error(f"'word_bits' must be a multiple of 8, got {word_bits}", "word_bits")
     word_bytes = word_bits // 8
+    tech = technology(data)
+    precision = choice(data, "precision", ARITHMETIC, None)
+    if precision and tech is None:
+        raise data.error("'precision' needs 'technology_nm' beside it", "precision")
     levels: list[Level] = []
     for i, item in enumerate(data.child("levels").elements()):
-        levels.append(_level(item, i == 0, levels[-1].instances if levels else 1,
-                             clock_ghz, word_bytes))
+        level = _level(item, i == 0, levels[-1].instances if levels else 1,
+                       clock_ghz, word_bytes)
+        levels.append(with_component(level, item, i == 0, word_bits, tech))
     if not levels:
         raise data.error("an accelerator needs at least one storage level", "levels")
     names = [lv.name for lv in levels]
@@ -117,11 +134,16 @@ def parse_arch(data: Field) -> Architecture:
         raise data.error("level names must be unique", "levels")
     compute = data.child("compute")
     keys.COMPUTE.check(compute)
-    matrix = _unit(compute.child("matrix"), "matrix", levels)
-    vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
+    matrix = unit_component(_unit(compute.child("matrix"), "matrix", levels),
+                            compute.child("matrix"), tech, precision)
+    vector = matrix
+    if compute.has("vector"):
+        vector = unit_component(_unit(compute.child("vector"), "vector", levels),
+                                compute.child("vector"), tech, precision)
     vector_on_matrix = data.boolean("vector_on_matrix", not compute.has("vector"))
     return Architecture(data.string("name", "accelerator"), tuple(levels), matrix, vector,
-                        clock_ghz, word_bytes, vector_on_matrix, data.string("description", ""))
+                        clock_ghz, word_bytes, vector_on_matrix, data.string("description", ""),
+                        tech)
 
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,

@@ -65,6 +65,12 @@ ACCELERATOR = Section("accelerator", "top level of an accelerator file", (
     Key("vector_on_matrix", "boolean", "run vector operators on the matrix array (one "
         "operation per PE per cycle at the matrix unit's `cycles_per_op`) instead of a vector "
         "unit", "true when `compute` has no `vector`, else false"),
+    Key("technology_nm", "number from 5 to 180", "technology node: levels and units without "
+        "explicit energies take them (and their area) from the component model at this node; "
+        "see docs/energy.md", "none: per-word defaults, no area", "nm"),
+    Key("precision", "int8, int16, fp16, bf16 or fp32 (see docs/energy.md)", "arithmetic "
+        "precision of the compute units for the component model (needs `technology_nm`)",
+        "from the word width"),
     NOTES,
 ))
 
@@ -96,6 +102,14 @@ LEVEL = Section("level", "each item of `levels`", (
         "reads from this level (request setup)", "0", "cycles"),
     Key("latency_cycles", "number >= 0", "cycles before the first word of a tile's run of "
         "transfers from this level arrives (added once per run)", "0", "cycles"),
+    Key("memory", "sram, regfile or dram", "kind of memory for the component model (needs "
+        "`technology_nm` unless dram)", "dram for the outermost level, regfile up to 1 KB, "
+        "else sram"),
+    Key("dram_type", "a DRAM type of docs/energy.md (e.g. HBM2, GDDR5, DDR4, LPDDR4)",
+        "DRAM energy per bit from the component tables (outermost level only)",
+        "none: 200 pJ per 16 bits"),
+    Key("access_width_bits", "integer, a multiple of the word", "width of one physical access "
+        "of the memory for the component model", "one word", "bits"),
     NOTES,
 ))
 
@@ -124,6 +138,8 @@ _UNIT_COMMON = (
         "operation takes on one lane or PE; a mapping gives them per function (`default`, "
         "`mul`, `add`, `sub`, `div`, `copy` for plain reads such as `max=` reductions, or a "
         "named function such as `exp`)", "1", "cycles"),
+    Key("precision", "int8, int16, fp16, bf16 or fp32", "precision of this unit's operations "
+        "for the component model; wins over the file's `precision`", "the file's `precision`"),
     NOTES,
 )
 
