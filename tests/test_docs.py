@@ -230,6 +230,15 @@ def test_vector_example_lanes():
     assert r["bottleneck"] == "vector unit ('exp')"
 
 
+def test_vector_example_too_many_lanes(tmp_path):
+    text = (EXAMPLES / "rowexp-lanes.yaml").read_text()
+    (tmp_path / "wide.yaml").write_text(text.replace("[m:2, l:2, l:4:Sp]", "[m:2, l:8:Sp]"))
+    r = _evaluate("rowexp.yaml", str(tmp_path / "wide.yaml"))
+    assert not r["valid"] and r["violations"] == [
+        "fan-out: tile at L1 (root.0) spreads 'exp' over 8 vector units but there are 4 "
+        "(vector units per L1 instance)"]
+
+
 def test_no_reuse_example(tmp_path):
     """docs/counting.md: with no_reuse A is read at every step of the root's 4 steps."""
     reload = _evaluate("gemm.yaml", "gemm-no-reuse.yaml")
