@@ -154,13 +154,14 @@ def parse_workload(
             known = ", ".join(presets) or "none"
             raise data.error(f"unknown preset '{preset}'; this workload has: {known}",
                              "presets" if presets else None)
-        flags = {k: f"preset {preset}" for k in presets[preset]}
+        entry = data.child("presets").child(preset)
+        flags = {k: (f"preset {preset}", entry) for k in presets[preset]}
     for key in overrides or {}:
         if key not in declared:
             raise InputError(
                 f"cannot set '{key}': the workload has no dimension or parameter of that name "
                 f"(known: {', '.join(sorted(declared))})", data.source, "--set")
-        flags[key] = "--set"
+        flags[key] = ("--set", None)
     overrides = {**(presets.get(preset, {}) if preset else {}), **(overrides or {})}
     params = _eval_sizes(params_field, overrides, {}, flags, -MAX_COUNT) if params_field else {}
     sizes = _eval_sizes(dims_field, overrides, params, flags, 1)
@@ -209,22 +210,24 @@ def _presets(data: Field, declared: set[str]) -> dict[str, dict[str, int | str]]
 
 
 def _eval_sizes(f: Field, overrides: Mapping[str, int | str], known: Mapping[str, int],
-                flags: Mapping[str, str], minimum: int) -> dict[str, int]:
-    """Sizes in declaration order, each within [minimum, MAX_COUNT]; an error names the key's
-    line, and the flag or preset when the value came from one."""
+                flags: Mapping[str, tuple[str, Field | None]], minimum: int) -> dict[str, int]:
+    """Sizes in declaration order, each within [minimum, MAX_COUNT]; an error names the line
+    of the value (the preset's when a preset set it), and the flag when --set did."""
     values: dict[str, int] = {}
     kind = "dimension" if minimum >= 1 else "parameter"
     for key, raw in f.require_mapping().data.items():
         raw = overrides.get(key, raw)
-        origin = f" (set by {flags[key]})" if key in flags else ""
+        label, entry = flags.get(key, ("", None))
+        origin = f" (set by {label})" if label else ""
+        place = (entry, key) if entry is not None and key in entry.data else (f, key)
         try:
             value = eval_size(raw, {**known, **values})
         except ExpressionError as exc:
-            raise f.error(f"{exc}{origin}", key) from None
+            raise place[0].error(f"{exc}{origin}", place[1]) from None
         if not minimum <= value <= MAX_COUNT:
             low = "at least 1" if minimum >= 1 else f"at least {minimum:,}"
-            raise f.error(f"{kind} '{key}' must be {low} and at most {MAX_COUNT:,} "
-                          f"(2**31), got {value:,}{origin}", key)
+            raise place[0].error(f"{kind} '{key}' must be {low} and at most {MAX_COUNT:,} "
+                                 f"(2**31), got {value:,}{origin}", place[1])
         values[key] = value
     return values
 
