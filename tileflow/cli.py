@@ -118,9 +118,10 @@ def _load(args):
 
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
     from tileflow.specs.dataflow import check_operators, load_dataflow_file
+    from tileflow.specs.yamlfile import given
 
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or given(path):
         if tiles:
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")

@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 
 from tileflow.errors import InputError
-from tileflow.specs.yamlfile import MIN_POSITIVE, Field, load_mapping
+from tileflow.specs.yamlfile import MIN_POSITIVE, Field, given, load_mapping, shown
 
 
 @dataclass(frozen=True)
@@ -222,15 +222,15 @@ def load_arch(name_or_path: str) -> Architecture:
         except OSError:
             name_or_path = "cpu"
     path = Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+    if not (path.suffix in (".yaml", ".yml") or given(path)):
         path = ARCH_DIR / f"{name_or_path.lower()}.yaml"
-        if not path.exists():
+        if not given(path):
             names = sorted(p.stem for p in ARCH_DIR.glob("*.yaml"))
-            raise InputError(f"unknown accelerator '{name_or_path}': give a YAML file or one "
-                             f"of {', '.join(names)}")
-    elif not path.exists():
-        raise InputError(f"no such accelerator file '{name_or_path}'")
+            raise InputError(f"unknown accelerator '{shown(name_or_path)}': give a YAML file "
+                             f"or one of {', '.join(names)}")
+    elif not given(path):
+        raise InputError(f"no such accelerator file '{shown(name_or_path)}'")
     try:
         return parse_arch(load_mapping(path))
     except InputError as exc:
-        raise exc.located(str(path)) from None
+        raise exc.located(shown(path)) from None

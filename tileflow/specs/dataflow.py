@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tileflow.errors import InputError
-from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping
+from tileflow.specs.yamlfile import MAX_COUNT, Field, given, load_mapping, shown
 from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, parse_loop, walk
 
 TILE_KEYS = {"level", "name", "loops", "primitive", "children", "no_reuse"}
@@ -80,12 +80,12 @@ def _loop(f: Field) -> Loop:
 
 def load_dataflow_file(path: str | Path) -> Dataflow:
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"no such dataflow file '{path}'")
+    if not given(path):
+        raise InputError(f"no such dataflow file '{shown(path)}'")
     try:
         return parse_dataflow(load_mapping(path))
     except InputError as exc:
-        raise exc.located(str(path)) from None
+        raise exc.located(shown(path)) from None
 
 
 def check_operators(flow: Dataflow, operators: list[str] | tuple[str, ...]) -> None:

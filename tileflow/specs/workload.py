@@ -16,7 +16,15 @@ from tileflow.specs.expressions import (
     eval_size,
     parse_statement,
 )
-from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping, load_yaml, type_name
+from tileflow.specs.yamlfile import (
+    MAX_COUNT,
+    Field,
+    given,
+    load_mapping,
+    load_yaml,
+    shown,
+    type_name,
+)
 
 MATRIX = "matrix"
 VECTOR = "vector"
@@ -309,14 +317,14 @@ def load_workload(
     try:
         return parse_workload(load_mapping(path), overrides, preset)
     except InputError as exc:
-        raise exc.located(str(path)) from None
+        raise exc.located(shown(path)) from None
 
 
 def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path, str | None]:
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.exists():
-            raise InputError(f"no such workload file '{name_or_path}'")
+    if path.suffix in (".yaml", ".yml") or given(path):
+        if not given(path):
+            raise InputError(f"no such workload file '{shown(name_or_path)}'")
         return path, preset
     shipped = WORKLOAD_DIR / f"{name_or_path.lower()}.yaml"
     if shipped.exists():
@@ -331,5 +339,5 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
                                  where="--preset")
             return candidate, name_or_path.upper()
     names = sorted(p.stem for p in WORKLOAD_DIR.glob("*.yaml"))
-    raise InputError(f"unknown workload '{name_or_path}': give a YAML file, one of "
+    raise InputError(f"unknown workload '{shown(name_or_path)}': give a YAML file, one of "
                      f"{', '.join(names)}, or a preset such as G1 or C1")
