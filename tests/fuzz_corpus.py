@@ -158,18 +158,18 @@ def edit_text(rng: random.Random, text: str, kind: str) -> tuple[bytes, str]:
             text = text[:start] + token + text[end:]
             names.append(f"value={token}")
         elif choice < 0.55:
-            lines = text.splitlines()
+            lines = text.splitlines() or [""]
             del lines[rng.randrange(len(lines))]
             text = "\n".join(lines) + "\n"
             names.append("delete-line")
         elif choice < 0.62:
-            lines = text.splitlines()
+            lines = text.splitlines() or [""]
             i = rng.randrange(len(lines))
             lines.insert(i, lines[i])
             text = "\n".join(lines) + "\n"
             names.append("duplicate-line")
         elif choice < 0.68:
-            lines = text.splitlines()
+            lines = text.splitlines() or [""]
             i = rng.randrange(len(lines))
             indent = len(lines[i]) - len(lines[i].lstrip())
             lines.insert(i, " " * indent + f"{rng.choice(['zz', 'fanout', 'spatial', 'op'])}: 1")
@@ -183,7 +183,7 @@ def edit_text(rng: random.Random, text: str, kind: str) -> tuple[bytes, str]:
             names.append("drop-bracket")
         elif choice < 0.82:
             raw = text.encode()
-            i = rng.randrange(len(raw))
+            i = rng.randrange(len(raw) + 1)
             raw = raw[:i] + rng.choice(BYTES) + raw[i:]
             return raw, "+".join(names + ["bytes"])
         elif choice < 0.86:
@@ -201,7 +201,7 @@ def edit_text(rng: random.Random, text: str, kind: str) -> tuple[bytes, str]:
                                                     else "")
             names.append(f"aliases{width}^{depth}")
         elif choice < 0.93:
-            cut = rng.randrange(len(text))
+            cut = rng.randrange(len(text) + 1)
             text = text[:cut]
             names.append("truncate")
         elif choice < 0.96:
@@ -213,7 +213,7 @@ def edit_text(rng: random.Random, text: str, kind: str) -> tuple[bytes, str]:
                 text = text + "#" + "x" * (1024 * 1024) + "\n"
                 names.append("huge")
             else:
-                lines = text.splitlines()
+                lines = text.splitlines() or [""]
                 i = rng.randrange(len(lines))
                 lines[i] = lines[i] + " " + "x" * rng.choice([200, 5000])
                 text = "\n".join(lines) + "\n"
