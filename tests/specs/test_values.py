@@ -179,3 +179,22 @@ def test_true_booleans_are_still_accepted(tmp_path, capsys):
     code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
                     "--dataflow", path, "--json")
     assert code == 0, err
+
+
+def test_an_edited_workload_that_no_longer_fits_a_baseline_names_its_operators(tmp_path,
+                                                                               capsys):
+    text = (REPO / "workloads" / "gemm-chain.yaml").read_text()
+    text = text.replace('  - {name: gemm2, expr: "E[b,m,n] += C[b,m,l] * D[b,l,n]"}\n', "")
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", str(path),
+                    "--dataflow", "chimera")
+    assert_rejected(code, err, str(path), line_of(text, "ops:"), "does not apply")
+
+
+def test_a_dataflow_file_with_tile_flags_is_refused(tmp_path, capsys):
+    path = tmp_path / "flow.yaml"
+    path.write_text(CHIMERA)
+    code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
+                    "--dataflow", str(path), "--tile", "m=64")
+    assert code == 2 and "--tile applies to a named baseline" in err
