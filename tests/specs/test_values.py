@@ -133,6 +133,8 @@ DATAFLOW_EDITS = [
      ["'factor' must be an integer"]),
     ("  loops: [b:2, b:4:Sp]", "  loops: [b:2, b:1099511627776:Sp]",
      ["factor of loop 'b:1099511627776:Sp' must be from 1"]),
+    ("  loops: [b:2, b:4:Sp]", "  loops: [b:2, b:16:Sp]",
+     ["loop 'b:16:Sp' has more steps than dimension 'b' has elements (8)"]),
     ("      - {op: gemm2}", "      - {op: summ}",
      ["leaf 'summ' is not an operator", "gemm1, gemm2"]),
     ("name: chimera\nroot:", "name: chimera\nhomes: {A: L1}\nroot:",
