@@ -266,3 +266,9 @@ def test_interrupted_report_leaves_only_complete_files(tmp_path, monkeypatch):
     assert (tmp_path / "reference-edge-attention.png").read_bytes()[:4] == b"\x89PNG"
     assert len((tmp_path / "reference-experiments.csv").read_text().splitlines()) == \
         len(frame) + 1
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0"])
+def test_bench_seconds_must_be_sane(seconds):
+    assert_error(tileflow("bench", "--arch", "edge", "--workload", "G4", "--seconds", seconds),
+                 "--seconds must be a number of seconds")

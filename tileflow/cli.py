@@ -259,6 +259,9 @@ def cmd_compare(args) -> int:
 def cmd_bench(args) -> int:
     from tileflow.bench import run_bench
 
+    if not (math.isfinite(args.seconds) and 0 < args.seconds <= 3600):
+        raise InputError(f"--seconds must be a number of seconds from 0 to 3600, got "
+                         f"{args.seconds}")
     workload, arch = _load(args)
     rows = run_bench(workload, arch, args.dataflow or ["flat-rgran", "tileflow-pipe"],
                      args.seconds)
