@@ -272,3 +272,8 @@ def test_interrupted_report_leaves_only_complete_files(tmp_path, monkeypatch):
 def test_bench_seconds_must_be_sane(seconds):
     assert_error(tileflow("bench", "--arch", "edge", "--workload", "G4", "--seconds", seconds),
                  "--seconds must be a number of seconds")
+
+
+def test_usage_errors_are_one_paragraph():
+    assert_error(tileflow("compare", "--arch", "edge", "--workload", "G4", "--double-buffer"),
+                 "unrecognized arguments: --double-buffer", "tileflow compare --help")

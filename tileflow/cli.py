@@ -61,8 +61,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one paragraph, exit 2, like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"tileflow: error: {' '.join(message.split())} (see '{self.prog} "
+                     "--help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tileflow",
         description="What does this fused dataflow cost on this chip? Data movement per "
                     "memory level, footprint, latency and energy of tile-tree dataflows.",

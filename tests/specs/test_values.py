@@ -72,6 +72,8 @@ ARCH_EDITS = [  # (old, new, words the message must contain)
     ("cycles_per_op: {default: 1, exp: 4, div: 4}", "cycles_per_op: -3",
      ["'cycles_per_op'", "at least"]),
     ("word_bits: 16", "word_bits: 12", ["multiple of 8"]),
+    ("word_bits: 16", "word_bits: !!python/object:os.system x", ["'word_bits' must be an"]),
+    ("rows: 32", "rows: !!binary aGVsbG8=", ["'rows' must be an integer"]),
     ("clock_ghz: 1.0", "clock_ghz: 1.0\nvector_on_matrix: 'no'",
      ["'vector_on_matrix' must be true or false"]),
     ("clock_ghz: 1.0", "clock_ghz: 1.0\nvector_on_matrix: 'false'",

@@ -146,9 +146,11 @@ class Field:
                 line = self.data.lc.item(key)[0]
             else:
                 line = lc.line
-        except (KeyError, IndexError, TypeError):
+        except (KeyError, IndexError, TypeError, AttributeError):
             line = lc.line
-        return f"line {line + 1}"
+        if not isinstance(line, int):  # tagged values may carry no position
+            line = lc.line if isinstance(lc.line, int) else self.line
+        return f"line {line + 1}" if isinstance(line, int) else None
 
     def where(self, key: Any = None) -> str:
         name = self._child_path(key) if key is not None else self.path or "top level"
@@ -195,6 +197,8 @@ class Field:
                 line = self.data.lc.item(key)[0]
         except (KeyError, IndexError, TypeError, AttributeError):
             line = None
+        if not isinstance(line, int):
+            line = self.line if self.line is not None else None
         return Field(self.data[key], self.source, self._child_path(key), line)
 
     def get(self, key: str, default: Any = None) -> Any:
