@@ -276,4 +276,4 @@ def test_bench_seconds_must_be_sane(seconds):
 
 def test_usage_errors_are_one_paragraph():
     assert_error(tileflow("compare", "--arch", "edge", "--workload", "G4", "--double-buffer"),
-                 "unrecognized arguments: --double-buffer", "tileflow compare --help")
+                 "unrecognized arguments: --double-buffer", "--help")
