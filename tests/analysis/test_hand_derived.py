@@ -6,6 +6,7 @@ from itertools import permutations
 from math import ceil, prod
 
 import pytest
+from helpers import CHAIN as CHAIN_TEXT
 from helpers import GEMM, small_arch, workload
 
 from tileflow.analysis.prepare import InvalidDataflow
@@ -125,9 +126,17 @@ def test_fused_convolutions_recompute_the_halo_rows():
     assert r.ops["conv1"] == rows * 3 * 2
     assert r.ops["conv2"] == 8 * 2 * 3 * 3  # the usual count: padded taps are iterations too
     assert r.traffic["DRAM"]["X"].read == 2 * (5 + 3)  # rows 3 and 4 stay resident
-    with pytest.raises(InvalidDataflow, match="window"):
-        evaluate(w, ARCH, Dataflow(tile("DRAM", "p:2", tile("L1", "c1:3 p:4 c0:2", "conv1"),
-                                        tile("L1", "c2:2 p:4 c1:3 t:3", "conv2"))))
+    assert r.valid
+    # conv1 producing only the 4 rows of a step where conv2 reads 4 + (3 - 1) = 6 of them
+    short = evaluate(w, ARCH, Dataflow(tile("DRAM", "p:2", tile("L1", "c1:3 p:4 c0:2", "conv1"),
+                                            tile("L1", "c2:2 p:4 c1:3 t:3", "conv2"))))
+    assert not short.valid
+    # and, shifted by the halo to start at row -1, its 2 x 4 rows stop short of row 7
+    window, coverage = short.violations
+    assert (window.kind, window.node, window.level, window.tensor, window.needed,
+            window.available, window.unit) == ("window", "root.0", "L1", "A", 6, 4, "rows of p")
+    assert (coverage.kind, coverage.node, coverage.needed, coverage.available) == \
+        ("coverage", "root.0", 9, 8)
 
 
 ATTN = """
@@ -151,13 +160,18 @@ def test_loop_over_a_consumer_private_dim_recomputes_the_producer():
     assert r.ops["pv"] == 8 * 6 * 8
 
 
-def test_reduction_of_a_producer_in_a_common_parent_is_rejected():
+def test_reduction_of_a_producer_in_a_common_parent_is_a_dependency_violation():
+    """l is the reduction of mx (M[m] max= S[m,l]); a root loop over it hands sub a partial
+    maximum. Only M is affected: l is an output axis of qk and sub."""
     w = workload(ATTN)
     flow = Dataflow(tile("DRAM", "l:2",
                          tile("L1", "m:8 l:4 k:4", "qk"), tile("L1", "m:8 l:4", "mx"),
                          tile("L1", "m:8 l:4", "sub"), tile("L1", "m:8 n:6 l:4", "pv")))
-    with pytest.raises(InvalidDataflow, match="'l:2' is a reduction of 'mx'"):
-        evaluate(w, ARCH, flow)
+    r = evaluate(w, ARCH, flow)
+    assert not r.valid
+    [v] = r.violations
+    assert (v.kind, v.node, v.level, v.tensor) == ("dependency", "root", "DRAM", "M")
+    assert "'l:2' is a reduction of 'mx'" in v.message
 
 
 def test_footprint_over_capacity_names_level_and_amounts():
@@ -165,16 +179,49 @@ def test_footprint_over_capacity_names_level_and_amounts():
     flow = Dataflow(tile("DRAM", "", tile("L1", "m:12 n:10 k:8", "mm")))
     r = evaluate(gemm(), arch, flow)
     assert not r.valid
-    need = 12 * 8 + 8 * 10 + 12 * 10
-    assert any(f"needs {need:,} words but holds 100 (over by {need - 100:,}" in v
-               for v in r.violations)
+    [v] = r.violations
+    need = 12 * 8 + 8 * 10 + 12 * 10  # A, B and C whole
+    assert (v.kind, v.node, v.level, v.tensor, v.needed, v.available, v.unit) == \
+        ("capacity", "root.0", "L1", None, need, 100, "words")
 
 
 def test_spatial_loop_beyond_fan_out_is_reported():
     flow = Dataflow(tile("DRAM", "n:5:Sp", tile("L1", "m:12 n:2 k:8", "mm")))
     r = evaluate(gemm(), ARCH, flow)
     assert not r.valid
-    assert any("over 5 L1 instances but there are 2" in v for v in r.violations)
+    [v] = r.violations
+    assert (v.kind, v.node, v.level, v.needed, v.available, v.unit) == \
+        ("fanout", "root", "L1", 5, 2, "L1 instances")
+
+
+def test_factors_that_do_not_cover_a_dimension_are_a_coverage_violation():
+    flow = Dataflow(tile("DRAM", "m:2", tile("L1", "m:4 n:10 k:8", "mm")))
+    r = evaluate(gemm(), ARCH, flow)
+    assert not r.valid
+    [v] = r.violations
+    assert (v.kind, v.node, v.level, v.needed, v.available) == ("coverage", "root.0", "L1",
+                                                                12, 8)
+
+
+def test_dependent_para_children_are_a_dependency_violation():
+    w = workload(CHAIN_TEXT)
+    flow = Dataflow(tile("DRAM", "", tile("L1", "m:4 l:4 k:3", "g1"),
+                         tile("L1", "m:4 n:3 l:4", "g2"), primitive="Para"))
+    r = evaluate(w, ARCH, flow)
+    assert [(v.kind, v.node, v.tensor) for v in r.violations] == [("dependency", "root", "C")]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: tile("DRAM", "", tile("L1", "m:12 n:10 k:8", "summ")), "unknown operator"),
+    (lambda f: tile("DRAM", "", tile("SRAM", "m:12 n:10 k:8", "mm")), "unknown level"),
+    (lambda f: tile("DRAM", "", tile("L1", "m:12 n:10 k:8 z:2", "mm")), "loop over 'z'"),
+    (lambda f: tile("DRAM", "", tile("L1", "m:12 n:10 k:8", "mm"), primitive="Sequence"),
+     "unknown primitive"),
+])
+def test_malformed_trees_still_raise_with_the_place(change, message):
+    with pytest.raises(InvalidDataflow, match=message) as info:
+        evaluate(gemm(), ARCH, Dataflow(change(None)))
+    assert info.value.where
 
 
 def test_latency_of_a_compute_bound_leaf_is_its_temporal_steps():
@@ -182,7 +229,8 @@ def test_latency_of_a_compute_bound_leaf_is_its_temporal_steps():
     flow = Dataflow(tile("DRAM", "", tile("L1", "m:6 n:5 k:8 m:2:Sp n:2:Sp", tile("Reg", "",
                                                                                "mm"))))
     r = evaluate(gemm(), small_arch(pes=4), flow, fill_drain=False)
-    assert r.bottleneck.startswith("matrix unit")
+    assert (r.bottleneck.kind, r.bottleneck.unit, r.bottleneck.level, r.bottleneck.node) == \
+        ("compute", "matrix", None, "root.0.0.0")
     assert r.cycles == 6 * 5 * 8
 
 

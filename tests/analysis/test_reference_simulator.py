@@ -40,6 +40,8 @@ def _agree(w: Workload, flow: Dataflow, seen: set[str]) -> None:
         plan = prepare(w, ARCH, flow)
     except InvalidDataflow:
         return  # the generator can produce trees the model rightly rejects
+    if plan.violations:
+        return
     seen |= _features(plan)
     counts = count(plan)
     expected, ops = simulate(plan)

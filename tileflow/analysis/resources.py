@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from tileflow.analysis.prepare import OpPath, Plan
+from tileflow.analysis.records import Violation
 from tileflow.tree import Op, Tile, label, ops_under
 
 
@@ -78,10 +79,12 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
 
 def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:
     """Para/Pipe children that spread over instances of `level` with spatial loops of their
-    own sit on disjoint instances: per instance, only one child's data is resident."""
+    own (of more than one iteration: a factor-1 loop spreads over nothing) sit on disjoint
+    instances: per instance, only one child's data is resident."""
     depth = path.count(".")
     return all(
-        any(lp.spatial and lp.node > depth and lp.level < level for lp in plan.paths[o].loops)
+        any(lp.spatial and lp.n > 1 and lp.node > depth and lp.level < level
+            for lp in plan.paths[o].loops)
         for o in ops_under(node)
     )
 
@@ -108,23 +111,37 @@ def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
     return max(_box(plan, plan.paths[o], tensor, depth + 1) for o in ops)
 
 
-def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[str]:
+def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[Violation]:
     out = []
     for fp in fps:
         if fp.words > fp.capacity_words:
             worst = sorted(fp.by_tensor.items(), key=lambda kv: -kv[1])[:3]
             detail = ", ".join(f"{t} {v:,.0f}" for t, v in worst)
-            out.append(f"capacity: level {fp.level} needs {fp.words:,.0f} words but holds "
-                       f"{fp.capacity_words:,.0f} (over by {fp.words - fp.capacity_words:,.0f}; "
-                       f"largest: {detail})")
+            node = _peak_node(plan, plan.arch.level_index[fp.level])
+            out.append(Violation(
+                "capacity", node, fp.level, None, fp.words, fp.capacity_words, "words",
+                f"capacity: level {fp.level} needs {fp.words:,.0f} words but holds "
+                f"{fp.capacity_words:,.0f} (over by {fp.words - fp.capacity_words:,.0f}; "
+                f"largest: {detail}; at {label(node, plan.tiles[node])})"))
     return out
 
 
-def spatial_violations(plan: Plan) -> list[str]:
+def _peak_node(plan: Plan, level: int) -> str:
+    """The deepest tile whose subtree alone holds the level's peak (where an overrun shows)."""
+    peak = sum(_fp(plan, "root", plan.flow.root, level).values())
+    best = "root"
+    for path, tile in plan.tiles.items():
+        if plan.arch.level_index[tile.level] <= level and path.count(".") > best.count(".") \
+                and sum(_fp(plan, path, tile, level).values()) >= peak:
+            best = path
+    return best
+
+
+def spatial_violations(plan: Plan) -> list[Violation]:
     """Spatial loops must fit the fan-out of each level and the compute units; Para and Pipe
     children split the instances of their tile's level between them."""
     arch = plan.arch
-    out: list[str] = []
+    out: list[Violation] = []
     for path in plan.paths.values():
         levels = path.levels
         for j, (node_path, tile) in enumerate(path.tiles):
@@ -135,20 +152,25 @@ def spatial_violations(plan: Plan) -> list[str]:
             used = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node in run)
             if last:
                 limit, what = _compute_limit(plan, path)
+                level = arch.unit(path.op.unit).level
+                unit = f"{arch.unit(path.op.unit).kind} units"
             else:
-                inner = arch.levels[levels[j + 1]].name
-                limit = arch.fanout_between(tile.level, inner)
-                what = f"{inner} instances per {tile.level} instance"
+                level = arch.levels[levels[j + 1]].name
+                limit = arch.fanout_between(tile.level, level)
+                what = f"{level} instances per {tile.level} instance"
+                unit = f"{level} instances"
             if used > limit:
-                out.append(f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
-                           f"{used} {what.split(' per ')[0]} but there are {limit} ({what})")
+                out.append(Violation(
+                    "fanout", node_path, level, None, used, limit, unit,
+                    f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
+                    f"{used} {what.split(' per ')[0]} but there are {limit} ({what})"))
     for node_path, node in plan.tiles.items():
         if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
             out += _split_violations(plan, node_path, node)
     return list(dict.fromkeys(out))
 
 
-def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[str]:
+def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]:
     """Para and Pipe children run at once on disjoint units: per kind of compute unit, the
     units they spread over must add up to no more than the tile has."""
     arch = plan.arch
@@ -170,11 +192,11 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[str]:
         limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
                                     if start < feed else 1)
         if units > limit:
-            out.append(f"fan-out: the {node.primitive} children of {label(node_path, node)} "
-                       f"spread over {units} {kind} units together but the tile has {limit}")
+            out.append(Violation(
+                "fanout", node_path, unit.level, None, units, limit, f"{kind} units",
+                f"fan-out: the {node.primitive} children of {label(node_path, node)} "
+                f"spread over {units} {kind} units together but the tile has {limit}"))
     return out
-
-
 def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
     arch = plan.arch
     unit = arch.unit(path.op.unit)

@@ -120,12 +120,14 @@ def core_split(w: Workload, hw: Hardware, batch: str | None, rows: str,
 
 
 def fits(w: Workload, arch: Architecture, flow: Dataflow) -> bool:
-    """True when the tree is well formed and within capacity and fan-out."""
+    """True when the tree is well formed, respects the dependences and covers every
+    dimension, within capacity and fan-out."""
     try:
         plan = prepare(w, arch, flow)
     except InvalidDataflow:
         return False
-    return not capacity_violations(plan, footprints(plan)) and not spatial_violations(plan)
+    return not plan.violations and not capacity_violations(plan, footprints(plan)) \
+        and not spatial_violations(plan)
 
 
 def largest_fitting(candidates: Iterable[int], make: Callable[[int], Dataflow],
