@@ -4,12 +4,14 @@ grouping under shared tiles, and producers grown by a windowed consumer's halo."
 from __future__ import annotations
 
 import math
+import random
+from dataclasses import replace
 
 from helpers import small_arch
 from hypothesis import strategies as st
 
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Loop, Op, Tile
+from tileflow.tree import Dataflow, Loop, Op, Tile, map_tiles
 
 ARCH = small_arch()
 LEVELS = ("DRAM", "L1", "Reg")
@@ -114,3 +116,17 @@ def trees(draw, w: Workload):
     return Dataflow(root, "random")
 
 
+
+
+def with_unit_loops(flow: Dataflow, seed: int, dims: list[str]) -> Dataflow:
+    """The same tree with a factor-1 loop (spatial or temporal, over any dimension of the
+    workload, used below or not) inserted at a random place of every tile."""
+    rng = random.Random(seed)
+
+    def add(_path: str, t: Tile) -> Tile:
+        loops = list(t.loops)
+        for _ in range(rng.randint(1, 2)):
+            loops.insert(rng.randint(0, len(loops)), Loop(rng.choice(dims), 1, rng.random() < .5))
+        return replace(t, loops=tuple(loops))
+
+    return replace(flow, root=map_tiles(flow.root, add))

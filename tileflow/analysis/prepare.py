@@ -244,7 +244,7 @@ def _strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
         for i in reversed(range(len(node.loops))):
             lp = node.loops[i]
             spans = [e[lp.dim] for e in extents.values() if lp.dim in e]
-            stride = min(spans)
+            stride = min(spans, default=1)  # a dim no operator below uses: a repetition
             strides[(path, i)] = stride
             for e in extents.values():
                 if lp.dim in e:
