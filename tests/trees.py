@@ -70,11 +70,20 @@ def _extent(node, d: str) -> int:
 
 @st.composite
 def trees(draw, w: Workload):
+    """A random tree for `w`: root loops over dims every operator uses and, now and then,
+    over a dim only some use (the others are repeated); a root dim split into a temporal
+    and a spatial loop (on a window axis: instances that overlap and move); optionally a
+    group tile; random chains below; now and then factor-1 loops anywhere."""
     data = draw(st.data())
     ops = [o.name for o in w.ops]
-    common = set.intersection(*(set(o.dims) for o in w.ops)) - _illegal_dims(w, set(ops))
+    illegal = _illegal_dims(w, set(ops))
+    common = set.intersection(*(set(o.dims) for o in w.ops)) - illegal
+    partial = set(w.sizes) - common - illegal
+    chosen = sorted(common)
+    if partial and data.draw(st.integers(0, 3)) == 0:
+        chosen.append(data.draw(st.sampled_from(sorted(partial))))
     root_loops, per_step = [], {}
-    for d in sorted(common):
+    for d in chosen:
         if data.draw(st.booleans()):
             e = data.draw(st.integers(1, w.sizes[d]))
             n = -(-w.sizes[d] // e)
@@ -113,7 +122,10 @@ def trees(draw, w: Workload):
         head = Tile(group_level, (), tuple(children[:cut]), inner_primitive)
         children = [head, *children[cut:]] if len(children[:cut]) > 1 else children
     root = Tile("DRAM", tuple(root_loops), tuple(children), primitive)
-    return Dataflow(root, "random")
+    flow = Dataflow(root, "random")
+    if data.draw(st.integers(0, 3)) == 0:
+        flow = with_unit_loops(flow, data.draw(st.integers(0, 2**31)), sorted(w.sizes))
+    return flow
 
 
 

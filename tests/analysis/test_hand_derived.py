@@ -8,6 +8,7 @@ from math import ceil, prod
 import pytest
 from helpers import CHAIN as CHAIN_TEXT
 from helpers import GEMM, small_arch, workload
+from reference_sim import Oracle
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
@@ -243,3 +244,53 @@ def test_pipeline_fill_and_drain_are_paid_once():
     flow = Dataflow(tile("DRAM", "n:2", tile("L1", "m:4 n:2 k:4", "mm")))
     assert evaluate(w, ARCH, flow, fill_drain=False).cycles == 64
     assert evaluate(w, ARCH, flow).cycles == 64 + 6
+
+
+WINDOW = """
+name: conv1d
+dims: {p: 8, r: 3}
+ops:
+  - {name: conv, expr: "O[p] += I[p+r] * W[r]"}
+"""
+
+
+def test_a_window_split_over_instances_and_stepped_in_time_is_read_again():
+    """p:4 (temporal) x p:2 (spatial) at DRAM, all of r in each L1 instance. Step 0 fills
+    {0,1,2} and {1,2,3}: DRAM sends their union, 4 words. Each of the 3 later steps fills
+    instance 0 with {2t+1, 2t+2} and instance 1 with {2t+2, 2t+3}: element 2t+1 was held only
+    by the other instance, and instances do not pass data to each other, so DRAM sends 3.
+    13 in all; each instance is filled 3 + 3 x 2 = 9 words."""
+    w = workload(WINDOW)
+    flow = Dataflow(tile("DRAM", "p:4 p:2:Sp", tile("L1", "r:3", tile("Reg", "", "conv"))))
+    r = evaluate(w, ARCH, flow)
+    assert r.traffic["DRAM"]["I"].read == 4 + 3 * 3
+    assert r.traffic["L1"]["I"].fill == 2 * (3 + 3 * 2)
+    oracle = Oracle(w, [lv.name for lv in ARCH.levels], flow)
+    assert oracle.traffic[("DRAM", "I")][1] == 13
+
+
+HALO_SPLIT = """
+name: conv-chain
+dims: {c0: 2, c1: 2, c2: 2, p: 5, r: 3, t: 3}
+ops:
+  - {name: conv1, expr: "A[c1,p] += X[c0,p+r-1] * W1[c1,c0,r]"}
+  - {name: conv2, expr: "B[c2,p] += A[c1,p+t-1] * W2[c2,c1,t]"}
+shapes:
+  X: [c0, p]
+  A: [c1, p]
+"""
+
+
+def test_halo_rows_computed_by_two_instances_are_each_written_back():
+    """Rows of A in steps of 2 at DRAM; conv1 grown by the halo computes rows [2s-1, 2s+3)
+    per step, split over two PE register files of 2 rows each: step 0 rows {0} and {1, 2},
+    step 1 {1, 2} and {3, 4}, step 2 {3, 4} and nothing. A lives in L1 (where the two paths
+    meet); each step is a new production of A, so rows 1, 2 (and 3, 4) computed again by the
+    other instance are written back again: L1 is updated with (3 + 4 + 2) rows x 2 channels."""
+    w = workload(HALO_SPLIT)
+    flow = Dataflow(tile("DRAM", "p:3",
+                         tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
+                         tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
+    r = evaluate(w, ARCH, flow)
+    assert r.traffic["L1"]["A"].update == (3 + 4 + 2) * 2
+    assert "A" not in r.traffic["DRAM"]

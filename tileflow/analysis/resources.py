@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import product
 
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
@@ -20,17 +21,42 @@ class Footprint:
 
 
 def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
-    """Words of `tensor` in the tile at path position `position` (its loops and below)."""
+    """Words of `tensor` in the tile at path position `position` (its loops and below): per
+    axis, the largest slice over the positions of the loops above (clipped to the tensor;
+    the full extent for an axis tiled plainly)."""
     w = plan.workload
     access = path.op.access(tensor)
     words = 1.0
     extents = path.extents_from[position]
     for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
-        span = 1
-        for d, c in axis.terms:
-            span += c * (min(extents[d], w.sizes[d]) - 1)
-        words *= min(span, size)
+        if axis.is_plain and size == w.sizes[axis.terms[0][0]] and \
+                not path.shift.get(axis.terms[0][0]):
+            words *= min(extents[axis.terms[0][0]], size)
+            continue
+        words *= _largest_span(w, path, axis, size, extents, position)
     return words
+
+
+def _largest_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
+    """The longest clipped interval an affine axis covers over the steps above `position`."""
+    names = {d for d, _ in axis.terms}
+    above = [lp for lp in path.loops if lp.node < position and lp.dim in names and lp.n > 1]
+    best = 0
+    for values in product(*(range(lp.n) for lp in above)):
+        pos = dict.fromkeys(names, 0)
+        for lp, v in zip(above, values, strict=True):
+            pos[lp.dim] += v * lp.stride
+        lo = hi = axis.offset
+        for d, c in axis.terms:
+            x = path.shift.get(d, 0) + pos[d]
+            a, b = max(x, 0), min(x + extents[d], w.sizes[d])
+            if b <= a:
+                break
+            lo += c * a
+            hi += c * (b - 1)
+        else:
+            best = max(best, min(hi + 1, size) - max(lo, 0))
+    return best
 
 
 def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:
