@@ -26,6 +26,7 @@ class PathLoop(NamedTuple):
     spatial: bool
     node: int  # index of the tile on the op's path (0 = root)
     level: int  # level index of that tile
+    axis: str = ""  # the 2-D array axis a spatial loop names ('x', 'y' or none)
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         tile_list = tuple((p, tiles[p]) for p in chain)
         levels = tuple(arch.level_index[t.level] for _, t in tile_list)
         loop_list = tuple(
-            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k])
+            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k], lp.axis)
             for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
         )
         paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)

@@ -190,10 +190,69 @@ def spatial_violations(plan: Plan) -> list[Violation]:
                     "fanout", node_path, level, None, used, limit, unit,
                     f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
                     f"{used} {what.split(' per ')[0]} but there are {limit} ({what})"))
+            mesh = _compute_mesh(plan, path) if last else _level_mesh(arch, levels[j],
+                                                                      levels[j + 1])
+            if mesh:
+                run_loops = [lp for lp in path.loops if lp.spatial and lp.node in run]
+                out += _array_violations(plan, path, run_loops, mesh, level)
     for node_path, node in plan.tiles.items():
         if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
             out += _split_violations(plan, node_path, node)
     return list(dict.fromkeys(out))
+
+
+def _level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
+    """The x-by-y layout of a level's instances under one instance of its parent: declared
+    (`mesh`), or the matrix unit's rows x cols for a register level of one per PE."""
+    if child != parent + 1:
+        return ()
+    lv = arch.levels[child]
+    if lv.mesh:
+        return lv.mesh
+    m = arch.matrix
+    if lv.name == m.level and m.parallelism == 1 and m.rows * m.cols == lv.fanout > 1:
+        return (m.rows, m.cols)
+    return ()
+
+
+def _compute_mesh(plan: Plan, path: OpPath) -> tuple[int, ...]:
+    """An array inside one instance of its level (parallelism rows x cols): the spatial loops
+    of the innermost tile spread over its rows and columns."""
+    arch = plan.arch
+    unit = arch.unit(path.op.unit)
+    if unit.kind != "matrix" or arch.levels[path.levels[-1]].name != unit.level:
+        return ()
+    if unit.parallelism == unit.rows * unit.cols > 1 and unit.cols > 1:
+        return (unit.rows, unit.cols)
+    return ()
+
+
+AXIS_NAMES = {"x": "rows (x)", "y": "columns (y)"}
+
+
+def _array_violations(plan: Plan, path: OpPath, loops, mesh: tuple[int, ...],
+                      level: str) -> list[Violation]:
+    """Spatial loops onto a 2-D array: a loop marked x or y takes that axis; the others, in
+    the order written, the first x and the later ones y. Each axis must hold its loops."""
+    spread = {"x": 1, "y": 1}
+    where = {"x": 0, "y": 0}
+    unmarked = "x"
+    for lp in loops:
+        axis = lp.axis
+        if not axis:
+            axis, unmarked = unmarked, "y"
+        spread[axis] *= lp.n
+        where[axis] = max(where[axis], lp.node)
+    out = []
+    for axis, size in zip("xy", mesh, strict=True):
+        if spread[axis] > size:
+            node_path, tile = path.tiles[where[axis]]
+            out.append(Violation(
+                "array", node_path, level, None, spread[axis], size, AXIS_NAMES[axis],
+                f"array: {label(node_path, tile)} spreads '{path.op.name}' over "
+                f"{spread[axis]} {AXIS_NAMES[axis]} of {level} but the array has {size} "
+                f"({mesh[0]} x {mesh[1]})"))
+    return out
 
 
 def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]:

@@ -61,8 +61,12 @@ def _loop(f: Field) -> Loop:
             return parse_loop(f.data)
         except ValueError as exc:
             raise f.error(str(exc)) from None
-    f.check_keys({"dim", "factor", "spatial"}, required={"dim", "factor"})
-    return Loop(f.string("dim"), f.integer("factor"), bool(f.get("spatial", False)))
+    f.check_keys({"dim", "factor", "spatial", "axis"}, required={"dim", "factor"})
+    axis = f.get("axis", "")
+    if axis not in ("", "x", "y"):
+        raise f.error(f"'axis' must be x or y, got '{axis}'", "axis")
+    spatial = bool(f.get("spatial", False)) or bool(axis)
+    return Loop(f.string("dim"), f.integer("factor"), spatial, axis)
 
 
 def load_dataflow_file(path: str | Path) -> Dataflow:
