@@ -15,8 +15,8 @@ class Loop:
 
     A spatial loop may name the axis of a two-dimensional array of instances it spreads
     over (`axis` 'x': the PE rows or a mesh's first axis, written `:SpX`; 'y': the columns
-    or second axis, `:SpY`); without one, the first spatial loop over a 2-D array takes x
-    and the later ones y, in the order written."""
+    or second axis, `:SpY`); without one, the first spatial loop (of more than one
+    iteration) over a 2-D array takes x and the later ones y, in the order written."""
 
     dim: str
     factor: int

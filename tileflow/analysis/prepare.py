@@ -179,7 +179,8 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile, found: list[Violat
             found += _check_independent(w, node, path, where)
     missing = [o.name for o in w.ops if o.name not in seen_ops]
     if missing:
-        raise InvalidDataflow(f"operators missing from the tree: {', '.join(missing)}")
+        raise InvalidDataflow(f"operators missing from the tree: {', '.join(missing)} (every "
+                              f"operator of workload '{w.name}' needs a leaf)", where="root")
 
 
 def _ops_below(root: Tile) -> dict[int, tuple[str, ...]]:

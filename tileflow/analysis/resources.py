@@ -233,12 +233,15 @@ AXIS_NAMES = {"x": "rows (x)", "y": "columns (y)"}
 def _array_violations(plan: Plan, path: OpPath, loops, mesh: tuple[int, ...],
                       level: str) -> list[Violation]:
     """Spatial loops onto a 2-D array: a loop marked x or y takes that axis; the others, in
-    the order written, the first x and the later ones y. Each axis must hold its loops."""
+    the order written, the first x and the later ones y (loops of one iteration claim
+    nothing). Each axis must hold its loops."""
     spread = {"x": 1, "y": 1}
     where = {"x": 0, "y": 0}
     unmarked = "x"
     for lp in loops:
         axis = lp.axis
+        if lp.n == 1:  # spreads over nothing, claims no axis
+            continue
         if not axis:
             axis, unmarked = unmarked, "y"
         spread[axis] *= lp.n

@@ -65,7 +65,9 @@ def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, 
                for d, limit in zip(outs, limits, strict=False)}
     order = list(op.output.dims) + list(op.reduction_dims)
     loops = [Loop(d, ceil_div(extents[d], spatial.get(d, 1))) for d in order]
-    spread = tuple(Loop(d, f, True) for d, f in spatial.items())
+    axes = ("x", "y") if on_array else ("",)  # PE rows and columns, or the lanes
+    spread = tuple(Loop(d, f, True, axis)
+                   for (d, f), axis in zip(spatial.items(), axes, strict=False))
     leaf = Op(op_name)
     if not (on_array and hw.reg):
         return Tile(hw.buffer, (*loops, *spread), (leaf,), name=op_name)
