@@ -123,6 +123,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         loop_list = tuple(
             PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k], lp.axis)
             for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
+            if lp.factor > 1  # a loop of one iteration moves, repeats and spreads nothing
         )
         paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
     for name, shift in _halo_shifts(workload, paths, lca).items():
@@ -136,13 +137,12 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
 
 def _check_nodes(w: Workload, arch: Architecture, root: Tile, found: list[Violation]) -> None:
     seen_ops: dict[str, str] = {}
-    for path, node in walk(root):
-        if isinstance(node, Op) and node.op not in w.op_by_name:
-            raise InvalidDataflow(f"unknown operator '{node.op}'; the workload "
-                                  f"'{w.name}' has {', '.join(w.op_by_name)}", where=path)
     below_of = _ops_below(root)
     for path, node in walk(root):
         if isinstance(node, Op):
+            if node.op not in w.op_by_name:
+                raise InvalidDataflow(f"unknown operator '{node.op}'; the workload "
+                                      f"'{w.name}' has {', '.join(w.op_by_name)}", where=path)
             if node.op in seen_ops:
                 raise InvalidDataflow(f"operator '{node.op}' appears twice (also at "
                                       f"{seen_ops[node.op]})", where=path)
@@ -158,7 +158,7 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile, found: list[Violat
         if not node.children:
             raise InvalidDataflow("a tile needs at least one child", where=where)
         below = below_of[id(node)]
-        dims_below = {d for o in below for d in w.op_by_name[o].dims}
+        dims_below = {d for o in below if o in w.op_by_name for d in w.op_by_name[o].dims}
         for lp in node.loops:
             if lp.factor < 1:
                 raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=where)
