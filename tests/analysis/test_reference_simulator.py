@@ -31,6 +31,8 @@ def _features(w: Workload, flow: Dataflow, oracle: Oracle) -> set[str]:
             continue
         if len(node.children) > 1:
             found.add(node.primitive)
+        if node.no_reuse:
+            found.add("no_reuse")
         below = ops_under(node)
         for lp in node.loops:
             if lp.spatial and lp.factor > 1:
@@ -87,7 +89,7 @@ def _agree(w: Workload, flow: Dataflow, seen: set[str]) -> bool:
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))
 
-BASE = {"spatial", "clipping", "factor-1 loop"}
+BASE = {"spatial", "clipping", "factor-1 loop", "no_reuse"}
 CASES = {
     "gemm": (GEMM, BASE),
     "chain": (CHAIN, BASE | {"Seq", "Shar", "Pipe", "on-chip intermediate",
