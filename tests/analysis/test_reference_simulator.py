@@ -119,3 +119,17 @@ def test_model_matches_the_oracle(case: str) -> None:
     check()
     assert required <= seen, f"the generated trees never exercised {required - seen}"
     assert sum(compared) >= 90, f"only {sum(compared)} of {len(compared)} trees compared"
+
+
+def test_the_oracle_shares_no_code_with_the_model():
+    """It imports the tree and the workload's expressions, nothing of the analysis."""
+    import ast
+
+    import reference_sim
+
+    tree = ast.parse(open(reference_sim.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not any(m.startswith(("tileflow.analysis", "tileflow.cost")) for m in imported)
+    assert {m for m in imported if m.startswith("tileflow")} <= {"tileflow.tree",
+                                                                 "tileflow.specs.workload"}
