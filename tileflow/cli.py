@@ -125,7 +125,7 @@ def _load(args):
 
 
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
-    from tileflow.specs.dataflow import check_against, load_dataflow_file
+    from tileflow.specs.dataflow import check_operators, load_dataflow_file
     from tileflow.specs.yamlfile import given
 
     path = Path(name)
@@ -134,7 +134,7 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
         flow = load_dataflow_file(path)
-        check_against(flow, [op.name for op in workload.ops], workload.sizes)
+        check_operators(flow, [op.name for op in workload.ops], workload.sizes)
         return flow
     for dim in tiles:
         if dim not in workload.sizes:

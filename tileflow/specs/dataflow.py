@@ -91,8 +91,8 @@ def load_dataflow_file(path: str | Path) -> Dataflow:
         raise exc.located(shown(path)) from None
 
 
-def check_against(flow: Dataflow, operators: list[str] | tuple[str, ...],
-                  sizes: Mapping[str, int]) -> None:
+def check_operators(flow: Dataflow, operators: list[str] | tuple[str, ...],
+                    sizes: Mapping[str, int] | None = None) -> None:
     """What a file can be checked for against the workload before any analysis: every leaf
     names an operator, every operator has exactly one leaf, and no loop has more steps than
     its dimension has elements. Errors name the line and what exists."""
@@ -101,7 +101,7 @@ def check_against(flow: Dataflow, operators: list[str] | tuple[str, ...],
     for path, node in walk(flow.root):
         if isinstance(node, Tile):
             for i, lp in enumerate(node.loops):
-                if lp.dim in sizes and lp.factor > sizes[lp.dim]:
+                if sizes and lp.dim in sizes and lp.factor > sizes[lp.dim]:
                     raise _at(flow, f"{path}.loops[{i}]",
                               f"loop '{lp}' has more steps than dimension '{lp.dim}' has "
                               f"elements ({sizes[lp.dim]:,})")
