@@ -300,8 +300,11 @@ def _flag_case(rng: random.Random, n: int) -> Case:
         args.append("--no-plot")
     args.append("--json")
     if rng.random() < 0.05:
-        args[args.index("--dataflow") + 1 if "--dataflow" in args else 0] = \
-            rng.choice(["flat-xgran", "LAYERWISE", "missing.yaml", "fused-layer"])
+        name = rng.choice(["flat-xgran", "LAYERWISE", "missing.yaml", "fused-layer"])
+        if "--dataflow" in args:
+            args[args.index("--dataflow") + 1] = name
+        else:
+            args[0] = name  # a command that does not exist
     workload_data = data["dims"]
     known = set(workload_data) | set(data.get("params") or {})
     macs = None
