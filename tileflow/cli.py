@@ -174,11 +174,20 @@ def _evaluate(flow, workload, arch, **kw):
         raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
                          source, where) from None
     except InputError as exc:  # a size bound of the model (tileflow.workbound)
+        if exc.source:
+            raise
         raise InputError(f"dataflow '{flow.name}': {exc.message}",
                          flow.source or workload.source or None,
-                         workload.place("dims") if not flow.source else None) from None
+                         exc.where or _root_or_dims(flow, workload)) from None
     _check_finite(result.to_dict(), f"dataflow '{flow.name}'", workload, arch)
     return result
+
+
+def _root_or_dims(flow, workload) -> str | None:
+    """Where a size problem of a whole tree is: its root in a file, else the workload's dims."""
+    if flow.source and flow.lines.get("root"):
+        return f"line {flow.lines['root']} (root)"
+    return None if flow.source else workload.place("dims")
 
 
 def _check_finite(value, what: str, workload, arch) -> None:
