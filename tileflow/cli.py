@@ -134,7 +134,7 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
         flow = load_dataflow_file(path)
-        check_operators(flow, [op.name for op in workload.ops], workload.sizes)
+        check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
         if dim not in workload.sizes:
@@ -176,18 +176,14 @@ def _evaluate(flow, workload, arch, **kw):
     except InputError as exc:  # a size bound of the model (tileflow.workbound)
         if exc.source:
             raise
-        raise InputError(f"dataflow '{flow.name}': {exc.message}",
-                         flow.source or workload.source or None,
-                         exc.where or _root_or_dims(flow, workload)) from None
+        if flow.source:
+            located = locate(exc, flow)
+            raise InputError(f"dataflow '{flow.name}': {located.message}", located.source,
+                             located.where) from None
+        raise InputError(f"dataflow '{flow.name}': {exc.message}", workload.source or None,
+                         workload.place("dims")) from None
     _check_finite(result.to_dict(), f"dataflow '{flow.name}'", workload, arch)
     return result
-
-
-def _root_or_dims(flow, workload) -> str | None:
-    """Where a size problem of a whole tree is: its root in a file, else the workload's dims."""
-    if flow.source and flow.lines.get("root"):
-        return f"line {flow.lines['root']} (root)"
-    return None if flow.source else workload.place("dims")
 
 
 def _check_finite(value, what: str, workload, arch) -> None:
