@@ -207,5 +207,5 @@ def test_a_huge_spatial_factor_is_refused_at_its_tile(tmp_path, capsys):
                      "  loops: [b:2147483648:Sp]")
     code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
                     "--dataflow", path)
-    assert_rejected(code, err, path, line_of(CHIMERA, "root:"), "tile (root)",
+    assert_rejected(code, err, path, line_of(CHIMERA, "level: DRAM"), "tile (root)",
                     "make 2,147,483,648 steps", "at most 8,192")
