@@ -403,8 +403,12 @@ def judge(case: Case, code: int, out: str, err: str) -> tuple[str, str]:
     if code == 2:
         if not err.startswith("tileflow: error: ") or err.count("\n") != 1 or out:
             return "bad-exit", f"not one paragraph: {err[:300]!r}"
-        places = case.places + ([] if case.kind in ("accelerator", "workload", "dataflow")
-                                else list(FLAGS))
+        places = case.places
+        if case.kind not in ("accelerator", "workload", "dataflow"):
+            # a flag case may name the flag or the value it is about (argparse names both)
+            named = [a for a in case.args if a.startswith("--")] + case.args[:1] + \
+                [v for f, v in zip(case.args, case.args[1:], strict=False) if f in FLAGS]
+            places = places + list(FLAGS) + [a for a in named if len(a) > 1]
         if not any(p and p in err for p in places):
             return "unlocated", err.strip()[:300]
         return "error", err.strip()
@@ -463,8 +467,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--every", type=int, default=1, help="run every n-th case only")
     parser.add_argument("--log", help="write one line per case (JSON) to this file")
+    parser.add_argument("--rerun", metavar="LOG",
+                        help="run only the cases that did not pass in this earlier log")
     args = parser.parse_args(argv)
     corpus = generate(args.cases, args.seed)[:: args.every]
+    if args.rerun:
+        with open(args.rerun) as handle:
+            failed = {json.loads(line)["case"] for line in handle
+                      if json.loads(line)["outcome"] not in ("ok", "error")}
+        corpus = [c for c in corpus if c.ident in failed]
     outcomes: Counter[str] = Counter()
     kinds: Counter[tuple[str, str]] = Counter()
     failures = []
