@@ -19,6 +19,7 @@ Anything else — a traceback, another exit status, a hang, NaN or Infinity — 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -77,6 +78,7 @@ BYTES = [b"\x00", b"\x07", b"\x1b", b"\x7f", b"\xff", b"\xfe", b"\xc3", b"\xc2\x
          b"\xef\xbb\xbf", b"\t", b"\r", b"\xe2\x80\xa8"]
 
 
+@functools.cache
 def _read(rel: str) -> str:
     return (REPO / rel).read_text()
 
@@ -102,6 +104,7 @@ BASELINES = {"attention": ["layerwise", "flat-rgran", "chimera", "tileflow-pipe"
 
 # ---- the operation count, derived from the sizes without TileFlow ---------------------------
 
+@functools.cache
 def _yaml(rel: str):
     return YAML(typ="safe").load(_read(rel))
 
