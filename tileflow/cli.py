@@ -83,12 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
     rp.add_argument("--json", action="store_true", help="print every result as JSON")
     va = sub.add_parser("validate", help="model accuracy against measurements")
-    va.add_argument("target", choices=["rtl"],
-                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
+    va.add_argument("target", choices=["rtl", "cpu", "gpu"],
+                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains); "
+                         "cpu, gpu: measure real kernels on this machine (out: validate/cpu)")
     va.add_argument("--data", help="folder with gemm_1152.csv and gemm_chain_131.csv "
                                    "(default: ../shared/datasets/rtl-systolic)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _campaign_options(va)
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -190,7 +192,17 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _campaign_options(parser) -> None:
+    from tileflow.calibrate.command import add_campaign_options
+
+    add_campaign_options(parser)
+
+
 def cmd_validate(args) -> int:
+    if args.target != "rtl":
+        from tileflow.calibrate.command import run
+
+        return run(args)
     from tileflow.rtl import report, study
 
     results = study.run(args.data)

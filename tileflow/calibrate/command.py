@@ -1,0 +1,79 @@
+"""`tileflow validate cpu|gpu`: run a measurement campaign (or reuse its CSV) and write the
+model-accuracy report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from tileflow.errors import InputError
+
+
+def validate_cpu(config_path: str | None, points: int | None, out: str | None,
+                 report_only: bool) -> dict:
+    from tileflow.calibrate import cpu, cpu_report
+    from tileflow.kernels.campaign import load_config, run_campaign, tqdm_progress
+    from tileflow.kernels.trees import single_core
+    from tileflow.specs.arch import load_arch
+
+    config = load_config(config_path, points)
+    folder = Path(out or "validate/cpu")
+    csv = folder / "measurements.csv"
+    if report_only:
+        if not csv.exists():
+            raise InputError(f"no measurements to report on: {csv} does not exist (run "
+                             "`tileflow validate cpu` without --report-only first)")
+        frame = pd.read_csv(csv)
+    else:
+        frame = run_campaign(config, folder, tqdm_progress)
+    if len(frame) < 4:
+        raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
+    arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    study = cpu.study(frame, arch, config.seed)
+    env_path = folder / "environment.json"
+    environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    command = "tileflow validate cpu" + (f" --config {config_path}" if config_path else "") + (
+        f" --points {points}" if points else "") + (f" --out {out}" if out else "")
+    levels = {"first_level": config.first_level, "last_level": config.last_level}
+    cpu_report.write(study, folder, command, levels, environment)
+    return study.summary
+
+
+def validate_gpu(config_path: str | None, points: int | None, out: str | None,
+                 report_only: bool) -> dict:
+    from tileflow.kernels.cuda_launch import gpu_missing
+
+    reason = gpu_missing()
+    raise InputError(f"the GPU campaign needs a CUDA GPU and PyCUDA "
+                     f"(`pip install -e '.[cuda]'`): {reason or 'not implemented beyond the '}"
+                     "kernel generator and launcher on this machine")
+
+
+def add_campaign_options(parser) -> None:
+    """Options of `tileflow validate cpu|gpu` (the RTL study ignores them)."""
+    parser.add_argument("--config", help="campaign YAML: workloads and sizes, points, threads, "
+                                         "repetitions, seed, traffic (default: built in)")
+    parser.add_argument("--points", type=int, help="dataflows per workload (default 200)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="rebuild the report from the saved measurements.csv")
+
+
+def run(args) -> int:
+    """Entry point for the CLI's `validate cpu|gpu`."""
+    runner = validate_cpu if args.target == "cpu" else validate_gpu
+    out = None if args.out == "validate/rtl-systolic" else args.out
+    summary = runner(args.config, args.points, out, args.report_only)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"points: {summary['points']}; traffic R^2: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in summary["traffic_r2"].items())
+              + f"; held-out latency Spearman {summary['latency_spearman_heldout']:.3f}, "
+              f"MAPE {summary['latency_mape_heldout']:.1%}; top-1 regret "
+              + ", ".join(f"{k} {v:.1%}" for k, v in summary["top1_regret"].items())
+              + (f"; at a bound: {', '.join(summary['bound_hits'])}"
+                 if summary["bound_hits"] else ""))
+        print(f"report written to {Path(out or 'validate/cpu') / 'report.md'}")
+    return 0
