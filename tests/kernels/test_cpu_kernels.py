@@ -150,3 +150,13 @@ def test_on_chip_intermediate_is_a_local_buffer_of_its_tile_size():
     assert "C" not in source.arguments
     assert source.local_words == {"C": 1 * 4 * 8}  # one (b, m) step: 1 x 4 rows x 8 columns
     assert build_checked(w, arch, flow).max_error < 1e-6
+
+
+def test_rows_of_64_words_are_padded_and_results_unchanged():
+    w = load_workload("gemm-chain", {"b": 1, "m": 8, "l": 64, "k": 16, "n": 64})
+    flows = random_valid_trees(w, HOST, 2, seed=3)
+    for flow in flows:
+        checked = build_checked(w, HOST, flow)
+        assert checked.source.layouts["B"] == (1, 16, 64 + 16)  # rows of 64 get one line
+        assert checked.source.layouts["A"] == (1, 8, 16)
+        assert checked.max_error < 1e-5

@@ -43,10 +43,10 @@ def plots(s: CpuStudy, out: Path, levels: dict[str, str]) -> list[str]:
     for ax, (column, title) in zip(axes, (("model_s", "before calibration (tree model)"),
                                           ("calibrated_s", "after calibration")), strict=True):
         for (workload, held), g in f.groupby(["workload", "heldout"]):
-            ax.loglog(g.measured_s * 1e3, g[column] * 1e3, "x" if held else ".",
+            ax.loglog(g.latency_s * 1e3, g[column] * 1e3, "x" if held else ".",
                       alpha=0.8 if held else 0.4,
                       label=f"{workload}{' (held out)' if held else ''}")
-        lo, hi = f.measured_s.min() * 1e3 * 0.5, f.measured_s.max() * 1e3 * 2
+        lo, hi = f.latency_s.min() * 1e3 * 0.5, f.latency_s.max() * 1e3 * 2
         ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
         ax.set_xlabel("measured latency (ms)")
         ax.set_ylabel("predicted latency (ms)")
@@ -117,6 +117,10 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         "against a NumPy reference, timed (median of repeated calls after a warm-up, fixed "
         "thread count) and run once single-threaded under cachegrind with the caches of the "
         "host description. The model is evaluated for one core of the host description.", "",
+        "Measured latency is the fastest of the repetitions: this machine is shared, and the "
+        f"median carries other processes' load (median / fastest: median "
+        f"{(f.measured_s / f.min_s).median():.2f}, up to {(f.measured_s / f.min_s).max():.1f}; "
+        "both are in `measurements.csv` with the spread).", "",
         "## Targets", "", f"Targets: {TARGETS}.", "",
         "| figure | value | target | met |", "|---|---|---|---|",
     ]
@@ -135,7 +139,7 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
               "|---|---|---|---|---|"]
     for w, g in f.groupby("workload"):
         lines.append(f"| {w} | {g['shape'].iloc[0]} | {len(g)} | {(g.kind == 'baseline').sum()}"
-                     f" | {g.measured_s.min() * 1e3:.2f} - {g.measured_s.max() * 1e3:.2f} |")
+                     f" | {g.latency_s.min() * 1e3:.2f} - {g.latency_s.max() * 1e3:.2f} |")
     lines += ["", "## Latency", "", f"![latency]({images[0]})", "",
               f"Calibration fits on {len(f) - len(held)} rows (a seeded 70 %) and is tested "
               f"on the other {len(held)} (marked x in the plot).", "",
@@ -145,14 +149,14 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                              ("latency function, nominal parameters", "default_s", f),
                              ("calibrated, held-out rows", "calibrated_s", held),
                              ("calibrated, training rows", "calibrated_s", f[~f.heldout])):
-        m = metrics.summary(rows[col], rows.measured_s)
+        m = metrics.summary(rows[col], rows.latency_s)
         lines.append(f"| {label} | {m['rows']} | {m['mape']:.1%} | {m['r2']:.3f} | "
                      f"{m['spearman']:.3f} | {m['kendall']:.3f} |")
     lines += ["", "Within each workload (calibrated, every row):", "",
               "| workload | rows | Spearman | Kendall | top-1 regret | top-1 regret, "
               "uncalibrated |",
               "|---|---|---|---|---|---|"]
-    within = metrics.within_groups(f, ["workload"], "calibrated_s", "measured_s")
+    within = metrics.within_groups(f, ["workload"], "calibrated_s", "latency_s")
     for r in within.itertuples():
         before = summary["top1_regret_uncalibrated"][r.workload]
         lines.append(f"| {r.workload} | {r.rows} | {r.spearman:.3f} | {r.kendall:.3f} | "
@@ -176,7 +180,7 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                   "(fills of the level below it plus write-backs of updates) x 4 bytes."]
     lines += ["", "## Worst-predicted held-out kernels", ""]
     for r in worst_cases(f).itertuples():
-        lines += [f"* **{r.workload} / {r.dataflow}**: measured {r.measured_s * 1e3:.3f} ms, "
+        lines += [f"* **{r.workload} / {r.dataflow}**: measured {r.latency_s * 1e3:.3f} ms, "
                   f"calibrated prediction {r.calibrated_s * 1e3:.3f} ms. "
                   f"{_explain(pd.Series(r._asdict()))}.",
                   "", "  ```", *["  " + x for x in _outline(r.tree)], "  ```"]

@@ -18,6 +18,7 @@ import numpy as np
 from tileflow.kernels.c_source import ENTRY, KernelSource
 
 CC = os.environ.get("CC", "cc")
+# the compiler may vectorise any loop; the tree's SIMD lanes are marked `omp simd`
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
          "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math")
 
@@ -57,16 +58,18 @@ def compile_shared(source: str, flags: tuple[str, ...] = FLAGS) -> Path:
 
 @dataclass
 class CompiledKernel:
-    """A loaded kernel and the arrays it runs on (allocated once, reused across calls)."""
+    """A loaded kernel and the arrays it runs on (allocated once, reused across calls, in
+    the kernel's padded layout; `arrays` are views of the tensors' logical shapes)."""
 
     source: KernelSource
     function: ctypes._CFuncPtr
     arrays: dict[str, np.ndarray]
     library: Path
+    storage: dict[str, np.ndarray]
 
     def __call__(self, threads: int = 1) -> None:
         pointers = (ctypes.c_void_p * len(self.source.arguments))(
-            *[self.arrays[t].ctypes.data for t in self.source.arguments])
+            *[self.storage[t].ctypes.data for t in self.source.arguments])
         self.function(pointers, threads)
 
 
@@ -78,10 +81,11 @@ def load(source: KernelSource, shapes: Mapping[str, tuple[int, ...]],
     fn = getattr(lib, ENTRY)
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
     fn.restype = None
-    arrays = {}
+    arrays, storage = {}, {}
     for t in source.arguments:
+        shape = tuple(shapes[t])
+        storage[t] = np.zeros(source.layouts.get(t, shape), dtype=np.float32)
+        arrays[t] = storage[t][tuple(slice(0, e) for e in shape)]
         if t in inputs:
-            arrays[t] = np.ascontiguousarray(inputs[t], dtype=np.float32).copy()
-        else:
-            arrays[t] = np.zeros(shapes[t], dtype=np.float32)
-    return CompiledKernel(source, fn, arrays, lib_path)
+            arrays[t][...] = inputs[t]
+    return CompiledKernel(source, fn, arrays, lib_path, storage)

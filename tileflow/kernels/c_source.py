@@ -5,7 +5,8 @@ with the loop's stride; clipped last steps get bounds, not guards. An intermedia
 home is on chip becomes a local buffer of its tile's size, allocated once and reset at each
 step of the common ancestor of its producer and consumers; one homed in memory is an array.
 Spatial loops above the cores (over dims no operator below reduces) become OpenMP parallel
-loops; the others (SIMD lanes, spatial reductions) stay sequential loops."""
+loops; those below the cores are marked as SIMD loops (`omp simd`); spatial reductions stay
+sequential loops. The compiler may vectorise other loops too."""
 
 from __future__ import annotations
 
@@ -59,6 +60,17 @@ class _Scope:
                       dict(self.init_depth))
 
 
+def pitched(shape) -> tuple[int, ...]:
+    """The layout of an array: rows whose length is a multiple of 64 words get one line (16
+    words) of padding, so that walking a column does not map every row to the same few cache
+    sets (the model counts words, as if caches were fully associative)."""
+    shape = tuple(int(e) for e in shape)
+    if not shape:
+        return shape
+    last = shape[-1]
+    return (*shape[:-1], last + 16 if last % 64 == 0 else last)
+
+
 @dataclass(frozen=True)
 class KernelSource:
     """Generated C: the source text, the entry point and the order of its array arguments."""
@@ -66,6 +78,7 @@ class KernelSource:
     text: str
     arguments: tuple[str, ...]  # tensors passed in, in order
     local_words: dict[str, int]  # local buffers: words each (per thread where private)
+    layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)  # argument -> pitched
 
 
 def generate_c(nest: Nest, threads: bool = True) -> KernelSource:
@@ -100,7 +113,7 @@ class _Generator:
         for op in w.ops:  # final outputs that accumulate start from the update's identity
             t = op.output.tensor
             if op.accumulates and t not in self.buffers:
-                n = math.prod(w.shapes[t])
+                n = math.prod(pitched(w.shapes[t]))
                 self.emit(f"for (long z = 0; z < {n}L; ++z) {t}[z] = {INIT[op.update]};", 1)
                 scope.init_depth[t] = 0
         self.tile("root", self.nest.plan.flow.root, scope, 1)
@@ -112,12 +125,14 @@ class _Generator:
         local_words = {}
         for t, b in self.local.items():
             copies = "(long)nthreads" if self.private.get(t) else "1L"
-            local_words[t] = b.words
+            words = math.prod(pitched(b.extents))
+            local_words[t] = words
             head.append(f"    float *{t}_pool = (float *)aligned_alloc(64, "
-                        f"sizeof(float) * (({b.words}L * {copies} + 15) / 16 * 16));")
+                        f"sizeof(float) * (({words}L * {copies} + 15) / 16 * 16));")
         tail = [f"    free({t}_pool);" for t in self.local] + ["}"]
         text = PRELUDE + "\n".join(head + body + tail) + "\n"
-        return KernelSource(text, args, local_words)
+        return KernelSource(text, args, local_words,
+                            {t: pitched(w.shapes[t]) for t in args})
 
     # -- tiles and loops -------------------------------------------------------------------
 
@@ -144,9 +159,13 @@ class _Generator:
                       f"TF_CEILDIV({size - low_shift} - {base}, {stride}));", depth)
             parallel = (self.threads and lp.spatial and level < self.nest.core_level
                         and lp.dim not in below_reductions and not scope.parallel)
+            lanes = (lp.spatial and not parallel and level >= self.nest.core_level
+                     and lp.dim not in below_reductions)
             if parallel:
                 self.emit("#pragma omp parallel for schedule(static)", depth)
                 scope.parallel = True
+            elif lanes:  # spatial loops below the cores are the SIMD lanes
+                self.emit("#pragma omp simd", depth)
             self.emit(f"for (int {var} = {lo}; {var} < {hi}; ++{var}) {{  "
                       f"/* {lp}{' parallel' if parallel else ''} stride {stride} */", depth)
             depth += 1
@@ -180,13 +199,14 @@ class _Generator:
         scope.init_depth[t] = len(scope.loops)
         if b.local:
             self.private[t] = scope.parallel
-            offset = f"(long)omp_get_thread_num() * {b.words}L" if scope.parallel else "0"
+            words = math.prod(pitched(b.extents))
+            offset = f"(long)omp_get_thread_num() * {words}L" if scope.parallel else "0"
             self.emit(f"float *restrict {t}_local = {t}_pool + {offset};", depth)
         if not producer.accumulates:
             return
         value = INIT[producer.update]
         if b.local:
-            self.emit(f"for (long z = 0; z < {b.words}L; ++z) {t}_local[z] = {value};", depth)
+            self.emit(f"for (long z = 0; z < {words}L; ++z) {t}_local[z] = {value};", depth)
             return
         depth0 = depth
         index = []
@@ -200,7 +220,7 @@ class _Generator:
                       f" ++{v})", depth)
             depth += 1
             index.append(v)
-        self.emit(f"{t}[{_flat(index, shape)}] = {value};", depth)
+        self.emit(f"{t}[{_flat(index, pitched(shape))}] = {value};", depth)
         del depth0
 
     # -- leaves ----------------------------------------------------------------------------
@@ -258,8 +278,8 @@ class _Generator:
         b = self.buffers.get(a.tensor)
         if b is not None and b.local:
             local = [f"({v} - {o})" for v, o in zip(values, scope.origins[a.tensor], strict=True)]
-            return f"{a.tensor}_local[{_flat(local, b.extents)}]", guards
-        return f"{a.tensor}[{_flat(values, shape)}]", guards
+            return f"{a.tensor}_local[{_flat(local, pitched(b.extents))}]", guards
+        return f"{a.tensor}[{_flat(values, pitched(shape))}]", guards
 
 
 def _ops(tile: Tile) -> list[str]:

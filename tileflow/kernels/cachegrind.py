@@ -20,7 +20,7 @@ from tileflow.specs.workload import Workload
 
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # valgrind 3.19 does not decode AVX-512: the driver targets x86-64-v3 (AVX2, FMA)
-DRIVER_FLAGS = ("-O3", "-march=x86-64-v3", "-fno-math-errno", "-fno-trapping-math",
+DRIVER_FLAGS = ("-O3", "-march=x86-64-v3", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
                 "-fno-signed-zeros", "-fassociative-math")
 
 
@@ -73,7 +73,7 @@ def driver_source(kernel: KernelSource, w: Workload, flush_bytes: int) -> str:
              kernel.text, "#include <stdio.h>", "int main(void) {",
              f"    float *args[{max(len(kernel.arguments), 1)}];", "    unsigned s = 1u;"]
     for i, t in enumerate(kernel.arguments):
-        n = math.prod(w.shapes[t])
+        n = math.prod(kernel.layouts.get(t, w.shapes[t]))
         lines += [f"    args[{i}] = (float *)aligned_alloc(64, sizeof(float) * "
                   f"(({n}L + 15) / 16 * 16));",
                   f"    for (long z = 0; z < {n}L; ++z) {{ s = s * 1664525u + 1013904223u; "

@@ -45,7 +45,7 @@ class CampaignConfig:
     arch: str = "host"
     threads: int = 1
     warmup: int = 1
-    repetitions: int = 5
+    repetitions: int = 7
     seed: int = 0
     traffic: bool = True  # cachegrind
     first_level: str = "L1"
@@ -71,7 +71,7 @@ def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
         config = CampaignConfig(
             workloads, f.integer("points", config.points), f.string("arch", config.arch),
             f.integer("threads", 1), f.integer("warmup", 1, minimum=0),
-            f.integer("repetitions", 5), f.integer("seed", 0, minimum=0), traffic,
+            f.integer("repetitions", 7), f.integer("seed", 0, minimum=0), traffic,
             f.string("first_level", "L1"), f.string("last_level", "L2"))
     if points is not None:
         if points < 1:

@@ -63,7 +63,9 @@ def random_chain_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
     stages = []
     for op in w.ops:
         lanes = arch.matrix.parallelism if op.unit == MATRIX else arch.vector.parallelism
-        lane_dim = op.output.dims[-1]
+        # lanes over the dim that is contiguous in memory: the output's last axis for a
+        # contraction, the first input's last axis for a vector operator (a reduction's too)
+        lane_dim = op.output.dims[-1] if op.unit == MATRIX else op.inputs[0].dims[-1]
         lane = int(rng.choice([f for f in divisors(left[lane_dim]) if f <= lanes]))
         per_level: list[dict[str, int]] = [{} for _ in below] or [{}]
         for d in op.dims:
