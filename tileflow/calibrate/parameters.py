@@ -62,7 +62,7 @@ class ParameterSet:
     def as_dict(self, values: Sequence[float]) -> dict[str, float]:
         return {p.name: float(v) for p, v in zip(self.parameters, values, strict=True)}
 
-    def at_bounds(self, values: Sequence[float], rel: float = 0.01) -> list[dict]:
+    def at_bounds(self, values: Sequence[float], rel: float = 1e-3) -> list[dict]:
         """Every parameter within `rel` of a bound (on the solver's scale): a fit that ends
         there is limited by the bound, not by the data."""
         lo, hi = self.search_bounds()

@@ -54,10 +54,11 @@ class _Scope:
     parallel: bool = False
     origins: dict[str, list[str]] = field(default_factory=dict)  # local tensor -> names
     init_depth: dict[str, int] = field(default_factory=dict)  # tensor -> len(loops) at init
+    threads: int = 0  # GPU: product of the thread-mapped loops open here (0: none)
 
     def copy(self) -> _Scope:
         return _Scope(dict(self.bases), list(self.loops), self.parallel, dict(self.origins),
-                      dict(self.init_depth))
+                      dict(self.init_depth), self.threads)
 
 
 def pitched(shape) -> tuple[int, ...]:
@@ -227,7 +228,7 @@ class _Generator:
 
     def leaf(self, op: Operator, scope: _Scope, depth: int) -> None:
         w = self.w
-        conditions = []
+        conditions = self.leaf_conditions(scope)
         g = {}
         for d in op.dims:
             shift = self.nest.shift(op.name, d)
@@ -256,6 +257,9 @@ class _Generator:
         if conditions:
             stmt = f"if ({' && '.join(conditions)}) {stmt}"
         self.emit(f"{stmt}  /* {op.name}: {op} */", depth)
+
+    def leaf_conditions(self, scope: _Scope) -> list[str]:
+        return []
 
     def _loose(self, op: Operator, d: str, scope: _Scope) -> bool:
         """Whether a loop over `d` was bounded for a different start than this operator's."""

@@ -38,6 +38,10 @@ def summary(results: dict[str, SetResult]) -> dict:
             dict(zip(PARAMETERS, values, strict=True)) for values in res.params_by_half]
         rho = spearman_by_shape(f, SHAPES[kind]).spearman.dropna()
         out[f"{kind}_spearman_within_shape_mean"] = float(rho.mean())
+        out[f"{kind}_bound_hits"] = [f"{h['parameter']} ({h['bound']}, half {h['half']})"
+                                     for h in res.bound_hits]
+    out["bound_hits"] = [f"{kind}: {hit}" for kind in results
+                         for hit in out[f"{kind}_bound_hits"]]
     fused = results["fused"].frame
     exact = np.ones(len(fused), dtype=bool)
     for column in ("dram_to_buffer", "buffer_to_dram"):
@@ -183,9 +187,11 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
         f"| rows with DRAM traffic equal to the measurement | | "
         f"{s['fused_dram_exact_rows']} / {len(fused)} | all |",
         "",
-        "Calibration fits four DRAM timing parameters (read and write words per cycle, cycles"
-        " of overhead per DRAM-level step, latency before the first word) by least squares on"
-        " the relative error of a random half of the rows, and is tested on the other half,"
+        "Calibration (`tileflow.calibrate`) fits four DRAM timing parameters (read and write"
+        " words per cycle, cycles of overhead per DRAM-level step, latency before the first"
+        " word) within declared physical bounds (rates 0.5-64 words per cycle, overhead"
+        " 0-1,000 cycles, latency 0-10,000 cycles) by least squares on the log of predicted"
+        " over measured cycles of a random half of the rows, and is tested on the other half,"
         " then the reverse; the table pools both held-out halves. Fitted values:",
         "",
         "| set | half | " + " | ".join(PARAMETERS) + " |",
@@ -194,6 +200,10 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     for kind, res in results.items():
         for half, values in enumerate(res.params_by_half, 1):
             lines.append(f"| {kind} | {half} | " + " | ".join(f"{v:.3g}" for v in values) + " |")
+    hits = s["bound_hits"]
+    lines += ["", "Parameters that ended at a bound (the data cannot pin them within the "
+              "physical range; the fit is flat there): " + ("; ".join(hits) if hits else
+                                                            "none") + "."]
     lines += [
         "",
         "![predicted vs measured cycles](cycles.png)",
