@@ -93,3 +93,21 @@ def test_cuda_kernels_run_on_the_gpu():
                                w.shapes, x)
         assert np.abs(out["O"] - ref["O"]).max() <= 1e-4 * np.abs(ref["O"]).max()
         assert timing.median_s > 0
+
+
+@pytest.mark.parametrize("name,sms,tflops,hbm_gbps,smem_kb,l2_mb", [
+    ("gpu-a100", 108, 312, 1555, 164, 40),
+    ("gpu-h100", 132, 989, 3350, 228, 50),
+])
+def test_gpu_descriptions_give_the_published_peaks(name, sms, tflops, hbm_gbps, smem_kb, l2_mb):
+    """Peak dense fp16 tensor throughput, HBM bandwidth, shared memory per SM and L2 size of
+    the vendor data sheets, recomputed from the description's fields."""
+    arch = load_arch(name)
+    smem = arch.level("SMEM")
+    assert smem.instances == sms
+    peak = 2 * arch.total_macs_per_cycle * arch.clock_ghz / 1e3  # TFLOP/s
+    assert peak == pytest.approx(tflops, rel=0.02)
+    hbm = arch.levels[0].read_words_per_cycle * arch.word_bytes * arch.clock_ghz
+    assert hbm == pytest.approx(hbm_gbps, rel=1e-6)
+    assert smem.capacity_words * arch.word_bytes / 1024 == pytest.approx(smem_kb, rel=0.01)
+    assert arch.level("L2").capacity_words * arch.word_bytes / 2**20 == pytest.approx(l2_mb)

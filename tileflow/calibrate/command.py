@@ -38,7 +38,35 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         f" --points {points}" if points else "") + (f" --out {out}" if out else "")
     levels = {"first_level": config.first_level, "last_level": config.last_level}
     cpu_report.write(study, folder, command, levels, environment)
+    _write_calibrated(study, folder, environment, config.arch)
     return study.summary
+
+
+def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: str) -> None:
+    """host-calibrated.yaml beside the report: the description with the fitted rates."""
+    from tileflow.calibrate.description import calibrated_description, write_description
+    from tileflow.specs.arch import ARCH_DIR
+    from tileflow.specs.yamlfile import load_yaml
+
+    if arch_name == "host":
+        from tileflow.specs.host import host_description
+
+        try:
+            original = host_description()
+        except OSError:
+            original = dict(load_yaml(ARCH_DIR / "cpu.yaml"))
+    else:
+        path = Path(arch_name)
+        original = dict(load_yaml(path if path.exists() else ARCH_DIR / f"{arch_name}.yaml"))
+    s = study.summary
+    provenance = {"device": (environment or {}).get("cpu", "unknown"),
+                  "points": sum(s["points"].values()),
+                  "held-out MAPE": f"{s['latency_mape_heldout']:.3f}",
+                  "held-out Spearman": f"{s['latency_spearman_heldout']:.3f}",
+                  "per core (single-threaded kernels)": "yes",
+                  "at a bound": ", ".join(s["bound_hits"]) or "none"}
+    write_description(calibrated_description(original, study.fit.as_dict(), provenance),
+                      folder / f"{arch_name if arch_name == 'host' else 'arch'}-calibrated.yaml")
 
 
 def validate_gpu(config_path: str | None, points: int | None, out: str | None,
