@@ -48,7 +48,22 @@ def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> CpuStudy:
     frame["calibrated_s"] = predict(result.values, every)
     frame["heldout"] = False
     frame.loc[test, "heldout"] = True
+    frame["corrected_s"] = learned_correction(frame, arch, train)
     return CpuStudy(frame, params, result, _summary(frame, result))
+
+
+def learned_correction(frame: pd.DataFrame, arch: Architecture, train: np.ndarray,
+                       ridge: float = 10.0) -> np.ndarray:
+    """The calibrated prediction times exp(a learned residual): ridge regression of
+    log(measured / calibrated) on the log of the counts the analysis computes (operations,
+    innermost steps, words per boundary), fitted on the training rows only."""
+    columns = latency.feature_columns(arch)
+    x = np.log1p(frame[columns].to_numpy(float))
+    x = np.column_stack([x, np.log(frame.calibrated_s.to_numpy(float)), np.ones(len(frame))])
+    y = np.log(frame.latency_s.to_numpy(float) / frame.calibrated_s.to_numpy(float))
+    a = x[train]
+    weights = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ y[train])
+    return frame.calibrated_s.to_numpy(float) * np.exp(x @ weights)
 
 
 def _summary(frame: pd.DataFrame, result: Fit) -> dict:
@@ -59,6 +74,8 @@ def _summary(frame: pd.DataFrame, result: Fit) -> dict:
         if measured in frame and frame[measured].notna().any():
             f = frame.dropna(subset=[measured])
             traffic[name] = metrics.r2_identity(f[model], f[measured])
+            out.setdefault("traffic_spearman", {})[name] = metrics.spearman(f[model],
+                                                                            f[measured])
     out["traffic_r2"] = traffic
     out["latency_spearman_heldout"] = metrics.spearman(held.calibrated_s, held.latency_s)
     out["latency_mape_heldout"] = metrics.mape(held.calibrated_s, held.latency_s)
@@ -72,6 +89,11 @@ def _summary(frame: pd.DataFrame, result: Fit) -> dict:
                            "model_spearman": metrics.spearman(frame.model_s, frame.latency_s),
                            "default_parameters_mape": metrics.mape(frame.default_s,
                                                                    frame.latency_s)}
+    corrected = {"mape_heldout": metrics.mape(held.corrected_s, held.latency_s),
+                 "spearman_heldout": metrics.spearman(held.corrected_s, held.latency_s)}
+    corrected["beats_calibrated"] = bool(corrected["mape_heldout"] < out["latency_mape_heldout"] and
+                             corrected["spearman_heldout"] > out["latency_spearman_heldout"])
+    out["learned_correction"] = corrected
     out["parameters"] = result.as_dict()
     out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in result.bound_hits]
     out["fit_rms_log_error_train"] = result.rms_log_error

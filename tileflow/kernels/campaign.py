@@ -134,8 +134,12 @@ def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: Campaig
            "threads": timing.threads, "max_error": checked.max_error}
     if config.traffic:
         single = generate_c(analyse(w, arch, flow), threads=False)
-        misses = measure(single, w, geometry(arch, config.first_level),
-                         geometry(arch, config.last_level))
+        try:
+            misses = measure(single, w, geometry(arch, config.first_level),
+                             geometry(arch, config.last_level))
+        except RuntimeError as exc:  # recorded, not fatal: the row keeps its timing
+            row["traffic_error"] = str(exc).splitlines()[0][:200]
+            return row
         row["measured_first_level_bytes"] = misses.d1_bytes
         row["measured_last_level_bytes"] = misses.ll_bytes
     return row
