@@ -71,12 +71,16 @@ def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: 
 
 def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                  report_only: bool) -> dict:
+    """Not a campaign yet: the CUDA generator and launcher exist, the GPU campaign does not."""
     from tileflow.kernels.cuda_launch import gpu_missing
 
     reason = gpu_missing()
-    raise InputError(f"the GPU campaign needs a CUDA GPU and PyCUDA "
-                     f"(`pip install -e '.[cuda]'`): {reason or 'not implemented beyond the '}"
-                     "kernel generator and launcher on this machine")
+    if reason:
+        raise InputError(f"tileflow validate gpu needs a CUDA GPU and PyCUDA: {reason}")
+    raise InputError("tileflow validate gpu: the GPU campaign is not implemented yet; "
+                     "kernels can be generated, launched and timed from Python with "
+                     "tileflow.kernels.cuda_source.generate_cuda and "
+                     "tileflow.kernels.cuda_launch.run_cuda")
 
 
 def add_campaign_options(parser) -> None:
