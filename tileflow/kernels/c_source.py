@@ -146,18 +146,7 @@ class _Generator:
         for j, lp in enumerate(tile.loops):
             if lp.factor == 1:
                 continue
-            stride = self.nest.strides[(path, j)]
-            shifts = {self.nest.shift(o, lp.dim) for o in ops_below
-                      if lp.dim in self.w.op_by_name[o].dims}
-            low_shift, high_shift = min(shifts), max(shifts)
-            size = self.w.sizes[lp.dim]
-            base = scope.bases[lp.dim]
-            var, hi, new = self.fresh("i"), self.fresh("hi"), self.fresh(f"{lp.dim}_")
-            lo = "0"
-            if high_shift < 0:
-                lo = f"TF_MAX(0, TF_CEILDIV({-high_shift} - {base}, {stride}))"
-            self.emit(f"const int {hi} = TF_MIN({lp.factor}, "
-                      f"TF_CEILDIV({size - low_shift} - {base}, {stride}));", depth)
+            var, lo, hi, new, stride, base = self.bounds(path, j, lp, ops_below, scope, depth)
             parallel = (self.threads and lp.spatial and level < self.nest.core_level
                         and lp.dim not in below_reductions and not scope.parallel)
             lanes = (lp.spatial and not parallel and level >= self.nest.core_level
@@ -184,6 +173,21 @@ class _Generator:
         for _ in range(opened):
             depth -= 1
             self.emit("}", depth)
+
+    def bounds(self, path: str, j: int, lp, ops_below, scope: _Scope, depth: int):
+        """Names and bounds of one loop: the counter runs over [lo, hi), the steps that some
+        operator below needs (clipped at the dim's size, shifted starts included); emits
+        `hi`. Returns (counter, lo, hi, index name, stride, base index)."""
+        stride = self.nest.strides[(path, j)]
+        shifts = {self.nest.shift(o, lp.dim) for o in ops_below
+                  if lp.dim in self.w.op_by_name[o].dims}
+        low, high = min(shifts), max(shifts)
+        base = scope.bases[lp.dim]
+        var, hi, new = self.fresh("i"), self.fresh("hi"), self.fresh(f"{lp.dim}_")
+        lo = f"TF_MAX(0, TF_CEILDIV({-high} - {base}, {stride}))" if high < 0 else "0"
+        self.emit(f"const int {hi} = TF_MIN({lp.factor}, "
+                  f"TF_CEILDIV({self.w.sizes[lp.dim] - low} - {base}, {stride}));", depth)
+        return var, lo, hi, new, stride, base
 
     def start_intermediate(self, t: str, scope: _Scope, depth: int) -> None:
         """At each step of the common ancestor: where the tensor's slice starts, and (when

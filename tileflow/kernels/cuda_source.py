@@ -132,16 +132,7 @@ class _CudaGenerator(_Generator):
         for j, lp in enumerate(tile.loops):
             if lp.factor == 1:
                 continue
-            stride = self.nest.strides[(path, j)]
-            shifts = {self.nest.shift(o, lp.dim) for o in below
-                      if lp.dim in self.w.op_by_name[o].dims}
-            low, high = min(shifts), max(shifts)
-            size = self.w.sizes[lp.dim]
-            base = scope.bases[lp.dim]
-            var, hi, new = self.fresh("i"), self.fresh("hi"), self.fresh(f"{lp.dim}_")
-            lo = f"TF_MAX(0, TF_CEILDIV({-high} - {base}, {stride}))" if high < 0 else "0"
-            self.emit(f"const int {hi} = TF_MIN({lp.factor}, "
-                      f"TF_CEILDIV({size - low} - {base}, {stride}));", depth)
+            var, lo, hi, new, stride, base = self.bounds(path, j, lp, below, scope, depth)
             independent = lp.spatial and lp.dim not in reductions
             on_grid = (independent and level < self.nest.core_level and covers is not None
                        and below >= covers and not scope.parallel)
