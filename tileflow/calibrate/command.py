@@ -4,6 +4,7 @@ model-accuracy report."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -96,7 +97,13 @@ def run(args) -> int:
     """Entry point for the CLI's `validate cpu|gpu`."""
     runner = validate_cpu if args.target == "cpu" else validate_gpu
     out = None if args.out == "validate/rtl-systolic" else args.out
-    summary = runner(args.config, args.points, out, args.report_only)
+    try:
+        summary = runner(args.config, args.points, out, args.report_only)
+    except KeyboardInterrupt:
+        folder = Path(out or "validate/cpu")
+        print(f"interrupted: every kernel measured so far is in {folder / 'measurements.csv'};"
+              " run the same command again to continue", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
