@@ -15,7 +15,7 @@ from tileflow.errors import InputError
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
                  report_only: bool) -> dict:
     from tileflow.calibrate import cpu, cpu_report
-    from tileflow.kernels.campaign import load_config, run_campaign, tqdm_progress
+    from tileflow.kernels.campaign import load_config, retime, run_campaign, tqdm_progress
     from tileflow.kernels.trees import single_core
     from tileflow.specs.arch import load_arch
 
@@ -29,6 +29,7 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         frame = pd.read_csv(csv)
     else:
         frame = run_campaign(config, folder, tqdm_progress)
+        retime(frame, config, folder)  # the noise floor: a sample timed a second time
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
     arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)

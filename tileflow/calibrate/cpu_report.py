@@ -233,6 +233,14 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                   "after the driver has evicted the caches. Model: words crossing the boundary "
                   "(fills of the level below it plus write-backs of updates) x 4 bytes."]
     lines += _limits(s, levels)
+    retest = out / "retest.csv"
+    if retest.exists():
+        r = pd.read_csv(retest)
+        lines += [f"* Measurement noise: {len(r)} kernels timed again later give Spearman "
+                  f"{metrics.spearman(r.min_s_again, r.min_s):.3f} and MAPE "
+                  f"{metrics.mape(r.min_s_again, r.min_s):.1%} against their first "
+                  "measurement (`retest.csv`): on this shared machine no model can be "
+                  "checked more finely than that."]
     lines += ["", "## Worst-predicted held-out kernels", ""]
     for r in worst_cases(f).itertuples():
         lines += [f"* **{r.workload} / {r.dataflow}**: measured {r.latency_s * 1e3:.3f} ms, "

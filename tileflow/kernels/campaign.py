@@ -199,6 +199,27 @@ def run_campaign(config: CampaignConfig, out: Path,
     return pd.DataFrame(rows)
 
 
+def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int = 40,
+           seed: int = 1) -> pd.DataFrame:
+    """Time a random sample of measured kernels again (out/retest.csv): how far two
+    measurements of the same kernel differ on this machine, the floor under any model's
+    error."""
+    from tileflow.specs.dataflow import parse_dataflow
+
+    arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    rows = []
+    for r in frame.sample(min(sample, len(frame)), random_state=seed).itertuples():
+        w = load_workload(r.workload, config.workloads[r.workload])
+        flow = parse_dataflow(Field(json.loads(r.tree), str(out / "measurements.csv")))
+        checked = build_checked(w, arch, flow, threads=config.threads, seed=config.seed)
+        timing = time_kernel(checked.kernel, config.threads, config.warmup, config.repetitions)
+        rows.append({"key": r.key, "workload": r.workload, "min_s": r.min_s,
+                     "min_s_again": timing.min_s})
+    result = pd.DataFrame(rows)
+    write_atomic(result, out / "retest.csv")
+    return result
+
+
 def _shape(w: Workload) -> str:
     return " ".join(f"{d}={s}" for d, s in w.sizes.items())
 
