@@ -11,6 +11,7 @@ import pandas as pd
 
 from tileflow.calibrate import metrics
 from tileflow.calibrate.cpu import TRAFFIC, CpuStudy, worst_cases
+from tileflow.errors import InputError
 from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field
 from tileflow.tree import render
@@ -141,8 +142,51 @@ def _explain(row: pd.Series) -> str:
         if q < 0.5 or q > 2:
             reasons.append(f"first-level traffic measured {q:.2f}x the model's (the cache "
                            "keeps or loses more than the tree's tiles say)")
+    strided, chained = _lane_findings(row)
+    if strided:
+        reasons.append("SIMD lanes along a dim that is not contiguous in memory ("
+                       + ", ".join(strided) + "): strided loads and stores instead of vectors")
+    if chained:
+        reasons.append("a reduction loop right around the lanes (" + ", ".join(chained)
+                       + "): each step waits for the previous update of the same outputs")
     reasons.append(f"model bottleneck: {row.model_bottleneck}")
     return "; ".join(reasons)
+
+
+def _lane_findings(row: pd.Series) -> tuple[list[str], list[str]]:
+    """Per operator, from the tree: the lanes (spatial loops of its own tile) along a dim that is not the last
+    axis of its output (strided), and a reduction as the loop right around the lanes (a
+    dependency chain through the output)."""
+    from tileflow.specs.workload import load_workload
+    from tileflow.tree import Op, Tile
+
+    try:
+        sizes = dict(item.split("=") for item in str(row["shape"]).split())
+        w = load_workload(str(row["workload"]), {k: int(v) for k, v in sizes.items()})
+    except (ValueError, OSError, InputError):
+        return [], []
+    flow = parse_dataflow(Field(json.loads(row["tree"]), "measurements.csv"))
+    strided, chained = [], []
+
+    def go(node: Tile, loops: tuple) -> None:
+        loops = loops + tuple(lp for lp in node.loops if lp.factor > 1)
+        for child in node.children:
+            if not isinstance(child, Op):
+                go(child, loops)
+                continue
+            op = w.op_by_name[child.op]
+            lanes = [lp for lp in node.loops if lp.spatial and lp.factor > 1]
+            temporal = [lp for lp in loops if not lp.spatial]
+            bad = [lp.dim for lp in lanes if lp.dim != op.output.dims[-1]
+                   and lp.dim in op.output.dims]
+            if bad:
+                strided.append(f"'{op.name}' along {', '.join(bad)}")
+            if temporal and temporal[-1].dim in op.reduction_dims:
+                width = lanes[0].factor if lanes else 1
+                chained.append(f"'{op.name}' over {temporal[-1].dim} (lanes: {width})")
+
+    go(flow.root, ())
+    return strided, chained
 
 
 def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
