@@ -154,9 +154,9 @@ def _explain(row: pd.Series) -> str:
 
 
 def _lane_findings(row: pd.Series) -> tuple[list[str], list[str]]:
-    """Per operator, from the tree: the lanes (spatial loops of its own tile) along a dim that is not the last
-    axis of its output (strided), and a reduction as the loop right around the lanes (a
-    dependency chain through the output)."""
+    """Per operator, from the tree: lanes (the spatial loops of its own tile) along a dim
+    that is not the last axis of its output (strided), and a reduction as the loop right
+    around the lanes (a dependency chain through the output)."""
     from tileflow.specs.workload import load_workload
     from tileflow.tree import Op, Tile
 
