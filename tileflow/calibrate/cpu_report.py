@@ -174,7 +174,9 @@ def _lane_findings(row: pd.Series) -> tuple[list[str], list[str]]:
             if not isinstance(child, Op):
                 go(child, loops)
                 continue
-            op = w.op_by_name[child.op]
+            op = w.op_by_name.get(child.op)
+            if op is None:  # a tree that does not belong to the row's workload: no finding
+                continue
             lanes = [lp for lp in node.loops if lp.spatial and lp.factor > 1]
             temporal = [lp for lp in loops if not lp.spatial]
             bad = [lp.dim for lp in lanes if lp.dim != op.output.dims[-1]
