@@ -4,13 +4,13 @@ summary.json; every file written atomically."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from tileflow.calibrate import metrics
 from tileflow.calibrate.cpu import TRAFFIC, CpuStudy, worst_cases
+from tileflow.calibrate.files import save_figure, write_text
 from tileflow.errors import InputError
 from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field
@@ -18,18 +18,6 @@ from tileflow.tree import render
 
 TARGETS = ("traffic R^2 >= 0.97 at both boundaries; held-out latency Spearman >= 0.9 and "
            "MAPE <= 15 %; the model's top pick within 5 % of the measured best")
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def _save(fig, path: Path) -> None:
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    tmp.replace(path)
 
 
 def plots(s: CpuStudy, out: Path, levels: dict[str, str]) -> list[str]:
@@ -54,7 +42,7 @@ def plots(s: CpuStudy, out: Path, levels: dict[str, str]) -> list[str]:
         ax.set_title(title)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    _save(fig, out / "latency.png")
+    save_figure(fig, out / "latency.png")
     plt.close(fig)
     names.append("latency.png")
     have = [(k, v) for k, v in TRAFFIC.items() if v[1] in f and f[v[1]].notna().any()]
@@ -71,7 +59,7 @@ def plots(s: CpuStudy, out: Path, levels: dict[str, str]) -> list[str]:
             ax.set_title(f"traffic into {levels[name]}: R^2 {s.summary['traffic_r2'][name]:.3f}")
             ax.legend(fontsize=7)
         fig.tight_layout()
-        _save(fig, out / "traffic.png")
+        save_figure(fig, out / "traffic.png")
         plt.close(fig)
         names.append("traffic.png")
     return names
@@ -296,8 +284,8 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
     if environment:
         lines += ["", "## Environment", "", *[f"* {k}: {v}" for k, v in environment.items()
                                               if k != "config"]]
-    _atomic_text(out / "report.md", "\n".join(lines) + "\n")
-    _atomic_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(out / "report.md", "\n".join(lines) + "\n")
+    write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     return out / "report.md"
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import os
 from pathlib import Path
 
 from ruamel.yaml import YAML
+
+from tileflow.calibrate.files import write_text
 
 
 def calibrated_description(original: dict, parameters: dict[str, float], provenance: dict) -> dict:
@@ -42,7 +43,4 @@ def write_description(description: dict, path: str | Path) -> Path:
     yaml.default_flow_style = None
     buffer = io.StringIO()
     yaml.dump(description, buffer)
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    tmp.write_text(buffer.getvalue())
-    tmp.replace(path)
-    return path
+    return write_text(path, buffer.getvalue())

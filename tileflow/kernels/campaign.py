@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
+from tileflow.calibrate.files import write_csv, write_text
 from tileflow.calibrate.latency import boundaries, words_column
 from tileflow.cost import evaluate_plan
 from tileflow.dataflows import build
@@ -152,9 +152,7 @@ def read_rows(csv: Path) -> pd.DataFrame:
 
 
 def write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    frame.to_csv(tmp, index=False)
-    tmp.replace(path)
+    write_csv(frame, path)
 
 
 def run_campaign(config: CampaignConfig, out: Path,
@@ -174,7 +172,7 @@ def run_campaign(config: CampaignConfig, out: Path,
     done = read_rows(csv)
     seen = set(done["key"]) if "key" in done else set()
     rows = done.to_dict("records")
-    (out / "environment.json").write_text(json.dumps(
+    write_text(out / "environment.json", json.dumps(
         {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
     jobs = []
     for name, sizes in config.workloads.items():

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tileflow.calibrate.files import save_figure, write_csv, write_text
 from tileflow.rtl.study import (
     PARAMETERS,
     TRANSFERS,
@@ -74,7 +75,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
         ax.set_title(TITLES[kind], fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "cycles.png", dpi=100)
+    save_figure(fig, out / "cycles.png")
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -88,7 +89,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
         ax.set_title(TITLES[kind], fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "error-distribution.png", dpi=100)
+    save_figure(fig, out / "error-distribution.png")
     plt.close(fig)
 
     fig, axes = plt.subplots(2, 3, figsize=(14, 7))
@@ -102,7 +103,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
             ax.set_ylabel(f"{kind} cycle error (%)")
             ax.tick_params(axis="x", rotation=90, labelsize=7)
     fig.tight_layout()
-    fig.savefig(out / "error-vs-tiling.png", dpi=100)
+    save_figure(fig, out / "error-vs-tiling.png")
     plt.close(fig)
 
     fused = results["fused"].frame
@@ -116,7 +117,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
         ax.set_xlabel("measured words")
         ax.set_ylabel("predicted words")
     fig.tight_layout()
-    fig.savefig(out / "transfers.png", dpi=100)
+    save_figure(fig, out / "transfers.png")
     plt.close(fig)
 
 
@@ -153,9 +154,9 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     numbers = summary(results)
-    (out / "summary.json").write_text(json.dumps(numbers, indent=2) + "\n")
+    write_text(out / "summary.json", json.dumps(numbers, indent=2) + "\n")
     for kind, res in results.items():
-        res.frame.to_csv(out / f"predictions-{kind}.csv", index=False)
+        write_csv(res.frame, out / f"predictions-{kind}.csv")
     _plots(results, out)
     s = numbers
     gemm, fused = results["gemm"].frame, results["fused"].frame
@@ -244,7 +245,7 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     lines += _worst(fused, "fused", "error")
     lines += EXPLANATION.splitlines()
     path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     return path
 
 
