@@ -45,10 +45,8 @@ def run_cuda(cuda_source: CudaSource, shapes, inputs, warmup: int = 2,
     import pycuda.driver as cuda
     from pycuda.compiler import SourceModule
 
-    options = [f"-arch={arch_flag}"] if arch_flag else []
-    module = SourceModule(cuda_source.text, no_extern_c=True, options=["-O3"],
-                          arch=None, code=None) if not options else SourceModule(
-        cuda_source.text, no_extern_c=True, options=["-O3", *options])
+    # the source declares its kernels extern "C"; arch None: the device's own
+    module = SourceModule(cuda_source.text, no_extern_c=True, options=["-O3"], arch=arch_flag)
     host = {t: np.zeros(cuda_source.layouts.get(t, shapes[t]), dtype=np.float32)
             for t in cuda_source.tensors}
     for t, value in inputs.items():
