@@ -155,11 +155,12 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from tileflow.dataflows import baselines_for, build
+    from tileflow.dataflows import baselines_for
+    from tileflow.explore.fit import fit_baseline
     from tileflow.report import comparison_plot, comparison_table
 
     workload, arch = _load(args)
-    results = [_evaluate(build(name, workload, arch), workload, arch)
+    results = [_evaluate(fit_baseline(name, workload, arch), workload, arch)
                for name in baselines_for(workload)]
     title = f"{workload.name} {dict(workload.sizes)} on {arch.name}"
     plot = None

@@ -20,6 +20,8 @@ from tileflow.explore.structure import Structure
 from tileflow.tree import Op, walk
 
 OBJECTIVES = ("latency", "energy", "edp", "dram")
+COLUMNS = {"latency": "cycles", "energy": "energy_pj", "edp": "edp", "dram": "dram_words",
+           "steps": "outer_steps"}  # objective -> metric ("steps": fitting baselines)
 UNDECIDED = 0
 
 
@@ -88,6 +90,10 @@ class Space:
         self.spatial_limit = np.array([self._spatial_limit(s, tiles, leaves) if s.spatial
                                        else 0 for s in slots], dtype=np.int64)
         self.levels = tuple(lv.name for lv in arch.levels)
+        outer = arch.levels[0].name
+        self.outer_masks = [np.array([not sl.spatial and tiles[sl.path].level == outer
+                                      and leaf.startswith(sl.path + ".") for sl in slots])
+                            for leaf in leaves.values()]
         # a slot shared by several operators' chains: the loops below it must cover the same
         # extent for each of them, so it is decided before them and takes divisors only
         self.shared = np.array([len(ks) > 1 for ks in self.chains_of])
@@ -194,13 +200,20 @@ class Space:
         out = state.copy()
         undecided = out == UNDECIDED
         out[undecided] = 1
-        for k, c in enumerate(self.chains):
+        for c in self.chains:
             open_slots = [i for i in c.slots if undecided[i]]
             if not open_slots:
                 continue
+            need = ceil_div(c.size, math.prod(int(out[i]) for i in c.slots))
             temporal = [i for i in open_slots if not self.structure.slots[i].spatial]
-            target = (temporal or open_slots)[0]
-            out[target] = max(out[target], self.remaining(state, k))
+            if temporal:
+                out[temporal[0]] *= need
+                continue
+            for i in open_slots:  # only spatial slots left: fill them outermost first
+                take = min(need, max(int(self.spatial_limit[i]) // int(out[i]), 1))
+                out[i] *= take
+                need = ceil_div(need, take)
+            out[open_slots[-1]] *= need  # beyond every fan-out: infeasible, as it should be
         return out
 
     def random_completion(self, state: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -219,18 +232,30 @@ class Space:
     def root_state(self) -> np.ndarray:
         return self.propagate(np.zeros(self.size, dtype=np.int64))
 
+    def outer_steps(self, rows: np.ndarray) -> np.ndarray:
+        """Steps of the outermost level's temporal loops, summed over the operators: fewer
+        steps mean larger tiles on chip."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, self.size)
+        total = np.zeros(len(rows))
+        for mask in self.outer_masks:
+            total += np.prod(rows[:, mask], axis=1) if mask.any() else 1.0
+        return total
+
     def covers(self, factors: np.ndarray) -> bool:
         return all(math.prod(int(factors[i]) for i in c.slots) >= c.size for c in self.chains)
 
+    def exact(self, factors: np.ndarray) -> bool:
+        return all(math.prod(int(factors[i]) for i in c.slots) == c.size for c in self.chains)
 
-def metrics_of(batch: BatchResult, objective: str, limits: Limits) -> tuple[np.ndarray,
-                                                                            np.ndarray,
-                                                                            dict[str, np.ndarray]]:
+
+def metrics_of(batch: BatchResult, objective: str, limits: Limits,
+               extra: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray,
+                                                       dict[str, np.ndarray]]:
     """Objective cost (inf where invalid), validity with the user limits, metric columns."""
     valid = batch.valid.copy()
     metrics: dict[str, np.ndarray] = {
         "cycles": batch.cycles, "energy_pj": batch.energy_pj, "dram_words": batch.dram_words,
-        "edp": batch.cycles * batch.energy_pj}
+        "edp": batch.cycles * batch.energy_pj, **extra}
     for level, words in batch.footprint_words.items():
         metrics[f"footprint_{level}"] = words
     for kind, amount in batch.violations.items():
@@ -244,9 +269,12 @@ def metrics_of(batch: BatchResult, objective: str, limits: Limits) -> tuple[np.n
         over = np.maximum(batch.dram_words - limits.dram_words, 0.0)
         metrics["violation_limit_dram"] = over
         valid &= over == 0
-    column = {"latency": "cycles", "energy": "energy_pj", "edp": "edp",
-              "dram": "dram_words"}[objective]
-    cost = np.where(valid, metrics[column], np.inf)
+    if objective.endswith("-then-latency"):  # lexicographic: the metric, then the cycles
+        first = metrics[COLUMNS[objective.split("-")[0]]]
+        cost = first + batch.cycles / (batch.cycles + 1e6)
+    else:
+        cost = metrics[COLUMNS[objective]]
+    cost = np.where(valid, cost, np.inf)
     return cost, valid, metrics
 
 
@@ -292,5 +320,32 @@ def evaluate_rows(space: Space, factors: np.ndarray, objective: str,
                   limits: Limits) -> Evaluated:
     factors = np.asarray(factors, dtype=np.int64).reshape(-1, space.size)
     batch = safe_evaluate(space.structure, factors)
-    cost, valid, metrics = metrics_of(batch, objective, limits)
+    batch_metrics = {"outer_steps": space.outer_steps(factors)}
+    cost, valid, metrics = metrics_of(batch, objective, limits, batch_metrics)
     return Evaluated(factors, cost, valid, metrics)
+
+
+def enumerate_divisors(space: Space, limit: int | None = None) -> np.ndarray:
+    """Every assignment of divisor factors (each chain's product exactly its size, spatial
+    slots within their fan-out), in a fixed slot order; stops after `limit` rows."""
+    exact = Space(space.structure, non_divisors=False)
+    out: list[np.ndarray] = []
+
+    def go(state: np.ndarray) -> bool:
+        free = exact.free_slots(state)
+        if not free:
+            if exact.exact(state) and all(
+                    state[i] <= exact.spatial_limit[i] for i in range(exact.size)
+                    if exact.spatial_limit[i]):
+                out.append(state)
+            return limit is None or len(out) < limit
+        slot = free[0]
+        for value in exact.candidates(state, slot):
+            child = state.copy()
+            child[slot] = value
+            if not go(exact.propagate(child)):
+                return False
+        return True
+
+    go(exact.root_state())
+    return np.array(out, dtype=np.int64).reshape(-1, space.size)
