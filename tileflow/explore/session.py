@@ -87,7 +87,8 @@ def _worker_entry(config: ExploreConfig, url: str, worker: int) -> None:
     w, arch = config.load()
     candidates = candidates_for(config, w, arch, {}, config.seed + worker)
     study = studies.create_or_load(studies.open_storage(url), candidates, config.objective,
-                                   config.limits, resume=True, extra=config.method)
+                                   config.limits, resume=True, extra=config.method,
+                                   fail_running=False)
     studies.run(study, candidates, config.objective, config.limits, method=config.method,
                 seed=config.seed, worker=worker, batch=config.batch, shared=True,
                 budget_evals=config.budget_evals, budget_seconds=config.budget_seconds)
@@ -167,14 +168,15 @@ def points_frame(study, candidates) -> pd.DataFrame:
         frame = pd.DataFrame(result.metrics)
         frame.insert(0, "structure", t.user_attrs["structure"])
         frame.insert(1, "trial", t.number)
-        frame.insert(2, "seconds", seconds)
-        frame.insert(3, "factors", [" ".join(map(str, r)) for r in rows])
+        frame.insert(2, "worker", studies.worker_of(t.user_attrs["points"]))
+        frame.insert(3, "seconds", seconds)
+        frame.insert(4, "factors", [" ".join(map(str, r)) for r in rows])
         frame["valid"] = result.valid
         frame["cost"] = result.cost
         frames.append(frame)
     if not frames:
-        return pd.DataFrame(columns=["structure", "trial", "seconds", "factors", "valid",
-                                     "cost"])
+        return pd.DataFrame(columns=["structure", "trial", "worker", "seconds", "factors",
+                                     "valid", "cost"])
     return pd.concat(frames, ignore_index=True)
 
 

@@ -10,9 +10,10 @@ search tree, so nothing completed is evaluated again; trials left running by a k
 process are marked failed and their points, never recorded, are evaluated anew.
 
 Several workers: before evaluating, a worker claims its new rows in its running trial and
-drops every row another running trial has claimed or a completed trial holds; two workers
-that claim the same row at the same moment both see the other's claim and both drop it,
-so no point is ever evaluated twice."""
+drops every row another running trial has claimed or a completed trial holds (a trial keeps
+its claim until it is complete, so it is always in one of the two); two workers that claim
+the same row at the same moment both see the other's claim and both drop it, so no point is
+ever evaluated twice."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def open_storage(url: str | None):
         return optuna.storages.InMemoryStorage()
     if url.endswith(".db") and "://" not in url:
         url = f"sqlite:///{url}"
+    url = _driver(url)
     try:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
     except Exception as exc:  # a bad URL, a server that does not answer, a missing driver
@@ -60,6 +62,19 @@ def open_storage(url: str | None):
 
         storage.engine.dispose()
     return storage
+
+
+def _driver(url: str) -> str:
+    """PostgreSQL through psycopg2 (the 'distributed' extra) unless psycopg 3 is there."""
+    scheme, sep, rest = url.partition("://")
+    if scheme not in ("postgresql", "postgres"):
+        return url
+    try:
+        import psycopg  # noqa: F401
+
+        return url
+    except ImportError:
+        return f"postgresql+psycopg2://{rest}"
 
 
 def _engine_kwargs(url: str) -> dict:
@@ -90,9 +105,10 @@ def fingerprint(candidates: Sequence[Candidate], objective: str, limits: Limits,
 
 
 def create_or_load(storage, candidates: Sequence[Candidate], objective: str, limits: Limits,
-                   resume: bool, extra: str = ""):
+                   resume: bool, extra: str = "", fail_running: bool = True):
     """The study for these candidates; an existing one only with `resume` (its trials left
-    running by a killed process are marked failed)."""
+    running by a killed process are marked failed, unless `fail_running` is False: a
+    worker joining a study that runs)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -108,7 +124,8 @@ def create_or_load(storage, candidates: Sequence[Candidate], objective: str, lim
             raise InputError("a study already exists in this storage; give --resume to "
                              "continue it, or another --storage or --out")
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            if fail_running:
+                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         return study
     if resume:
         raise InputError("--resume: there is no study to resume in this storage (an "
@@ -118,8 +135,9 @@ def create_or_load(storage, candidates: Sequence[Candidate], objective: str, lim
     return study
 
 
-def _encode(rows: np.ndarray, result: Evaluated) -> str:
+def _encode(rows: np.ndarray, result: Evaluated, worker: int) -> str:
     return json.dumps({
+        "worker": worker,
         "rows": np.asarray(rows).tolist(),
         "cost": [c if math.isfinite(c) else None for c in map(float, result.cost)],
         "valid": [bool(v) for v in result.valid],
@@ -127,11 +145,16 @@ def _encode(rows: np.ndarray, result: Evaluated) -> str:
 
 
 def decode(text: str) -> tuple[np.ndarray, Evaluated]:
+    """The rows and metrics of a trial's points (see `worker_of` for who evaluated them)."""
     data = json.loads(text)
     rows = np.array(data["rows"], dtype=np.int64)
     cost = np.array([math.inf if c is None else c for c in data["cost"]], dtype=float)
     return rows, Evaluated(rows, cost, np.array(data["valid"], dtype=bool),
                            {k: np.array(v, dtype=float) for k, v in data["metrics"].items()})
+
+
+def worker_of(text: str) -> int:
+    return int(json.loads(text).get("worker", 0))
 
 
 class Worker:
@@ -142,6 +165,7 @@ class Worker:
                  method: str = "mcts", seed: int = 0, worker: int = 0, batch: int = 64,
                  shared: bool = False):
         self.study = study
+        self.worker = worker
         self.shared = shared  # other workers run on the same study: claim rows first
         self.candidates = list(candidates)
         self.spaces = [Space(c.structure) for c in candidates]
@@ -172,7 +196,8 @@ class Worker:
                 self.caches[k].add(rows[fresh], _take(result, fresh))
                 self.samplers[k].observe(rows[fresh], _take(result, fresh))
 
-    def _claims(self, own: int) -> tuple[set[bytes], int]:
+    def _claims(self, own: int, structure: str) -> tuple[set[bytes], int]:
+        """Rows claimed by other running trials of this structure; rows claimed in all."""
         from optuna.trial import TrialState
 
         claimed: set[bytes] = set()
@@ -180,9 +205,10 @@ class Worker:
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if trial.number == own or "claim" not in trial.user_attrs:
                 continue
-            rows = np.array(json.loads(trial.user_attrs["claim"]), dtype=np.int64)
+            rows = json.loads(trial.user_attrs["claim"])
             count += len(rows)
-            claimed |= {r.tobytes() for r in rows.reshape(len(rows), -1)}
+            if trial.user_attrs.get("structure") == structure:
+                claimed |= {np.array(r, dtype=np.int64).tobytes() for r in rows}
         return claimed, count
 
     def run_trial(self, budget_left: Callable[[int], int]) -> int:
@@ -199,14 +225,14 @@ class Worker:
             rows = np.asarray(rows, dtype=np.int64).reshape(-1, space.size)
             new = list(dict.fromkeys(r.tobytes() for r in rows if r.tobytes() not in cache.rows))
             if new and self.shared:
-                self.sync()
-                new = [key for key in new if key not in cache.rows]
-            if new and self.shared:
+                # claim, then read the running trials' claims, then the completed trials: a
+                # trial that completes between the two reads is seen by the second
                 claim = mine + [np.frombuffer(key, dtype=np.int64) for key in new]
                 trial.set_user_attr("claim", json.dumps(np.array(claim).tolist()))
-                others, running = self._claims(trial.number)
-                new = [key for key in new if key not in others][:max(budget_left(
-                    running + len(mine)), 0)]
+                others, running = self._claims(trial.number, self.candidates[k].name)
+                self.sync()
+                new = [key for key in new if key not in others and key not in cache.rows]
+                new = new[:max(budget_left(running + len(mine)), 0)]
             elif new:
                 new = new[:max(budget_left(len(mine)), 0)]
             if new:
@@ -219,13 +245,11 @@ class Worker:
         if mine:
             rows = np.array(mine)
             result = cache.lookup(rows)
-            trial.set_user_attr("points", _encode(rows, result))
+            trial.set_user_attr("points", _encode(rows, result, self.worker))
             best = float(np.min(result.cost))
             self.completed_rows += len(rows)
         else:
             best = math.inf
-        if self.shared:
-            trial.set_user_attr("claim", "[]")
         self.study.tell(trial, best if math.isfinite(best) else 1e300)
         self.seen.add(trial.number)
         return len(mine)
