@@ -137,9 +137,11 @@ def _limits(f: Field) -> Limits:
         block = f.child("footprint_words").require_mapping()
         for key in block.keys():
             footprint[str(key)] = block.number(key)
-    dram = f.number("dram_words") if f.has("dram_words") else math.inf
-    if not math.isfinite(dram):
-        raise f.error("'dram_words' must be finite", "dram_words")
+    dram = math.inf
+    if f.has("dram_words"):
+        dram = f.number("dram_words")
+        if not math.isfinite(dram):
+            raise f.error("'dram_words' must be finite", "dram_words")
     return Limits(footprint, dram)
 
 
