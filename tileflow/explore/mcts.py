@@ -40,12 +40,13 @@ class MCTS:
 
     def __init__(self, space: Space, seed: int = 0, exploration: float = 0.4,
                  rollouts_per_leaf: int = 4, mutation_share: float = 0.5,
-                 warm: Iterable[np.ndarray] = ()):
+                 spread_bias: float = 0.5, warm: Iterable[np.ndarray] = ()):
         self.space = space
         self.rng = np.random.default_rng(seed)
         self.c = exploration
         self.rollouts = rollouts_per_leaf
         self.mutation_share = mutation_share
+        self.spread_bias = spread_bias
         root = space.root_state()
         self.root_key = root.tobytes()
         self.nodes: dict[bytes, Node] = {self.root_key: Node(root)}
@@ -180,7 +181,8 @@ class MCTS:
             self._backprop(self._path_of(np.asarray(row)), self._reward(float(cost)))
 
     def _mutate(self) -> np.ndarray:
-        """Re-draw one decision of an elite point (a shared slot takes its chains along)."""
+        """Re-draw one decision of an elite point (a shared slot takes its chains along): the
+        slot's factor moves to a neighbouring candidate or, one time in four, anywhere."""
         weights = np.array([1.0 / (1 + i) for i in range(len(self.elite))])
         pick = self.rng.choice(len(self.elite), p=weights / weights.sum())
         row = np.frombuffer(self.elite[pick][1], dtype=np.int64).copy()
@@ -190,8 +192,16 @@ class MCTS:
         undo = {slot}
         for k in sp.chains_of[slot]:
             undo |= {j for j in sp.chains[k].slots if sp.shared[slot] or not sp.shared[j]}
+        old = int(row[slot])
         row[list(undo)] = UNDECIDED
-        return sp.random_completion(row, self.rng)
+        state = sp.propagate(row)
+        if state[slot] == UNDECIDED and self.rng.random() < 0.75:
+            values = sp.candidates(state, slot)
+            near = [v for v in values if v != old and max(v, old) <= 4 * min(v, old)]
+            if near:
+                state[slot] = near[self.rng.integers(len(near))]
+                state = sp.propagate(state)
+        return sp.random_completion(state, self.rng, self.spread_bias)
 
     def step(self, evaluate: Evaluate, n: int) -> None:
         if self.warm:
@@ -211,7 +221,8 @@ class MCTS:
             for node, _ in path:  # virtual loss: spread the batch over the tree
                 node.visits += 1
             for _ in range(self.rollouts):
-                rows.append(self.space.random_completion(leaf.state, self.rng))
+                rows.append(self.space.random_completion(leaf.state, self.rng,
+                                                         self.spread_bias))
                 paths.append(path)
         for node_path in {id(p): p for p in paths}.values():
             for node, _ in node_path:

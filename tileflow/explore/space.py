@@ -67,9 +67,11 @@ def ceil_div(a: int, b: int) -> int:
 class Space:
     """Chains, per-slot limits and candidate factors of a structure."""
 
-    def __init__(self, structure: Structure, non_divisors: bool = True):
+    def __init__(self, structure: Structure, non_divisors: bool = True,
+                 fixed: Mapping[int, int] | None = None):
         self.structure = structure
         self.non_divisors = non_divisors
+        self.fixed = dict(fixed or {})  # slot -> factor held fixed (a restricted space)
         w, arch = structure.workload, structure.arch
         slots = structure.slots
         leaves = {n.op: p for p, n in walk(structure.template.root) if isinstance(n, Op)}
@@ -216,9 +218,12 @@ class Space:
             out[open_slots[-1]] *= need  # beyond every fan-out: infeasible, as it should be
         return out
 
-    def random_completion(self, state: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def random_completion(self, state: np.ndarray, rng: np.random.Generator,
+                          spread_bias: float = 0.0) -> np.ndarray:
         """Complete a partial assignment: free slots in random order, each a random candidate
-        (uniform over candidates, i.e. roughly log-uniform over sizes)."""
+        (uniform over candidates, i.e. roughly log-uniform over sizes). With `spread_bias`,
+        a spatial slot takes its largest candidate with that probability (using the whole
+        fan-out is most often what pays)."""
         state = self.propagate(state)
         while True:
             free = self.free_slots(state)
@@ -226,11 +231,28 @@ class Space:
                 return state
             slot = free[rng.integers(len(free))]
             values = self.candidates(state, slot)
-            state[slot] = values[rng.integers(len(values))]
+            if self.spatial_limit[slot] and rng.random() < spread_bias:
+                state[slot] = values[-1]
+            else:
+                state[slot] = values[rng.integers(len(values))]
             state = self.propagate(state)
 
     def root_state(self) -> np.ndarray:
-        return self.propagate(np.zeros(self.size, dtype=np.int64))
+        state = np.zeros(self.size, dtype=np.int64)
+        for slot, value in self.fixed.items():
+            state[slot] = value
+        return self.propagate(state)
+
+    def tile_spread_ok(self, state: np.ndarray, slots: Sequence[int]) -> bool:
+        """The spatial factors of each tile among `slots` (all decided) stay within the
+        tile's fan-out together."""
+        by_tile: dict[str, list[int]] = {}
+        for i in slots:
+            if self.spatial_limit[i]:
+                by_tile.setdefault(self.structure.slots[i].path, []).append(i)
+        return all(math.prod(int(state[i]) for i in tile_slots)
+                   <= max(int(self.spatial_limit[i]) for i in tile_slots)
+                   for tile_slots in by_tile.values())
 
     def outer_steps(self, rows: np.ndarray) -> np.ndarray:
         """Steps of the outermost level's temporal loops, summed over the operators: fewer
@@ -328,24 +350,94 @@ def evaluate_rows(space: Space, factors: np.ndarray, objective: str,
 def enumerate_divisors(space: Space, limit: int | None = None) -> np.ndarray:
     """Every assignment of divisor factors (each chain's product exactly its size, spatial
     slots within their fan-out), in a fixed slot order; stops after `limit` rows."""
-    exact = Space(space.structure, non_divisors=False)
-    out: list[np.ndarray] = []
+    out = []
+    total = 0
+    for block in divisor_blocks(space):
+        out.append(block)
+        total += len(block)
+        if limit is not None and total >= limit:
+            break
+    rows = np.concatenate(out) if out else np.zeros((0, space.size), dtype=np.int64)
+    return rows[:limit] if limit is not None else rows
 
-    def go(state: np.ndarray) -> bool:
-        free = exact.free_slots(state)
+
+def divisor_blocks(space: Space, chunk: int = 65_536):
+    """The divisor space in blocks of at most `chunk` rows: for each assignment of the shared
+    slots, the Cartesian product of the independent groups of the other slots (slots linked
+    by a chain)."""
+    for state, groups, options in divisor_products(space):
+        sizes = [len(o) for o in options]
+        count = math.prod(sizes)
+        for first in range(0, count, chunk):
+            flat = np.arange(first, min(first + chunk, count))
+            block = np.repeat(state[None, :], len(flat), axis=0)
+            for g, opts, idx in zip(groups, options, np.unravel_index(flat, sizes),
+                                    strict=True):
+                block[:, g] = opts[idx]
+            yield block
+
+
+def divisor_products(space: Space):
+    """(shared-slot state, groups, each group's options): the divisor space as a union of
+    Cartesian products; its size is the sum of the products of the option counts."""
+    exact = Space(space.structure, non_divisors=False, fixed=space.fixed)
+    for state in _shared_assignments(exact, exact.root_state()):
+        groups = _groups(exact, state)
+        options = [_group_options(exact, state, g) for g in groups]
+        if all(len(o) for o in options):
+            yield state, groups, options
+
+
+def _shared_assignments(exact: Space, state: np.ndarray):
+    open_shared = [i for i in exact.free_slots(state) if exact.shared[i]]
+    if not open_shared:
+        yield state
+        return
+    slot = open_shared[0]
+    for value in exact.candidates(state, slot):
+        child = state.copy()
+        child[slot] = value
+        yield from _shared_assignments(exact, exact.propagate(child))
+
+
+def _groups(exact: Space, state: np.ndarray) -> list[list[int]]:
+    """Undecided slots split into groups that share no chain and no tile's fan-out."""
+    open_slots = [i for i in range(exact.size) if state[i] == UNDECIDED]
+    slots = exact.structure.slots
+    groups: list[set[int]] = []
+    for i in open_slots:
+        linked = {j for k in exact.chains_of[i] for j in exact.chains[k].slots
+                  if state[j] == UNDECIDED} | {i}
+        if exact.spatial_limit[i]:
+            linked |= {j for j in open_slots if exact.spatial_limit[j]
+                       and slots[j].path == slots[i].path}
+        merged = [g for g in groups if g & linked]
+        for g in merged:
+            groups.remove(g)
+            linked |= g
+        groups.append(linked)
+    return [sorted(g) for g in groups]
+
+
+def _group_options(exact: Space, state: np.ndarray, group: list[int]) -> np.ndarray:
+    """Every exact assignment of one group's slots (the rest of the state as given)."""
+    found: list[list[int]] = []
+
+    def go(st: np.ndarray) -> None:
+        free = [i for i in group if st[i] == UNDECIDED]
         if not free:
-            if exact.exact(state) and all(
-                    state[i] <= exact.spatial_limit[i] for i in range(exact.size)
-                    if exact.spatial_limit[i]):
-                out.append(state)
-            return limit is None or len(out) < limit
+            if all(math.prod(int(st[i]) for i in exact.chains[k].slots) == exact.chains[k].size
+                   for i in group for k in exact.chains_of[i]) and all(
+                    st[i] <= exact.spatial_limit[i] for i in group if exact.spatial_limit[i]) \
+                    and exact.tile_spread_ok(st, [i for i in range(exact.size)
+                                                  if exact.spatial_limit[i]]):
+                found.append([int(st[i]) for i in group])
+            return
         slot = free[0]
-        for value in exact.candidates(state, slot):
-            child = state.copy()
+        for value in exact.candidates(st, slot):
+            child = st.copy()
             child[slot] = value
-            if not go(exact.propagate(child)):
-                return False
-        return True
+            go(exact.propagate(child))
 
-    go(exact.root_state())
-    return np.array(out, dtype=np.int64).reshape(-1, space.size)
+    go(state)
+    return np.array(found, dtype=np.int64).reshape(-1, len(group))
