@@ -181,21 +181,30 @@ class MCTS:
             self._backprop(self._path_of(np.asarray(row)), self._reward(float(cost)))
 
     def _mutate(self) -> np.ndarray:
-        """Re-draw one decision of an elite point (a shared slot takes its chains along): the
-        slot's factor moves to a neighbouring candidate or, one time in four, anywhere."""
+        """Change one decision of an elite point. Three times in four the slot moves to a
+        neighbouring factor and one slot of each of its chains (the outermost other temporal
+        one) takes up the difference, everything else kept; otherwise the slot's chains are
+        drawn anew (a shared slot takes the chains below it along)."""
         weights = np.array([1.0 / (1 + i) for i in range(len(self.elite))])
         pick = self.rng.choice(len(self.elite), p=weights / weights.sum())
         row = np.frombuffer(self.elite[pick][1], dtype=np.int64).copy()
         sp = self.space
-        decisions = [i for i in range(sp.size) if sp.chains_of[i]]
+        decisions = [i for i in range(sp.size) if sp.chains_of[i] and i not in sp.fixed]
         slot = decisions[self.rng.integers(len(decisions))]
+        old = int(row[slot])
+        local = self.rng.random() < 0.75
         undo = {slot}
         for k in sp.chains_of[slot]:
-            undo |= {j for j in sp.chains[k].slots if sp.shared[slot] or not sp.shared[j]}
-        old = int(row[slot])
+            others = [j for j in sp.chains[k].slots
+                      if j != slot and not sp.shared[j] and j not in sp.fixed]
+            if local:
+                temporal = [j for j in others if not sp.spatial_limit[j]]
+                undo |= set((temporal or others)[:1])
+            else:
+                undo |= set(others)
         row[list(undo)] = UNDECIDED
         state = sp.propagate(row)
-        if state[slot] == UNDECIDED and self.rng.random() < 0.75:
+        if state[slot] == UNDECIDED and local:
             values = sp.candidates(state, slot)
             near = [v for v in values if v != old and max(v, old) <= 4 * min(v, old)]
             if near:
