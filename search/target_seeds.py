@@ -2,6 +2,8 @@
 (run once; not part of the tests).
 
     python search/target_seeds.py --seeds 10 --seconds 30 --out search/target-g1-edge.json
+    python search/target_seeds.py --seeds 3 --evaluations 2000 --methods mcts,random,tpe \
+        --out search/methods-g1-edge.json
 
 Searches the space that `search/exhaustive.py` enumerated (same structure, same
 restriction) with each method, warm-started as `tileflow explore` does (the builder's
@@ -30,7 +32,8 @@ from tileflow.explore.search import search  # noqa: E402
 from tileflow.explore.space import Space  # noqa: E402
 
 
-def run_seed(space: Space, method: str, seed: int, seconds: float, optimum: float) -> dict:
+def run_seed(space: Space, method: str, seed: int, seconds: float | None, optimum: float,
+             evaluations: int | None = None) -> dict:
     s = space.structure
     warm = [s.default_factors]
     tiles = closed_form_tiles(s.workload, s.arch)
@@ -47,8 +50,8 @@ def run_seed(space: Space, method: str, seed: int, seconds: float, optimum: floa
             state["hit"] = time.perf_counter() - start
             state["hit_evals"] = state["evals"]
 
-    search(space, method, budget_evals=None, budget_seconds=seconds, seed=seed, warm=warm,
-           record=record)
+    search(space, method, budget_evals=evaluations, budget_seconds=seconds, seed=seed,
+           warm=warm, record=record)
     return {"seed": seed, "method": method, "best_cycles": state["best"],
             "gap": state["best"] / optimum - 1, "seconds_to_1pct": state["hit"],
             "evaluations_to_1pct": state["hit_evals"], "evaluations": state["evals"]}
@@ -58,6 +61,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--evaluations", type=int, help="budget in evaluations instead of seconds")
     p.add_argument("--methods", default="mcts")
     p.add_argument("--exhaustive", default=str(HERE / "exhaustive-g1-edge.json"))
     p.add_argument("--out", default=str(HERE / "target-g1-edge.json"))
@@ -69,12 +73,16 @@ def main() -> None:
     rows = []
     for method in args.methods.split(","):
         for seed in range(args.seeds):
-            row = run_seed(space, method, seed, args.seconds, ref["optimum_cycles"])
+            seconds = None if args.evaluations else args.seconds
+            row = run_seed(space, method, seed, seconds, ref["optimum_cycles"],
+                           args.evaluations)
             rows.append(row)
             print(json.dumps(row), flush=True)
     hits = {m: sum(1 for r in rows if r["method"] == m and r["seconds_to_1pct"] is not None)
             for m in args.methods.split(",")}
-    data = {"optimum_cycles": ref["optimum_cycles"], "seconds_per_seed": args.seconds,
+    data = {"optimum_cycles": ref["optimum_cycles"],
+            "seconds_per_seed": None if args.evaluations else args.seconds,
+            "evaluations_per_seed": args.evaluations,
             "within_1pct": hits, "runs": rows, "command": "python " + " ".join(sys.argv)}
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -155,3 +155,19 @@ def test_config_keys_are_declared_for_the_docs():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for key in CONFIG_KEYS:
         assert f"`{key}`" in readme, key
+
+
+def test_an_existing_study_needs_resume(tmp_path, capsys):
+    config = tmp_path / "small.yaml"
+    config.write_text(CONFIG)
+    storage = f"sqlite:///{tmp_path / 'db' / 'study.db'}"
+    args = ("explore", str(config), "--out", str(tmp_path / "o"), "--quiet", "--storage",
+            storage, "--budget-evals", "8")
+    code, _, err = run(capsys, *args)
+    assert code == 0, err
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "--resume" in err
+    code, _, err = run(capsys, *args[:-1], "12", "--resume")
+    assert code == 0, err
+    points = pd.read_csv(tmp_path / "o" / "points.csv")
+    assert len(points) == 12 and not points.duplicated(["structure", "factors"]).any()

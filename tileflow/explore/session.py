@@ -105,11 +105,12 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
     check_against(config, w, arch)
     from tileflow.dataflows import baselines_for
 
+    url = storage_url(config, storage, workers)
+    bare = [studies.Candidate(n, s) for n, s in candidate_structures(config, w, arch)]
+    study = studies.create_or_load(studies.open_storage(url), bare, config.objective,
+                                   config.limits, resume, extra=config.method)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
     candidates = candidates_for(config, w, arch, fitted, config.seed)
-    url = storage_url(config, storage, workers)
-    study = studies.create_or_load(studies.open_storage(url), candidates, config.objective,
-                                   config.limits, resume, extra=config.method)
     procs = []
     if workers > 1:
         context = multiprocessing.get_context("spawn")

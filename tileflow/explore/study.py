@@ -23,6 +23,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -45,6 +46,8 @@ def open_storage(url: str | None):
     if url.endswith(".db") and "://" not in url:
         url = f"sqlite:///{url}"
     url = _driver(url)
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     try:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
     except Exception as exc:  # a bad URL, a server that does not answer, a missing driver
