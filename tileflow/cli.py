@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--dataflow", action="append",
                     help="baseline(s) to time (default: flat-rgran and tileflow-pipe)")
     bn.add_argument("--seconds", type=float, default=3.0, help="time per dataflow")
+    add_explore_parser(sub)
     return parser
 
 
@@ -179,11 +180,15 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
 
 
 def _build(name: str, workload, arch, tiles=None):
-    """A named baseline; an error of fit (the workload's shape) names the workload file."""
+    """A named baseline: with --tile sizes as given, else its factors fitted by the tile
+    search under the baseline's own rule. An error of fit (the workload's shape) names the
+    workload file."""
     from tileflow.dataflows import build
+    from tileflow.explore.fit import fit_baseline
 
     try:
-        return build(name, workload, arch, tiles)
+        return build(name, workload, arch, tiles) if tiles else \
+            fit_baseline(name, workload, arch)
     except InputError as exc:
         if exc.source or not workload.source:
             raise
@@ -409,9 +414,73 @@ def cmd_export_timeloop(args) -> int:
     return 0
 
 
+def add_explore_parser(sub) -> None:
+    ex = sub.add_parser("explore", help="search dataflows for a workload on an accelerator "
+                        "(a study described by a YAML config)",
+                        epilog="example: tileflow explore search/quick.yaml --budget-seconds 30",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ex.add_argument("config", help="exploration config YAML (see search/*.yaml)")
+    budget = ex.add_mutually_exclusive_group()
+    budget.add_argument("--budget-evals", type=int, metavar="N",
+                        help="evaluations over all workers (overrides the config's budget)")
+    budget.add_argument("--budget-seconds", type=float, metavar="S",
+                        help="seconds of search (overrides the config's budget)")
+    ex.add_argument("--seed", type=int, help="random seed (overrides the config's)")
+    ex.add_argument("--workers", type=int, default=1, metavar="N",
+                    help="processes on one study (default 1)")
+    ex.add_argument("--storage", metavar="URL",
+                    help="study storage: sqlite:///FILE.db or postgresql://... "
+                         "(default: in memory; with --workers, OUT/study.db)")
+    ex.add_argument("--resume", action="store_true",
+                    help="continue the study in --storage (nothing completed is repeated)")
+    ex.add_argument("--out", metavar="DIR", help="output folder (overrides the config's)")
+    ex.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    ex.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def cmd_explore(args) -> int:
+    """Run a study; write best.yaml, points.csv, plots, summaries and the timeline."""
+    import dataclasses
+    import math
+
+    from tileflow.explore.config import load_config
+    from tileflow.explore.outputs import write_all
+    from tileflow.explore.session import explore
+
+    config = load_config(args.config)
+    for flag, value, low in (("--budget-evals", args.budget_evals, 1),
+                             ("--workers", args.workers, 1), ("--seed", args.seed, 0)):
+        if value is not None and value < low:
+            raise InputError(f"{flag} must be an integer >= {low}, got {value}")
+    if args.budget_seconds is not None and not (math.isfinite(args.budget_seconds)
+                                                and args.budget_seconds > 0):
+        raise InputError(f"--budget-seconds must be a positive number, got "
+                         f"{args.budget_seconds}")
+    config = config.with_budget(args.budget_evals, args.budget_seconds)
+    changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
+    config = dataclasses.replace(config, **changes)
+    progress = not args.quiet and sys.stderr.isatty()
+    outcome = explore(config, args.storage, args.workers, args.resume, progress)
+    data = write_all(outcome, config.out)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        found = data["found"]
+        print(f"{data['evaluations']:,} points in {outcome.seconds:.1f} s"
+              + (" (interrupted; --resume continues with --storage)" if outcome.interrupted
+                 else ""))
+        if found:
+            extra = (f", {found['speedup_over_layerwise']:.2f}x over Layerwise"
+                     if found["speedup_over_layerwise"] else "")
+            print(f"best: {found['structure']} structure, {found['cycles']:,.0f} cycles"
+                  f"{extra}")
+        print(f"outputs in {config.out}/: " + ", ".join(data["files"]))
+    return 130 if outcome.interrupted else 0
+
+
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
             "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
-            "export-timeloop": cmd_export_timeloop}
+            "export-timeloop": cmd_export_timeloop, "explore": cmd_explore}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

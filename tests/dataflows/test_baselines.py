@@ -8,6 +8,7 @@ import pytest
 
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
+from tileflow.explore.fit import fit_baseline
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import MATRIX, load_workload
 
@@ -100,7 +101,7 @@ def test_every_applicable_baseline_builds_and_evaluates(workload):
     names = baselines_for(w)
     assert "layerwise" in names
     for name in names:
-        r = evaluate(w, EDGE, build(name, w, EDGE))
+        r = evaluate(w, EDGE, fit_baseline(name, w, EDGE))
         _assert_valid_or_untiled(name, r)
         assert r.macs == w.total_ops(MATRIX)
         # no faster than the matrix units working on every cycle
@@ -119,15 +120,12 @@ def test_every_baseline_on_every_shipped_accelerator_counts_the_workload_exactly
     with a windowed second convolution aside), whatever the accelerator."""
     arch = load_arch(arch_name)
     w = load_workload(workload)
-    # the builders' smallest tiles (8 rows, whole weights for an MLP, whole conv rows) can
-    # exceed a buffer of 16-384 KB: the result says so, and nothing else breaks
-    small_buffers = arch_name in ("cpu", "gpu-a100", "gpu-h100", "tpu-like")
+    # the builders' default factors (row blocks of twice the PE rows, whole inner dims) can
+    # exceed a buffer: the result says so, and nothing else breaks (fitting the factors is
+    # `tileflow.explore.fit`'s job, tested there and below on Edge)
     for name in baselines_for(w):
         r = evaluate(w, arch, build(name, w, arch))
-        if small_buffers:
-            assert {v.kind for v in r.violations} <= {"capacity"}
-        else:
-            _assert_valid_or_untiled(name, r)
+        assert {v.kind for v in r.violations} <= {"capacity"}, (name, r.violations)
         assert r.macs == w.total_ops(MATRIX), (name, r.ops)
         assert r.vector_ops == w.total_ops() - w.total_ops(MATRIX)
 

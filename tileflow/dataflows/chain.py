@@ -10,7 +10,6 @@ from tileflow.dataflows.common import (
     Hardware,
     compute_tile,
     core_split,
-    divisors_desc,
     fits,
     halvings,
     largest_fitting,
@@ -201,48 +200,29 @@ def _fused_chain(w: Workload, arch: Architecture, tm: int, tl: int, primitive: s
     return Dataflow(Tile(hw.outer, loops, tuple(stages), primitive, name=name), name)
 
 
-def _dram_words(w: Workload, arch: Architecture, flow: Dataflow) -> float:
-    from tileflow.cost import evaluate
-    return evaluate(w, arch, flow).dram_words
-
-
-def _cycles(w: Workload, arch: Architecture, flow: Dataflow) -> float:
-    from tileflow.cost import evaluate
-    return evaluate(w, arch, flow).cycles
-
-
-def _best(w: Workload, arch: Architecture, make, grid, objective) -> Dataflow:
-    options = [make(tm, tl) for tm, tl in grid]
-    valid = [f for f in options if fits(w, arch, f)]
-    if not valid:
-        return options[-1]
-    return min(valid, key=lambda f: objective(w, arch, f))
-
-
-def _grid(w: Workload, r: Roles, hw: Hardware, tiles: Mapping[str, int] | None):
+def _default_tiles(w: Workload, r: Roles, hw: Hardware,
+                   tiles: Mapping[str, int] | None) -> tuple[int, int]:
+    """Row block and inner tile of the fully fused dataflows: given ones, else row blocks of
+    twice the PE rows and the whole inner dim. `compare` fits them with the tile search."""
     tiles = tiles or {}
     per_core = -(-w.sizes[r.rows] // (1 if r.batch and w.sizes[r.batch] >= hw.cores
                                       else hw.cores))
-    tms = [tiles[r.rows]] if r.rows in tiles else halvings(per_core, min(8, per_core))[:6]
-    tls = [tiles[r.inner]] if r.inner in tiles else \
-        ([t for t in divisors_desc(w.sizes[r.inner]) if t >= 16][:6] or [w.sizes[r.inner]])
-    return [(tm, tl) for tm in tms for tl in tls]
+    return (tiles.get(r.rows, min(2 * hw.rows, per_core)),
+            tiles.get(r.inner, w.sizes[r.inner]))
 
 
 def chimera(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
-    """Q x K, softmax and x V fused in chain order, sequential; row-block and inner tile sizes
-    chosen to minimise DRAM traffic among those that fit."""
+    """Q x K, softmax and x V fused in chain order, sequential. Its rule for the factors (the
+    least DRAM traffic among those that fit) is applied by `tileflow.explore.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
-    return _best(w, arch, lambda tm, tl: _fused_chain(w, arch, tm, tl, "Seq", False, "chimera"),
-                 _grid(w, r, hw, tiles), _dram_words)
+    return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Seq", False, "chimera")
 
 
 def tileflow_pipe(w: Workload, arch: Architecture,
                   tiles: Mapping[str, int] | None = None) -> Dataflow:
     """The shape the published search found: all three stages pipelined over row blocks, the
-    array split between the two matrix stages, the inner dim streamed in each; factors
-    chosen for the lowest modelled latency."""
+    array split between the two matrix stages, the inner dim streamed in each. The factors
+    are fitted by `tileflow.explore.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
-    return _best(w, arch,
-                 lambda tm, tl: _fused_chain(w, arch, tm, tl, "Pipe", True, "tileflow-pipe"),
-                 _grid(w, r, hw, tiles), _cycles)
+    return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Pipe", True,
+                        "tileflow-pipe")

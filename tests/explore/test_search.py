@@ -1,0 +1,160 @@
+"""The factor space and the tile-factor searches: coverage by construction, an exhaustive
+enumeration checked against a brute-force one, pruning that never loses a valid point, and
+searches that reach the exhaustive optimum of a small structure."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from helpers import small_arch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tileflow.dataflows import build
+from tileflow.explore.mcts import MCTS
+from tileflow.explore.search import PointCache, search
+from tileflow.explore.space import (
+    UNDECIDED,
+    Limits,
+    Space,
+    divisors,
+    enumerate_divisors,
+    evaluate_rows,
+)
+from tileflow.explore.structure import structure_of
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import load_workload
+
+SMALL = {"b": 2, "m": 16, "l": 16, "k": 4, "n": 4}
+
+
+def small_space(name: str = "chimera", l1_words: float = 200) -> Space:
+    w = load_workload("gemm-chain", SMALL)
+    arch = small_arch(l1_words=l1_words, cores=2, pes=4)
+    return Space(structure_of(w, arch, build(name, w, arch)))
+
+
+def g1_space(name: str = "tileflow-pipe") -> Space:
+    w, arch = load_workload("G1"), load_arch("edge")
+    return Space(structure_of(w, arch, build(name, w, arch)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(["tileflow-pipe", "chimera",
+                                                          "flat-rgran", "layerwise"]))
+def test_random_completions_cover_every_dimension_within_the_fan_out(seed, name):
+    space = g1_space(name)
+    row = space.random_completion(space.root_state(), np.random.default_rng(seed))
+    for chain in space.chains:
+        assert math.prod(int(row[i]) for i in chain.slots) >= chain.size
+    spatial = space.spatial_limit > 0
+    assert (row[spatial] <= space.spatial_limit[spatial]).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_divisor_completions_tile_every_dimension_exactly(seed):
+    space = Space(g1_space().structure, non_divisors=False)
+    row = space.random_completion(space.root_state(), np.random.default_rng(seed))
+    assert space.exact(row)
+
+
+def test_enumeration_equals_brute_force_over_the_divisor_grid():
+    w = load_workload("gemm-chain", {"b": 2, "m": 8, "l": 8, "k": 4, "n": 4})
+    arch = small_arch(l1_words=200, cores=2, pes=4)
+    space = Space(structure_of(w, arch, build("chimera", w, arch)))
+    found = {tuple(r) for r in enumerate_divisors(space)}
+    slots = space.structure.slots
+    grids = [[d for d in divisors(w.sizes[s.dim])
+              if not space.spatial_limit[i] or d <= space.spatial_limit[i]]
+             for i, s in enumerate(slots)]
+    tiles = {s.path for s in slots}
+    spread = {p: [i for i, s in enumerate(slots) if s.path == p and s.spatial] for p in tiles}
+
+    def fits(row) -> bool:
+        return all(math.prod(row[i] for i in idx) <= max(space.spatial_limit[i] for i in idx)
+                   for idx in spread.values() if idx)
+
+    brute = {row for row in itertools.product(*grids)
+             if all(math.prod(row[i] for i in c.slots) == c.size for c in space.chains)
+             and fits(row)}
+    assert found == brute and len(found) > 50
+
+
+def test_smallest_completion_is_a_lower_bound_of_footprints_below_a_decision():
+    space = g1_space()
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        state = space.root_state()
+        for _ in range(3):  # a partial assignment: three decisions
+            free = space.free_slots(state)
+            slot = free[rng.integers(len(free))]
+            values = space.candidates(state, slot)
+            state[slot] = values[rng.integers(len(values))]
+            state = space.propagate(state)
+        low = space.smallest_completion(state)
+        rows = np.array([low] + [space.random_completion(state, rng) for _ in range(6)])
+        decided = state != UNDECIDED
+        assert (rows[:, decided] == state[decided]).all()
+        result = evaluate_rows(space, rows, "latency", Limits())
+        footprint = result.metrics["footprint_L1"]
+        assert (footprint[0] <= footprint[1:] + 1e-9).all()
+
+
+def test_pruned_subtrees_hold_no_valid_point():
+    space = small_space(l1_words=120)
+    exhaustive = enumerate_divisors(space)
+    valid = exhaustive[evaluate_rows(space, exhaustive, "latency", Limits()).valid]
+    mcts = MCTS(space, seed=1)
+    cache = PointCache(space, "latency", Limits())
+    for _ in range(20):
+        mcts.step(cache.evaluate, 32)
+    pruned = []
+    for node in mcts.nodes.values():
+        for slot, kept in node.children.items():
+            for value in space.candidates(node.state, slot):
+                state = node.state.copy()
+                state[slot] = value
+                state = space.propagate(state)
+                if state.tobytes() not in kept:
+                    pruned.append(state)
+    assert pruned, "the capacity should rule some choices out"
+    for state in pruned:
+        decided = state != UNDECIDED
+        assert not (valid[:, decided] == state[decided]).all(axis=1).any()
+
+
+@pytest.mark.parametrize("method", ["mcts", "random", "tpe"])
+def test_each_method_reaches_the_exhaustive_optimum_of_a_small_structure(method):
+    space = Space(small_space("tileflow-pipe").structure, non_divisors=False)
+    exhaustive = enumerate_divisors(space)
+    optimum = evaluate_rows(space, exhaustive, "latency", Limits()).cost.min()
+    cache = search(space, method, budget_evals=len(exhaustive), seed=0, batch=16)
+    assert cache.evaluations <= len(exhaustive)
+    assert cache.best()[1] == pytest.approx(optimum, rel=1e-12)
+
+
+@pytest.mark.parametrize("objective,column", [("energy", "energy_pj"), ("dram", "dram_words"),
+                                              ("edp", "edp")])
+def test_objectives_pick_their_metric(objective, column):
+    space = small_space()
+    cache = search(space, "mcts", objective=objective, budget_evals=150, seed=2)
+    best_row, best = cache.best()
+    metrics = [m for c, v, m in cache.rows.values() if v]
+    assert best == min(m[column] for m in metrics)
+
+
+def test_a_dram_limit_makes_points_above_it_invalid():
+    space = small_space()
+    free = search(space, "random", budget_evals=100, seed=4)
+    values = sorted(m["dram_words"] for _, v, m in free.rows.values() if v)
+    limit = values[len(values) // 2]
+    limited = search(space, "random", budget_evals=100, seed=4,
+                     limits=Limits(dram_words=limit))
+    for _, valid, m in limited.rows.values():
+        assert not valid or m["dram_words"] <= limit
+        assert valid or m.get("violation_limit_dram", 0) > 0 or any(
+            v > 0 for k, v in m.items() if k.startswith("violation_"))

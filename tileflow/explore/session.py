@@ -1,0 +1,212 @@
+"""One `tileflow explore` run: fit the baselines, search the candidate structures in a study
+(one or several worker processes), and gather what the study holds."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tileflow.cost import Result, evaluate
+from tileflow.errors import InputError
+from tileflow.explore import study as studies
+from tileflow.explore.config import ExploreConfig, candidate_structures, check_against
+from tileflow.explore.fit import closed_form_tiles, fit_baseline, warm_rows
+from tileflow.explore.space import Space
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import Workload
+from tileflow.tree import Dataflow
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A named baseline: with its own rule's factors, and its structure's best searched point
+    (None when its structure was not searched)."""
+
+    name: str
+    flow: Dataflow
+    result: Result
+    searched: Dataflow | None = None
+    searched_result: Result | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    config: ExploreConfig
+    workload: Workload
+    arch: Architecture
+    best_structure: str | None
+    best: Dataflow | None
+    best_result: Result | None
+    baselines: tuple[Compared, ...]
+    points: pd.DataFrame  # one row per evaluated point, in evaluation order
+    slots: dict[str, list[str]]  # structure -> slot labels (the factors' order)
+    seconds: float
+    interrupted: bool = False
+
+
+def slot_labels(structure) -> list[str]:
+    return [f"{s.path}[{s.index}]{s.dim}{':Sp' if s.spatial else ''}" for s in structure.slots]
+
+
+def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
+                   fitted: dict[str, Dataflow], seed: int) -> list[studies.Candidate]:
+    """Candidate structures with their warm starts: the builder's default factors, the
+    baseline's fitted factors and, for chains, the closed-form DRAM-minimising tiles."""
+    rng = np.random.default_rng(seed)
+    tiles = closed_form_tiles(w, arch)
+    out = []
+    for name, structure in candidate_structures(config, w, arch):
+        warm = [structure.default_factors]
+        if name in fitted:
+            from tileflow.explore.structure import structure_of
+
+            warm.append(structure_of(w, arch, fitted[name]).default_factors)
+        if tiles:
+            warm += warm_rows(Space(structure), tiles, rng)
+        out.append(studies.Candidate(name, structure, tuple(warm)))
+    return out
+
+
+def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
+    """Several workers need a storage they can share: a SQLite file in the output folder
+    where none is given."""
+    if workers > 1 and (not storage or storage == "memory"):
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{Path(config.out).resolve() / 'study.db'}"
+    return storage
+
+
+def _worker_entry(config: ExploreConfig, url: str, worker: int) -> None:
+    """A worker process: the same candidates (warm-started from defaults and closed form),
+    its own seed, the shared study."""
+    w, arch = config.load()
+    candidates = candidates_for(config, w, arch, {}, config.seed + worker)
+    study = studies.create_or_load(studies.open_storage(url), candidates, config.objective,
+                                   config.limits, resume=True, extra=config.method,
+                                   fail_running=False)
+    studies.run(study, candidates, config.objective, config.limits, method=config.method,
+                seed=config.seed, worker=worker, batch=config.batch, shared=True,
+                budget_evals=config.budget_evals, budget_seconds=config.budget_seconds)
+
+
+def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
+            resume: bool = False, progress: bool = True) -> Outcome:
+    """Run the study the config describes and gather its points and best dataflow."""
+    import multiprocessing
+
+    from tqdm import tqdm
+
+    w, arch = config.load()
+    check_against(config, w, arch)
+    from tileflow.dataflows import baselines_for
+
+    url = storage_url(config, storage, workers)
+    bare = [studies.Candidate(n, s) for n, s in candidate_structures(config, w, arch)]
+    study = studies.create_or_load(studies.open_storage(url), bare, config.objective,
+                                   config.limits, resume, extra=config.method)
+    fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
+    candidates = candidates_for(config, w, arch, fitted, config.seed)
+    procs = []
+    if workers > 1:
+        context = multiprocessing.get_context("spawn")
+        procs = [context.Process(target=_worker_entry, args=(config, url, k), daemon=True)
+                 for k in range(1, workers)]
+        for p in procs:
+            p.start()
+    bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
+               desc=f"explore {config.name}", leave=False)
+    start = time.perf_counter()
+
+    def show(worker: studies.Worker) -> None:
+        best = worker.best()
+        bar.n = worker.completed_rows
+        rate = worker.completed_rows / max(time.perf_counter() - start, 1e-9)
+        bar.set_postfix_str(f"{rate:,.0f} evals/s, best {best[2]:,.0f}" if best else
+                            f"{rate:,.0f} evals/s")
+
+    interrupted = False
+    try:
+        studies.run(study, candidates, config.objective, config.limits, method=config.method,
+                    seed=config.seed, worker=0, batch=config.batch, shared=workers > 1,
+                    budget_evals=config.budget_evals, budget_seconds=config.budget_seconds,
+                    progress=show)
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:
+        interrupted = True
+        for p in procs:
+            p.terminate()
+            p.join()
+    finally:
+        bar.close()
+    for p in procs:
+        if p.exitcode not in (0, None) and not interrupted:
+            raise InputError(f"explore worker process {p.pid} failed (exit {p.exitcode})")
+    return gather(config, w, arch, study, candidates, fitted,
+                  time.perf_counter() - start, interrupted)
+
+
+def points_frame(study, candidates) -> pd.DataFrame:
+    """Every point of every completed trial, in trial order, with seconds since the study's
+    first trial started."""
+    from optuna.trial import TrialState
+
+    trials = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+                    key=lambda t: t.number)
+    names = {c.name for c in candidates}
+    frames = []
+    start = min((t.datetime_start for t in trials if t.datetime_start), default=None)
+    for t in trials:
+        if t.user_attrs.get("structure") not in names or "points" not in t.user_attrs:
+            continue
+        rows, result = studies.decode(t.user_attrs["points"])
+        seconds = (t.datetime_complete - start).total_seconds() if start else 0.0
+        frame = pd.DataFrame(result.metrics)
+        frame.insert(0, "structure", t.user_attrs["structure"])
+        frame.insert(1, "trial", t.number)
+        frame.insert(2, "worker", studies.worker_of(t.user_attrs["points"]))
+        frame.insert(3, "seconds", seconds)
+        frame.insert(4, "factors", [" ".join(map(str, r)) for r in rows])
+        frame["valid"] = result.valid
+        frame["cost"] = result.cost
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["structure", "trial", "worker", "seconds", "factors",
+                                     "valid", "cost"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> Outcome:
+    points = points_frame(study, candidates)
+    by_name = {c.name: c.structure for c in candidates}
+    best_name = best_flow = best_result = None
+    valid = points[np.isfinite(points["cost"].astype(float))] if len(points) else points
+    searched: dict[str, Dataflow] = {}
+    for name, group in valid.groupby("structure") if len(valid) else []:
+        row = group.loc[group["cost"].astype(float).idxmin()]
+        factors = [int(x) for x in str(row["factors"]).split()]
+        searched[name] = by_name[name].dataflow(factors)
+    if searched:
+        row = valid.loc[valid["cost"].astype(float).idxmin()]
+        best_name = str(row["structure"])
+        best_flow = searched[best_name]
+        best_result = evaluate(w, arch, best_flow)
+    compared = []
+    for name, flow in fitted.items():
+        s = searched.get(name)
+        compared.append(Compared(name, flow, evaluate(w, arch, flow), s,
+                                 evaluate(w, arch, s) if s else None))
+    slots = {c.name: slot_labels(c.structure) for c in candidates}
+    return Outcome(config, w, arch, best_name, best_flow, best_result, tuple(compared), points,
+                   slots, seconds, interrupted)
+
+
+def objective_value(result: Result, objective: str) -> float:
+    return {"latency": result.cycles, "energy": result.energy_pj,
+            "edp": result.cycles * result.energy_pj, "dram": result.dram_words}.get(
+        objective, math.nan)
