@@ -17,7 +17,7 @@ from tileflow.analysis.resources import (
 )
 from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.cost_components import ComponentCost, component_costs
-from tileflow.specs.arch import Architecture
+from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Op, Tile, label
 
@@ -152,22 +152,37 @@ class Result:
 
 
 def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
-             double_buffer: bool = False, fill_drain: bool = True) -> Result:
+             double_buffer: bool = False, fill_drain: bool | None = None,
+             overlap: str | None = None) -> Result:
     """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Structural
     errors raise InvalidDataflow; resource overruns come back as `valid=False` with the
-    violations named. `fill_drain=False` gives the published model's perfect overlap of
-    loads, compute and stores."""
+    violations named. `overlap` ('perfect' or 'fill-drain') overrides the accelerator's
+    convention; `fill_drain=False` is the older spelling of `overlap='perfect'`."""
     if isinstance(flow, Tile):
         flow = Dataflow(flow, flow.name or "dataflow")
     elif not isinstance(flow, Dataflow):
         raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
     return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
-                         fill_drain=fill_drain)
+                         fill_drain=fill_drain, overlap=overlap)
+
+
+def overlap_convention(arch: Architecture, overlap: str | None = None,
+                       fill_drain: bool | None = None) -> bool:
+    """True when the first load and last store of a run are charged (fill-drain): an explicit
+    `overlap` wins, then `fill_drain`, then the accelerator's `overlap`."""
+    if overlap is not None:
+        if overlap not in OVERLAPS:
+            raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
+        return overlap == "fill-drain"
+    if fill_drain is not None:
+        return bool(fill_drain)
+    return arch.overlap == "fill-drain"
 
 
 def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
-                  fill_drain: bool = True) -> Result:
+                  fill_drain: bool | None = None, overlap: str | None = None) -> Result:
     arch, w = plan.arch, plan.workload
+    fill_drain = overlap_convention(arch, overlap, fill_drain)
     counts = count(plan)
     fps = footprints(plan, double_buffer)
     violations = capacity_violations(plan, fps) + spatial_violations(plan)
@@ -220,10 +235,11 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     return time, f"{arch.levels[index].name} {kind} bandwidth", latency
 
 
-def latency(plan: Plan, counts: Counts, fill_drain: bool = True) -> float:
+def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
+            overlap: str | None = None) -> float:
     """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
     parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
-    return _latency(plan, counts, [], fill_drain)[0]
+    return _latency(plan, counts, [], overlap_convention(plan.arch, overlap, fill_drain))[0]
 
 
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],

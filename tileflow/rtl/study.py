@@ -204,9 +204,11 @@ def spearman_by_shape(frame: pd.DataFrame, shape: Sequence[str]) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def run(data: str | Path | None = None) -> dict[str, SetResult]:
+def run(data: str | Path | None = None, overlap: str | None = None) -> dict[str, SetResult]:
+    """Both sets; `overlap` ('perfect' or 'fill-drain') replaces the accelerators' own."""
     frames = load_dataset(data)
-    return {
-        "gemm": study("gemm", frames["gemm"], load_arch("rtl-systolic-gemm")),
-        "fused": study("fused", frames["fused"], load_arch("rtl-systolic-chain")),
-    }
+    archs = {kind: load_arch(f"rtl-systolic-{'gemm' if kind == 'gemm' else 'chain'}")
+             for kind in FILES}
+    if overlap:
+        archs = {kind: replace(arch, overlap=overlap) for kind, arch in archs.items()}
+    return {kind: study(kind, frames[kind], archs[kind]) for kind in ("gemm", "fused")}

@@ -69,6 +69,7 @@ class Architecture:
     vector_on_matrix: bool = False
     description: str = ""
     technology_nm: float | None = None
+    overlap: str = "fill-drain"  # OVERLAPS: how a tile's loads, compute and stores overlap
 
     @cached_property
     def level_index(self) -> dict[str, int]:
@@ -104,6 +105,9 @@ def sram_energy_pj(capacity_bytes: float) -> float:
             return math.exp(math.log(e0) + t * math.log(e1 / e0))
     return points[-1][1]
 
+
+OVERLAPS = ("perfect", "fill-drain")  # the published tools' convention, and ours (default)
+BUFFERINGS = (1, 2)  # buffering depths: single, double
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0
 MAX_FANOUT = 2**20  # instances of a level per parent instance; rows, columns, lanes
@@ -143,7 +147,7 @@ def parse_arch(data: Field) -> Architecture:
     vector_on_matrix = data.boolean("vector_on_matrix", not compute.has("vector"))
     return Architecture(data.string("name", "accelerator"), tuple(levels), matrix, vector,
                         clock_ghz, word_bytes, vector_on_matrix, data.string("description", ""),
-                        tech)
+                        tech, choice(data, "overlap", OVERLAPS, "fill-drain"))
 
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
