@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tile", action="append", metavar="DIM=SIZE",
                     help="tile size for a baseline builder (repeatable), e.g. m=64")
     ev.add_argument("--double-buffer", action="store_true",
-                    help="check capacity with every buffer doubled")
+                    help="tensors whose buffering depth neither the level nor the tile sets "
+                         "are double-buffered (footprint doubled)")
     _overlap_flag(ev)
     ev.add_argument("--tree", action="store_true", help="also print the tile tree")
     ev.add_argument("--detail", action="store_true",

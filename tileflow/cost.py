@@ -38,7 +38,8 @@ class Movement:
 @dataclass(frozen=True)
 class NodeLatency:
     """Cycles of one tile: the time its loads, its children and its stores would take alone;
-    the tile takes the largest (overlapped, double-buffered)."""
+    the tile takes the largest (overlapped), where the children's time includes the transfers
+    of single-buffered tensors (`serial_cycles`), which do not overlap them."""
 
     path: str
     label: str
@@ -46,10 +47,11 @@ class NodeLatency:
     load_cycles: float
     inner_cycles: float
     store_cycles: float
+    serial_cycles: float = 0.0
 
     @property
     def cycles(self) -> float:
-        return max(self.load_cycles, self.inner_cycles, self.store_cycles)
+        return max(self.load_cycles, self.inner_cycles + self.serial_cycles, self.store_cycles)
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,14 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     return time, f"{arch.levels[index].name} {kind} bandwidth", latency
 
 
+def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfer],
+                 steps: int) -> float:
+    """Cycles the single-buffered tensors' loads and stores add in series with the compute:
+    the buffer they use is busy while the children compute, so they cannot overlap them."""
+    load = _transfer_time(arch, [tr for tr in loads if tr.serial], steps)[0]
+    return load + _transfer_time(arch, [tr for tr in stores if tr.serial], steps)[0]
+
+
 def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
             overlap: str | None = None) -> float:
     """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
@@ -271,11 +281,15 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             stages = [k[0] / steps for k in kids]
             inner = sum(stages) + (steps - 1) * max(stages)
         slowest = max(kids, key=lambda k: k[0])[1]
-        load, load_what, latency = _transfer_time(arch, counts.loads.get(path, []), steps)
-        store, store_what, _ = _transfer_time(arch, counts.stores.get(path, []), steps)
+        loads, stores = counts.loads.get(path, []), counts.stores.get(path, [])
+        load, load_what, latency = _transfer_time(arch, loads, steps)
+        store, store_what, _ = _transfer_time(arch, stores, steps)
+        serial = _serial_time(arch, loads, stores, steps)
         where = label(path, tile)
-        breakdown.append(NodeLatency(path, where, path.count("."), load, inner, store))
-        cycles, what = max((inner, slowest), (load, f"{load_what} (loads of {where})"),
+        breakdown.append(NodeLatency(path, where, path.count("."), load, inner, store, serial))
+        if serial:
+            slowest += f" with single-buffered transfers of {where} in series"
+        cycles, what = max((inner + serial, slowest), (load, f"{load_what} (loads of {where})"),
                            (store, f"{store_what} (stores of {where})"), key=lambda x: x[0])
         if fill_drain and (load or store):
             # double-buffered steps overlap (also across the parents' steps), but the first

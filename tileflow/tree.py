@@ -43,6 +43,11 @@ class Tile:
     primitive: str = "Seq"
     name: str = ""
     no_reuse: tuple[str, ...] = ()
+    buffering: tuple[tuple[str, int], ...] = ()  # (tensor, depth 1 or 2) over the level's
+
+    def depth_of(self, tensor: str) -> int | None:
+        """The buffering depth this tile sets for `tensor`, if it sets one."""
+        return next((d for t, d in self.buffering if t == tensor), None)
 
 
 Node = Tile | Op
@@ -76,10 +81,12 @@ def parse_loop(text: str) -> Loop:
 
 
 def tile(level: str, spec: str = "", *children: Node | str, primitive: str = "Seq",
-         name: str = "", no_reuse: tuple[str, ...] = ()) -> Tile:
+         name: str = "", no_reuse: tuple[str, ...] = (),
+         buffering: Mapping[str, int] | None = None) -> Tile:
     """Shorthand builder: tile('L1', 'm:4 k:2', 'qk') — strings as children become Op leaves."""
     kids = tuple(Op(c) if isinstance(c, str) else c for c in children)
-    return Tile(level, loops(spec), kids, primitive, name, tuple(no_reuse))
+    return Tile(level, loops(spec), kids, primitive, name, tuple(no_reuse),
+                tuple(sorted((buffering or {}).items())))
 
 
 def walk(node: Node, path: str = "root") -> Iterator[tuple[str, Node]]:
@@ -135,6 +142,8 @@ def to_dict(flow: Dataflow) -> dict:
             out["primitive"] = n.primitive
         if n.no_reuse:
             out["no_reuse"] = list(n.no_reuse)
+        if n.buffering:
+            out["buffering"] = dict(n.buffering)
         out["children"] = [node(c) for c in n.children]
         return out
     data: dict = {"name": flow.name}

@@ -161,6 +161,10 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
         for name in node.no_reuse:
             if name not in w.tensors:
                 raise InvalidDataflow(f"no_reuse names unknown tensor '{name}'", where=where)
+        for name, depth in node.buffering:
+            if name not in w.tensors or depth not in (1, 2):
+                raise InvalidDataflow(f"buffering: expected a tensor of the workload and a "
+                                      f"depth of 1 or 2, got {name}: {depth}", where=where)
         for child in node.children:
             if isinstance(child, Tile) and child.level in arch.level_index and \
                     arch.level_index[child.level] < arch.level_index[node.level]:

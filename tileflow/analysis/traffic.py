@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from tileflow.analysis.buffering import depth, serialised
 from tileflow.analysis.movement import (
     AxisRec,
     DimRec,
@@ -29,6 +30,8 @@ class Transfer(NamedTuple):
     words: float
     instances: int
     kind: str
+    tensor: str = ""
+    serial: bool = False  # a single-buffered tensor's: it does not overlap the compute
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
         dims_y = _dims(plan, path, j)
         union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
         fast = _ExactTiling(plan, path, j, run_start, dims_y, union_sp)
+        inner = _run_tiles(path, j + 1)
         for access, is_out in accesses:
             t = access.tensor
             if t in plan.homes and x < plan.homes[t]:
@@ -146,7 +150,18 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             if moved is None:
                 moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
                                         drops, no_reuse, epoch)
-            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved)
+            serial = serialised(depth(plan.arch, y, t, inner))
+            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
+
+
+def _run_tiles(path: OpPath, start: int) -> list[Tile]:
+    """The tiles of the path from `start` down while they stay at its level."""
+    out = []
+    for k in range(start, len(path.tiles)):
+        if path.levels[k] != path.levels[start]:
+            break
+        out.append(path.tiles[k][1])
+    return out
 
 
 def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
@@ -188,22 +203,22 @@ def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:
 
 def _record(counts: Counts, owner: str, x: int, y: int, t: str, is_out: bool, inst_x: int,
             inst_y: int, moved_y: float, moved_x: float, refill_y: float,
-            refill_x: float) -> None:
+            refill_x: float, serial: bool = False) -> None:
     """Book one tensor's movement over one link: inputs are filled down; outputs are written
     back up (after spatial reduction) and their partial sums filled down again."""
     if is_out:
         counts.traffic[(y, t)][FILL] += refill_y
         counts.traffic[(x, t)][READ] += refill_x
         counts.traffic[(x, t)][UPDATE] += moved_x
-        counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read"),
-                                Transfer(y, refill_y, inst_y, "write")]
-        counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write"),
-                                 Transfer(y, moved_y, inst_y, "read")]
+        counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read", t, serial),
+                                Transfer(y, refill_y, inst_y, "write", t, serial)]
+        counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write", t, serial),
+                                 Transfer(y, moved_y, inst_y, "read", t, serial)]
     else:
         counts.traffic[(y, t)][FILL] += moved_y
         counts.traffic[(x, t)][READ] += moved_x
-        counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read"),
-                                Transfer(y, moved_y, inst_y, "write")]
+        counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read", t, serial),
+                                Transfer(y, moved_y, inst_y, "write", t, serial)]
 
 
 class _ExactTiling:

@@ -38,6 +38,7 @@ class Level:
     latency_cycles: float = 0.0  # before the first word of a run of transfers arrives
     area_mm2: float | None = None  # per instance, from the component model (technology_nm)
     component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
+    buffering: int | None = None  # default depth of every tensor held here (BUFFERINGS)
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,10 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
         else:
             raise f.error(f"level '{name}' needs '{gbps}' (or '{wpc}')")
     energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
+    buffering = f.integer("buffering", 0, minimum=1, maximum=2) if f.has("buffering") else None
     return Level(name, capacity_words, fanout, parent_instances * fanout, rates[0], rates[1],
                  *energy, f.number("step_overhead_cycles", 0.0, positive=False),
-                 f.number("latency_cycles", 0.0, positive=False))
+                 f.number("latency_cycles", 0.0, positive=False), buffering=buffering)
 
 
 def _energies(f: Field, outermost: bool, capacity_bytes: float,

@@ -107,6 +107,12 @@ LEVEL = Section("level", "each item of `levels`", (
         "reads from this level (request setup)", "0", "cycles"),
     Key("latency_cycles", "number >= 0", "cycles before the first word of a tile's run of "
         "transfers from this level arrives (added once per run)", "0", "cycles"),
+    Key("buffering", "1 or 2", "default buffering depth of every tensor held at this level: "
+        "1 (single: its transfers wait for the compute that uses the buffer and the compute "
+        "waits for them) or 2 (double: footprint twice, transfers overlap the neighbouring "
+        "steps' compute); a tile's `buffering` wins (docs/mechanisms.md)", "unset: footprint "
+        "once and transfers overlapped (the published tools' convention); `evaluate "
+        "--double-buffer` makes it 2"),
     Key("memory", "sram, regfile or dram", "kind of memory for the component model (needs "
         "`technology_nm` unless dram)", "dram for the outermost level, regfile up to 1 KB, "
         "else sram"),
@@ -208,6 +214,10 @@ TILE = Section("tile", "`root` and every tile among `children`", (
     Key("no_reuse", "list of tensor names", "tensors whose slices this tile fetches anew at "
         "every step of its loops, even when the slice did not change (programs that do not "
         "exploit a reuse the loop order allows)", "none"),
+    Key("buffering", "mapping tensor -> 1 or 2", "buffering depth of tensors in this tile's "
+        "buffer, over the level's `buffering`: 1 serialises the tensor's transfers with the "
+        "compute, 2 doubles its footprint and overlaps them (docs/mechanisms.md)",
+        "the level's `buffering`"),
 ))
 
 LEAF = Section("leaf", "an operator among `children`: `{op: NAME}` or just `NAME`", (
