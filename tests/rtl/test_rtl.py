@@ -75,6 +75,9 @@ def test_report_regenerates_from_the_dataset(tmp_path):
         assert (tmp_path / name).exists()
     assert summary["fused_dram_exact_rows"] == 131
     assert summary["fused_mape"] < 0.03 and summary["fused_r2"] >= 0.99  # the targets
+    for kind in ("gemm", "fused"):
+        assert summary[f"{kind}_top1_regret_max"] >= summary[f"{kind}_top1_regret_mean"] >= 0
+        assert -1 <= summary[f"{kind}_spearman_within_shape_mean"] <= 1
 
 
 def test_missing_dataset_says_where_to_put_it(tmp_path):
