@@ -174,7 +174,8 @@ def _simulate_path(plan, path, traffic, ops_done):
             traffic[(x_last, out)][2] += 1
             if op.accumulates:
                 key = tuple(svals)
-                element = tuple(point[d] for d in op.output.dims)
+                element = tuple(sum(c * point[d] for d, c in axis.terms) + axis.offset
+                                for axis in op.output.axes)
                 if element in compute_seen[key]:
                     traffic[(x_last, out)][1] += 1
                 else:
