@@ -267,6 +267,9 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         best = max((compute, f"{unit.kind} unit ('{op}')"),
                    (reads, f"{lv.name} read bandwidth feeding '{op}'"),
                    (writes, f"{lv.name} write bandwidth from '{op}'"), key=lambda x: x[0])
+        if lf.fed:  # tensors that bypass the innermost level, straight from a level above
+            fed, fed_what, _ = _transfer_time(arch, list(lf.fed), 0)
+            best = max(best, (fed, f"{fed_what} feeding '{op}' (bypass)"), key=lambda x: x[0])
         return best
 
     def node(path: str, tile: Tile, steps_above: int) -> tuple[float, str]:

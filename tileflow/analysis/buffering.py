@@ -39,3 +39,4 @@ def footprint_scale(found: int | None, double_buffer: bool = False) -> float:
 def serialised(found: int | None) -> bool:
     """Transfers of a single-buffered tensor do not overlap the compute."""
     return found == SINGLE
+

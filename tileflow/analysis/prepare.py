@@ -161,6 +161,13 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
         for name in node.no_reuse:
             if name not in w.tensors:
                 raise InvalidDataflow(f"no_reuse names unknown tensor '{name}'", where=where)
+        for name in node.bypass:
+            if name not in w.tensors:
+                raise InvalidDataflow(f"bypass names unknown tensor '{name}'", where=where)
+            if arch.level_index[node.level] == 0:
+                raise InvalidDataflow(f"bypass: '{name}' cannot skip the outermost level "
+                                      f"{node.level}, where every tensor starts",
+                                      where=where)
         for name, depth in node.buffering:
             if name not in w.tensors or depth not in (1, 2):
                 raise InvalidDataflow(f"buffering: expected a tensor of the workload and a "

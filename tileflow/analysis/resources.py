@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
+from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.tree import Op, Tile, label, ops_under
 
@@ -103,6 +104,8 @@ def _own(plan: Plan, path: str, node: Tile, level: int,
                 home, lca_depth = plan.homes[t], plan.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue  # lives above this level, or counted at its common ancestor
+            if bypassed(op_path, depth, t):
+                continue
             scale = footprint_scale(buffer_depth(plan.arch, level, t, [node]), double_buffer)
             own[t] = max(own.get(t, 0.0), scale * _box(plan, op_path, t, depth))
     return own

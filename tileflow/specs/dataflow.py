@@ -60,7 +60,7 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
     if not children:
         raise f.error("a tile needs at least one child", "children")
     return Tile(f.string("level"), tuple(loops), children, primitive, f.string("name", ""),
-                f.strings("no_reuse"), _buffering(f))
+                f.strings("no_reuse"), _buffering(f), f.strings("bypass"))
 
 
 def _buffering(f: Field) -> tuple[tuple[str, int], ...]:

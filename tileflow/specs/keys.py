@@ -218,6 +218,9 @@ TILE = Section("tile", "`root` and every tile among `children`", (
         "buffer, over the level's `buffering`: 1 serialises the tensor's transfers with the "
         "compute, 2 doubles its footprint and overlaps them (docs/mechanisms.md)",
         "the level's `buffering`"),
+    Key("bypass", "list of tensor names", "tensors this tile's level does not hold (Timeloop's "
+        "bypass): they move between the levels above and below it, and the compute reads "
+        "them from the nearest level that holds them (docs/mechanisms.md)", "none"),
 ))
 
 LEAF = Section("leaf", "an operator among `children`: `{op: NAME}` or just `NAME`", (
