@@ -36,3 +36,12 @@ def test_a_reversed_order_has_spearman_minus_one_and_picks_the_slowest():
     out = rank_by_shape(frame, ["M"]).iloc[0]
     assert out.spearman == pytest.approx(-1.0)
     assert out.regret == pytest.approx(1.0)
+
+
+def test_a_model_that_cannot_tell_the_rows_apart_scores_zero_and_an_average_pick():
+    frame = pd.DataFrame({"M": [1] * 4, "predicted": [7, 7, 7, 7],
+                          "rtl_cycles": [100, 110, 120, 130]})
+    out = rank_by_shape(frame, ["M"]).iloc[0]
+    assert out.spearman == 0.0
+    assert out.regret == pytest.approx((100 + 110 + 120 + 130) / 4 / 100 - 1)
+    assert top1_regret([1, 1, 2], [100, 120, 90]) == pytest.approx(110 / 90 - 1)

@@ -1,7 +1,9 @@
 """How well the model orders the dataflows of one shape: what a design-space search relies
 on. Per shape with at least 3 rows and more than one measured value: the Spearman rank
-correlation of predicted and measured cycles, and the top-1 regret (measured cycles of the
-model's best pick over the measured best, minus one)."""
+correlation of predicted and measured cycles (0 where the model predicts one value for every
+row: it gives no order), and the top-1 regret (measured cycles of the model's best pick over
+the measured best, minus one; rows tied for the best prediction count by their mean, the
+expected regret of breaking the tie at random)."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ def ranked(group: pd.DataFrame) -> bool:
 
 
 def top1_regret(predicted: Sequence[float], measured: Sequence[float]) -> float:
-    """Measured cycles of the row predicted fastest (the first such row on a tie) over the
-    fastest measured, minus one."""
+    """Measured cycles of the row predicted fastest (the mean over rows tied for it) over
+    the fastest measured, minus one."""
     pairs = list(zip(predicted, measured, strict=True))
-    pick = min(range(len(pairs)), key=lambda i: pairs[i][0])
-    return pairs[pick][1] / min(m for _, m in pairs) - 1
+    best = min(p for p, _ in pairs)
+    picks = [m for p, m in pairs if p == best]
+    return sum(picks) / len(picks) / min(m for _, m in pairs) - 1
 
 
 def rank_by_shape(frame: pd.DataFrame, shape: Sequence[str],
@@ -32,7 +35,8 @@ def rank_by_shape(frame: pd.DataFrame, shape: Sequence[str],
     for key, group in frame.groupby(list(shape)):
         rho = regret = None
         if ranked(group):
-            rho = float(spearmanr(group[column], group.rtl_cycles).statistic)
+            rho = 0.0 if group[column].nunique() < 2 else float(
+                spearmanr(group[column], group.rtl_cycles).statistic)
             regret = top1_regret(group[column].tolist(), group.rtl_cycles.tolist())
         out.append({**dict(zip(shape, key, strict=True)), "rows": len(group),
                     "spearman": rho, "regret": regret})

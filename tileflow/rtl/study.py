@@ -175,6 +175,8 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
     rows = analyse(kind, frame, arch)
     frame = frame.copy()
     frame["predicted"] = predict(rows, arch)
+    other = "perfect" if arch.overlap == "fill-drain" else "fill-drain"
+    frame[f"predicted_{other.replace('-', '_')}"] = predict(rows, replace(arch, overlap=other))
     frame["bottleneck"] = [evaluate_plan(row.plan).bottleneck for row in rows]
     first, second = split_halves(len(rows), seed)
     calibrated = np.empty(len(rows))
