@@ -54,13 +54,42 @@ def simulate(plan: Plan):
     """Return ({(level name, tensor): [fill, read, update]}, {op: operations})."""
     traffic = defaultdict(lambda: [0, 0, 0])
     ops_done = {}
-    for path in plan.paths.values():
-        _simulate_path(plan, path, traffic, ops_done)
+    records = {}
+    for name, path in plan.paths.items():
+        records[name] = {}
+        _simulate_path(plan, path, traffic, ops_done, records[name])
+    for name, j, t in _served(plan, records):
+        rec = records[name][(j, t)]
+        levels = plan.paths[name].levels
+        traffic[(levels[j + 1], t)][0] -= rec["y"]
+        traffic[(levels[j], t)][1] -= rec["x"]
     names = [lv.name for lv in plan.arch.levels]
     return {(names[x], t): v for (x, t), v in traffic.items()}, ops_done
 
 
-def _simulate_path(plan, path, traffic, ops_done):
+def _served(plan: Plan, records):
+    """Inputs that a later child of a Shar, Para or Pipe tile loads over the link below it
+    into the same level with exactly the slices (element sets, step by step) an earlier
+    child loaded: those loads are not made, the copy is resident."""
+    out = []
+    for node_path, node in plan.tiles.items():
+        if node.primitive not in ("Shar", "Para", "Pipe") or len(node.children) < 2:
+            continue
+        j = node_path.count(".")
+        earlier = []  # (child index, tensor, slices by step)
+        for index, child in enumerate(node.children):
+            for o in ops_under(child):
+                for (jj, t), rec in records[o].items():
+                    if jj != j or t in plan.lca:
+                        continue
+                    mine = (t, rec["level"], rec["slices"])
+                    if any(i < index and other == mine for i, other in earlier):
+                        out.append((o, j, t))
+                    earlier.append((index, mine))
+    return out
+
+
+def _simulate_path(plan, path, traffic, ops_done, record):
     w = plan.workload
     op = path.op
     sizes = w.sizes
@@ -155,6 +184,12 @@ def _simulate_path(plan, path, traffic, ops_done):
                         else:
                             traffic[(x, t)][1] += moved
                         held[key] = now
+                        if not is_out:  # what the link carried, for sibling sharing
+                            rec = record.setdefault((j, t), {"x": 0, "y": 0, "slices": {},
+                                                             "level": y})
+                            rec[side] += moved
+                            steps = tuple(values[i] for i in temporal if loops[i].node <= j)
+                            rec["slices"][(steps, side, key)] = now
         # compute: operands read from the innermost level, accumulators not read on first touch
         if any(i in info[op.output.tensor][2] for i in changed):
             compute_seen.clear()

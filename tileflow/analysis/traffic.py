@@ -19,6 +19,7 @@ from tileflow.analysis.movement import (
     words_moved,
 )
 from tileflow.analysis.prepare import OpPath, PathLoop, Plan
+from tileflow.analysis.sharing import served_by_sibling
 from tileflow.specs.expressions import Access
 from tileflow.tree import Op, Tile
 
@@ -67,8 +68,9 @@ FILL, READ, UPDATE = 0, 1, 2
 def count(plan: Plan) -> Counts:
     """All data movement and operation counts of the dataflow."""
     counts = Counts()
+    served = served_by_sibling(plan)
     for path in plan.paths.values():
-        _count_path(plan, path, counts)
+        _count_path(plan, path, counts, served)
     return counts
 
 
@@ -107,7 +109,8 @@ def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> in
                 if isinstance(c, Op) and c.op == path.op.name)
 
 
-def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
+def _count_path(plan: Plan, path: OpPath, counts: Counts,
+                served: set[tuple[str, int, str]] = frozenset()) -> None:
     op = path.op
     levels = path.levels
     accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
@@ -141,6 +144,8 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
             t = access.tensor
             if bypassed(path, j + 1, t):
                 continue  # the tensor skips level y: counted at the boundary below it
+            if (op.name, j, t) in served:
+                continue  # resident already: an earlier sibling loaded the same slice
             run_start = _source(path, j, t)
             x = levels[run_start]
             if t in plan.homes and x < plan.homes[t]:
