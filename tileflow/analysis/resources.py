@@ -10,6 +10,7 @@ from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
 from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.prepare import OpPath, Plan
+from tileflow.analysis.sharing import served_by_sibling
 from tileflow.tree import Op, Tile, label, ops_under
 
 
@@ -43,14 +44,25 @@ def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:
     for index, level in enumerate(plan.arch.levels):
         if index == 0 and math.isinf(level.capacity_words):
             continue
-        by_tensor = _fp(plan, "root", plan.flow.root, index, double_buffer)
+        by_tensor = _fp(plan, "root", plan.flow.root, index, double_buffer,
+                        _shared_copies(plan))
         words = sum(by_tensor.values())
         out.append(Footprint(level.name, words, level.capacity_words, by_tensor))
     return out
 
 
+def _shared_copies(plan: Plan) -> set[tuple[str, str, int]]:
+    """(tile path, input tensor, level below it) of the siblings' inputs held as one copy."""
+    out = set()
+    for op, j, t in served_by_sibling(plan):
+        path = plan.paths[op]
+        out.add((path.tiles[j][0], t, path.levels[j + 1]))
+    return out
+
+
 def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
-        double_buffer: bool = False) -> dict[str, float]:
+        double_buffer: bool = False,
+        shared: set[tuple[str, str, int]] = frozenset()) -> dict[str, float]:
     if isinstance(node, Op):
         return {}
     level_index = plan.arch.level_index
@@ -59,7 +71,7 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
                                 for c in node.children))
     if level_index[node.level] == level and not same_level_group:
         return _own(plan, path, node, level, double_buffer)
-    kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer)
+    kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer, shared)
             for i, c in enumerate(node.children)]
     combined: dict[str, float] = {}
     if node.primitive == "Seq":
@@ -70,10 +82,11 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
                 combined[t] = max(combined.get(t, 0.0), v)
     elif _disjoint_instances(plan, path, node, level):
         combined = dict(max(kids, key=lambda k: sum(k.values()), default={}))
-    else:
+    else:  # Para, Pipe: each child's data, but an input the siblings share is one copy
         for k in kids:
             for t, v in k.items():
-                combined[t] = combined.get(t, 0.0) + v
+                one = (path, t, level) in shared
+                combined[t] = max(combined.get(t, 0.0), v) if one else combined.get(t, 0.0) + v
     for t, lca in plan.lca.items():
         if lca == path and plan.homes[t] == level:
             here = [node] if level_index[node.level] == level else []
