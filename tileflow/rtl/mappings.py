@@ -7,7 +7,6 @@ from math import ceil
 from tileflow.tree import Dataflow, tile
 
 ARRAY = 16  # PE rows and columns
-BUFFERING_GEMM: dict = {}
 
 
 def gemm_mapping(M: int, N: int, K: int, tile_M: int, tile_N: int, tile_K: int) -> Dataflow:
@@ -17,7 +16,7 @@ def gemm_mapping(M: int, N: int, K: int, tile_M: int, tile_N: int, tile_K: int) 
     root = tile("DRAM", f"n:{ceil(N / tile_N)} m:{ceil(M / tile_M)} k:{ceil(K / tile_K)}",
                 tile("Buffer", f"k:{ceil(tile_K / ARRAY)} m:{ceil(tile_M / ARRAY)} n:{tile_N} "
                                f"m:{ARRAY}:Sp k:{ARRAY}:Sp",
-                     tile("Reg", "", "gemm"), buffering=BUFFERING_GEMM),
+                     tile("Reg", "", "gemm")),
                 no_reuse=("A", "B"), name="dram")
     return Dataflow(root, "rtl-gemm")
 
