@@ -282,13 +282,14 @@ def cmd_evaluate(args) -> int:
     else:
         if args.tree:
             print(render(flow.root))
-        print(summary(result, arch.name, workload.name))
+        print(summary(result, arch.name, workload.name, flow.source, flow.lines))
         if args.detail:
             print("\nper level and tensor (words, pJ):")
             print(result.frame().to_string(index=False))
-            print("\nper tile (cycles if alone: loads, children, stores):")
+            print("\nper tile (cycles if alone: loads, children, stores; fill and drain):")
             print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
-                                          "store_cycles", "cycles"]].to_string(index=False))
+                                          "store_cycles", "fill_drain_cycles",
+                                          "cycles"]].to_string(index=False))
             from tileflow.cost_components import components_table
 
             print("\nper component (energy; area where the file names technology_nm):")

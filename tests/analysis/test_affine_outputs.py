@@ -89,3 +89,12 @@ def test_random_trees_agree_with_the_enumerating_simulator():
 
     check()
     assert {"spatial", "clipping"} <= seen
+
+
+def test_a_spatial_split_along_a_summed_output_index_is_rejected():
+    """Two instances splitting r would hold overlapping partial sums of Y."""
+    from tileflow.analysis.prepare import InvalidDataflow
+
+    flow = Dataflow(tile("DRAM", "r:3:Sp", tile("L1", "p:4", "tc")))
+    with pytest.raises(InvalidDataflow, match="splits 'tc' along 'r'"):
+        evaluate(W, small_arch(cores=4), flow)

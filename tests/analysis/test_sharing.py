@@ -71,13 +71,3 @@ def test_random_trees_exercise_sharing():
     check()
     assert found
 
-
-@pytest.mark.parametrize("primitive", ["Para", "Pipe", "Shar"])
-def test_a_shared_input_is_one_copy_in_the_footprint(primitive):
-    """L1 holds, per m step, A 2 x 3 (one copy), B 3 x 3, C 2 x 3 for g1 and D 3 x 2,
-    E 2 x 2 for g2: 6 + 9 + 6 + 6 + 4 = 31 words; a second copy of A would make 37."""
-    r = evaluate(W, small_arch(), twins(primitive))
-    l1 = next(f for f in r.footprints if f.level == "L1")
-    assert l1.by_tensor["A"] == 6
-    assert l1.words == 31
-

@@ -275,7 +275,7 @@ class _ExactTiling:
         # boundary up; the spatial instances under one parent must also abut (no temporal
         # loop above the boundary striding between them)
         self.regular = set(path.exact_dims)
-        for d in {lp.dim for lp in union_sp}:
+        for d in {lp.dim for lp in union_sp} & self.extent_y.keys():
             span = self.extent_y[d]
             for stride, n in sorted((lp.stride, lp.n) for lp in union_sp
                                     if lp.dim == d and lp.n > 1):
@@ -361,11 +361,14 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     if op.accumulates:
         axes, _, _, epoch = tensor_info[out]
         marks = [e or lp.spatial for e, lp in zip(epoch, path.loops, strict=True)]
-        if exact:  # each instance and epoch starts every element of the result afresh
+        if exact and all(axis.is_plain for axis in op.output.axes):
+            # each instance and epoch starts every element of the result afresh
             starts = w.tensor_words(out) * math.prod(
                 lp.n for lp, m in zip(path.loops, marks, strict=True)
                 if m and lp.dim not in op.output.dims)
-        else:
+        else:  # clipped, shifted, or summed output indices (instances may overlap)
+            dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
+            all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
             guards = [d for d in op.dims if d not in op.output.dims]
             starts = first_touches(axes, dims, all_loops, marks, guards)
         counts.traffic[(home, out)][READ] += ops - starts

@@ -181,18 +181,20 @@ def _worst(frame: pd.DataFrame, kind: str, column: str, n: int = 6) -> list[str]
         error = getattr(r, column)
         lines.append("| " + " | ".join(str(getattr(r, c)) for c in cols)
                      + f" | {r.rtl_cycles:,} | {predicted:,.0f} | {error:+.1%} "
-                     f"| {r.bottleneck.split(' (')[0]} | {_why(r.bottleneck, error)} |")
+                     f"| {r.bottleneck} "
+                     f"| {_why(r.bottleneck_kind, r.bottleneck_level, error)} |")
     return lines
 
 
-def _why(bottleneck: str, error: float) -> str:
-    """The mechanism behind a large error, from what bounds the row in the model."""
-    if "DRAM write" in bottleneck and error > 0:
+def _why(kind: str, level: str, error: float) -> str:
+    """The mechanism behind a large error, from what bounds the row in the model (the kind
+    and level of its bottleneck record)."""
+    if (kind, level) == ("write", "DRAM") and error > 0:
         return "write-back bound: the README's write bandwidth is below what the RTL sustains"
-    if "DRAM read" in bottleneck and error < 0:
+    if (kind, level) == ("read", "DRAM") and error < 0:
         return ("load bound: per-step request overhead and a lower effective read bandwidth "
                 "than the README's")
-    if "Buffer read" in bottleneck and error < 0:
+    if (kind, level) == ("read", "Buffer") and error < 0:
         return ("buffer-read bound, and the hardware reads more from the buffer than the "
                 "stated mapping implies (zero partial sums, C twice: see data movement)")
     if error < 0:

@@ -178,7 +178,10 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
     frame["predicted"] = predict(rows, arch)
     other = "perfect" if arch.overlap == "fill-drain" else "fill-drain"
     frame[f"predicted_{other.replace('-', '_')}"] = predict(rows, replace(arch, overlap=other))
-    frame["bottleneck"] = [evaluate_plan(row.plan).bottleneck for row in rows]
+    bounds = [evaluate_plan(row.plan).bottleneck for row in rows]
+    frame["bottleneck"] = [b.message.split(" (")[0] for b in bounds]
+    frame["bottleneck_kind"] = [b.kind for b in bounds]
+    frame["bottleneck_level"] = [b.level or "" for b in bounds]
     first, second = split_halves(len(rows), seed)
     calibrated = np.empty(len(rows))
     params = []

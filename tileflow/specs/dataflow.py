@@ -88,7 +88,11 @@ def _loop(f: Field) -> Loop:
             raise f.error(f"the factor of loop '{f.data}' must be from 1 to {MAX_COUNT:,}")
         return loop
     keys.LOOP.check(f)
-    return Loop(f.string("dim"), f.integer("factor"), f.boolean("spatial", False))
+    axis = f.string("axis", "") if f.has("axis") else ""
+    if axis not in ("", "x", "y"):
+        raise f.error(f"'axis' must be x or y, got '{axis}'", "axis")
+    spatial = f.boolean("spatial", False) or bool(axis)
+    return Loop(f.string("dim"), f.integer("factor"), spatial, axis)
 
 
 def load_dataflow_file(path: str | Path) -> Dataflow:
