@@ -203,8 +203,8 @@ def test_zero_stride_from_the_command_line():
 
 
 def test_huge_clipped_sizes_are_refused_before_the_work(tmp_path):
-    proc = tileflow("compare", "--arch", "edge", "--workload", "attention", "--no-plot",
-                    "--set", "m=2147483647", "--set", "l=2147483647")
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", "attention", "--dataflow",
+                    "chimera", "--set", "m=2147483647", "--set", "l=2147483647")
     assert_error(proc, "attention.yaml, line", "do not tile it exactly", "at most 8,192")
 
 

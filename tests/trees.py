@@ -11,7 +11,7 @@ from helpers import small_arch
 from hypothesis import strategies as st
 
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Loop, Op, Tile, map_tiles
+from tileflow.tree import Dataflow, Loop, Op, Tile, map_tiles, walk
 
 ARCH = small_arch()
 LEVELS = ("DRAM", "L1", "Reg")
@@ -123,6 +123,12 @@ def trees(draw, w: Workload):
         children = [head, *children[cut:]] if len(children[:cut]) > 1 else children
     root = Tile("DRAM", tuple(root_loops), tuple(children), primitive)
     flow = Dataflow(root, "random")
+    if data.draw(st.integers(0, 5)) == 0:  # a program that refetches a tensor at every step
+        tensor = data.draw(st.sampled_from(sorted(w.tensors)))
+        chosen_path = data.draw(st.sampled_from(
+            [p for p, n in walk(flow.root) if isinstance(n, Tile)]))
+        flow = replace(flow, root=map_tiles(flow.root, lambda p, t: replace(
+            t, no_reuse=(tensor,)) if p == chosen_path else t))
     if data.draw(st.integers(0, 3)) == 0:
         flow = with_unit_loops(flow, data.draw(st.integers(0, 2**31)), sorted(w.sizes))
     return flow

@@ -171,7 +171,7 @@ def _run_title(args, workload, arch) -> str:
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
     from tileflow import resources
     from tileflow.interop.files import load_dataflow_any
-    from tileflow.specs.dataflow import check_against
+    from tileflow.specs.dataflow import check_operators
     from tileflow.specs.yamlfile import given
 
     path = Path(name)
@@ -182,7 +182,7 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
         flow = load_dataflow_any(shipped or path, workload, arch)
-        check_against(flow, [op.name for op in workload.ops], workload.sizes)
+        check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
         if dim not in workload.sizes:
@@ -222,9 +222,14 @@ def _evaluate(flow, workload, arch, **kw):
         raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
                          source, where) from None
     except InputError as exc:  # a size bound of the model (tileflow.workbound)
-        raise InputError(f"dataflow '{flow.name}': {exc.message}",
-                         flow.source or workload.source or None,
-                         workload.place("dims") if not flow.source else None) from None
+        if exc.source:
+            raise
+        if flow.source:
+            located = locate(exc, flow)
+            raise InputError(f"dataflow '{flow.name}': {located.message}", located.source,
+                             located.where) from None
+        raise InputError(f"dataflow '{flow.name}': {exc.message}", workload.source or None,
+                         workload.place("dims")) from None
     _check_finite(result.to_dict(), f"dataflow '{flow.name}'", workload, arch)
     return result
 

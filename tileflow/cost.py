@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tileflow.analysis.prepare import Plan, prepare
 from tileflow.analysis.records import Bottleneck, Violation
@@ -51,12 +51,13 @@ class NodeLatency:
     inner_cycles: float
     store_cycles: float
     fill_drain_cycles: float = 0.0  # the first load and last store, not hidden by overlap
+    shared_port_cycles: float = 0.0  # root only: children at once share a one-instance port
     serial_cycles: float = 0.0  # single-buffered tensors' transfers, in series with children
 
     @property
     def cycles(self) -> float:
         return max(self.load_cycles, self.inner_cycles + self.serial_cycles,
-                   self.store_cycles) + self.fill_drain_cycles
+                   self.store_cycles) + self.fill_drain_cycles + self.shared_port_cycles
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ class Result:
         return pd.DataFrame([
             {"path": n.path, "tile": n.label, "depth": n.depth, "load_cycles": n.load_cycles,
              "inner_cycles": n.inner_cycles, "store_cycles": n.store_cycles,
-             "fill_drain_cycles": n.fill_drain_cycles, "cycles": n.cycles}
+             "fill_drain_cycles": n.fill_drain_cycles,
+             "shared_port_cycles": n.shared_port_cycles, "cycles": n.cycles}
             for n in self.latency_breakdown])
 
     def frame(self):
@@ -321,11 +323,33 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
             extra = (load + inner + store - cycles) / steps + latency
         breakdown.append(NodeLatency(path, label(path, tile), path.count("."), load, inner,
-                                     store, extra, serial))
+                                     store, extra, serial_cycles=serial))
         return cycles + extra, what
 
     cycles, what = node("root", plan.flow.root, 1)
+    # children that run at once (Para, Pipe) each take a single-instance level's port at
+    # its full bandwidth above; together they can move no more than the port allows
+    port, words_time = _busiest_shared_port(arch, counts)
+    if words_time > cycles:
+        root = breakdown[-1]
+        breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
+        cycles, what = words_time, (port[1], port[0], None, "root", plan.flow.root)
     return cycles, _bottleneck(arch, *what)
+
+
+def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int, str], float]:
+    """The time the busiest port of a level with one instance (DRAM) needs for everything
+    the tree moves through it: a lower bound on the cycles."""
+    busy: dict[tuple[int, str], float] = defaultdict(float)
+    for transfers in (*counts.loads.values(), *counts.stores.values()):
+        for tr in transfers:
+            lv = arch.levels[tr.level]
+            if lv.instances == 1 and tr.words:
+                rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
+                busy[(tr.level, tr.kind)] += tr.words / rate
+    if not busy:
+        return (0, "read"), 0.0
+    return max(busy.items(), key=lambda kv: kv[1])
 
 
 def _bottleneck(arch: Architecture, kind: str, level: int | None, unit: str | None,

@@ -294,3 +294,19 @@ def test_halo_rows_computed_by_two_instances_are_each_written_back():
     r = evaluate(w, ARCH, flow)
     assert r.traffic["L1"]["A"].update == (3 + 4 + 2) * 2
     assert "A" not in r.traffic["DRAM"]
+
+
+def test_a_fused_conv_chain_with_rows_spread_and_stepped_reads_its_input_half_again():
+    """ISOS on Edge for C3 (56 x 56 rows and columns, 3 x 3 window, 64 input channels), one
+    output row per core: 14 steps of 4 rows. Each core's 3 input rows are all new at every
+    step (the window moves by 4), so DRAM sends per step the union of the cores' rows
+    [4t - 1, 4t + 5), clipped: 5 + 12 x 6 + 5 = 82 rows of 56, where rows held by a neighbour
+    core in the last step cannot be passed on. (Sharing between cores would give 56.)"""
+    from tileflow.dataflows import build
+    from tileflow.specs.arch import load_arch
+    from tileflow.specs.workload import load_workload
+
+    w, edge = load_workload("C3"), load_arch("edge")
+    r = evaluate(w, edge, build("isos", w, edge, {"p": 1}))
+    assert r.valid
+    assert r.traffic["DRAM"]["X"].read == (5 + 12 * 6 + 5) * 64 * 56

@@ -193,7 +193,8 @@ def test_energy_utilisation_and_dram_bound_on_random_trees(name):
         compute = sum(n * ENERGETIC.unit(w.op_by_name[o].unit).energy_pj_per_op
                       for o, n in r.ops.items())
         assert r.energy_pj == pytest.approx(_traffic_energy(r, ENERGETIC) + compute)
-        assert 0 <= r.utilization <= 1 + 1e-9
+        if not any(v.kind in ("fanout", "array") for v in r.violations):
+            assert 0 <= r.utilization <= 1 + 1e-9
         dram = ENERGETIC.levels[0]
         assert r.cycles >= r.level_reads("DRAM") / dram.read_words_per_cycle - 1e-9
         assert r.cycles >= r.level_writes("DRAM") / dram.write_words_per_cycle - 1e-9
@@ -230,3 +231,19 @@ def test_a_footprint_is_flagged_exactly_when_the_oracle_holds_more_than_the_capa
                 assert (v.needed, v.available) == (held[v.level], a.level(v.level).capacity_words)
 
     check()
+
+
+def test_children_at_once_share_the_one_dram_port():
+    """Para of the twin GEMMs, each with a DRAM tile of its own, DRAM at 1 word per cycle:
+    g1 reads A and B (12 + 9 words) while computing 36 cycles, g2 reads A and D (12 + 6)
+    while computing 24; each alone fits in 36, but together they read 39 words through the
+    one DRAM port: 39 cycles."""
+    flow = Dataflow(tile("DRAM", "",
+                         tile("DRAM", "", tile("L1", "m:4 n:3 k:3", tile("Reg", "", "g1"))),
+                         tile("DRAM", "", tile("L1", "m:4 j:2 k:3", tile("Reg", "", "g2"))),
+                         primitive="Para"))
+    r = evaluate(workload(TWINS), arch(dram_bw=1.0), flow, fill_drain=False)
+    assert r.cycles == (12 + 9) + (12 + 6)
+    assert (r.bottleneck.kind, r.bottleneck.level, r.bottleneck.node) == ("read", "DRAM", "root")
+    root = r.latency_frame().set_index("path").loc["root"]
+    assert root.inner_cycles == 36 and root.shared_port_cycles == 3 and root.cycles == r.cycles

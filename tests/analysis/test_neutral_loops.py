@@ -14,7 +14,7 @@ from trees import ARCH, trees, with_unit_loops
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import Result, evaluate
 from tileflow.dataflows import baselines_for, build
-from tileflow.specs.arch import Architecture, ComputeUnit
+from tileflow.specs.arch import Architecture, ComputeUnit, load_arch
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
 from tileflow.tree import Dataflow, tile
@@ -86,18 +86,13 @@ def test_twin_gemms_under_a_spatial_loop_over_a_dim_only_one_uses():
 def test_a_factor_1_loop_over_a_reduction_at_a_chains_root_is_legal_and_neutral():
     """k (gemm1's reduction, unused by gemm2) with one iteration at the root of the shipped
     chimera chain: no dependency violation, nothing changes."""
-    w, arch = load_workload("gemm-chain"), ARCH_EDGE
+    w, arch = load_workload("gemm-chain"), load_arch("edge")
     flow = load_dataflow_file(REPO / "dataflows" / "gemm-chain-chimera.yaml")
     with_k = with_unit_loops(flow, 0, ["k"])
     _same(evaluate(w, arch, flow), evaluate(w, arch, with_k))
 
 
-ARCH_EDGE = None  # set below, loaded once
-
-
 def _shipped():
-    from tileflow.specs.arch import load_arch
-
     pairs = {"attention-": ("edge", "attention", {}), "gemm-chain-": ("edge", "gemm-chain", {}),
              "conv-chain-": ("cloud", "C3", {}),
              "rtl-gemm": ("rtl-systolic-gemm", "gemm", {"m": 256, "n": 256, "k": 256}),
@@ -112,7 +107,6 @@ def _shipped():
 
 
 SHIPPED = _shipped()
-ARCH_EDGE = next(a for name, a, _, _ in SHIPPED if name.startswith("gemm-chain"))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -127,8 +121,6 @@ def test_factor_1_loops_change_nothing_in_a_shipped_dataflow(case, seed):
     ("attention", "edge"), ("gemm-chain", "cloud"), ("mlp", "tpu-like"), ("C3", "cloud"),
     ("C6", "edge")])
 def test_factor_1_loops_change_nothing_in_a_baseline(workload_name, arch_name):
-    from tileflow.specs.arch import load_arch
-
     w, arch = load_workload(workload_name), load_arch(arch_name)
     for seed, name in enumerate(baselines_for(w)):
         flow = build(name, w, arch)

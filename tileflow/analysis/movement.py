@@ -9,6 +9,12 @@ and the events t >= 1 are grouped by the loop i that advanced (inner loops reset
 Each axis depends only on the loops over its own dimensions, so both sums factor into a
 product over axes of small one-dimensional sums (exact under clipping, halos and offsets).
 When an axis is tiled exactly (no clipping, no offset) its sums have closed forms.
+
+Seen from the parent of spatial instances, the slice is the union of the instances' slices
+and an element is new at a step when some instance did not hold it before (instances do not
+pass data to each other): per axis, the union minus what every instance holding it now also
+held before (`_kept`). Where the instances abut and the other loops step by whole multiples
+of their union, no element ever changes instance and the union is one wider slice.
 """
 
 from __future__ import annotations

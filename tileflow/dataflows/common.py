@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.analysis.resources import capacity_violations, footprints, spatial_violations
+from tileflow.analysis.resources import footprints, spatial_violations
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile
@@ -123,7 +123,7 @@ def fits(w: Workload, arch: Architecture, flow: Dataflow) -> bool:
         plan = prepare(w, arch, flow)
     except InvalidDataflow:
         return False
-    return not plan.violations and not capacity_violations(plan, footprints(plan)) \
+    return not plan.violations and all(f.words <= f.capacity_words for f in footprints(plan)) \
         and not spatial_violations(plan)
 
 

@@ -336,7 +336,7 @@ EXPLANATION = """
   how much.
 * **Order within a shape** (the figures above; what a search relies on). Fill and drain
   charge every tile (L + C + S - max) / n: right on average (the mean error drops from
-  15.0 % to 11.0 % on the GEMM set, 3.7 % to 2.7 % fused), but it favours small tiles,
+  15.0 % to 11.0 % on the GEMM set, 3.6 % to 2.7 % fused), but it favours small tiles,
   while the RTL favours fewer, larger DRAM steps: on M = N = 512, K = 64 the measured cycles
   fall from 119,540 to 74,627 as tile_K grows from 16 to 64, the model's rise from 92,371
   to 98,301. Under `--overlap perfect` those rows tie, and the order improves (Spearman

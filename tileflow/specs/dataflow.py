@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from tileflow.errors import InputError
@@ -105,21 +104,13 @@ def load_dataflow_file(path: str | Path) -> Dataflow:
         raise exc.located(shown(path)) from None
 
 
-def check_against(flow: Dataflow, operators: list[str] | tuple[str, ...],
-                  sizes: Mapping[str, int]) -> None:
-    """What a file can be checked for against the workload before any analysis: every leaf
-    names an operator, every operator has exactly one leaf, and no temporal loop has more
-    steps than its dimension has elements (a spatial loop may: its clipped instances idle,
-    and the fan-out checks bound it). Errors name the line and what exists."""
+def check_operators(flow: Dataflow, operators: list[str] | tuple[str, ...]) -> None:
+    """Every leaf names an operator of the workload, and every operator has exactly one leaf
+    (an error names the leaf's line, or the root's, and the operators that exist)."""
     known = set(operators)
     seen: dict[str, str] = {}
     for path, node in walk(flow.root):
-        if isinstance(node, Tile):
-            for i, lp in enumerate(node.loops):
-                if not lp.spatial and lp.dim in sizes and lp.factor > sizes[lp.dim]:
-                    raise _at(flow, f"{path}.loops[{i}]",
-                              f"loop '{lp}' has more steps than dimension '{lp.dim}' has "
-                              f"elements ({sizes[lp.dim]:,})")
+        if not isinstance(node, Op):
             continue
         if node.op not in known:
             raise _at(flow, path, f"leaf '{node.op}' is not an operator of the workload; "
