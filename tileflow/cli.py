@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
     rp.add_argument("--json", action="store_true", help="print every result as JSON")
     va = sub.add_parser("validate", help="model accuracy against measurements")
-    va.add_argument("target", choices=["rtl"],
-                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
+    va.add_argument("target", choices=["rtl", "cpu", "gpu"],
+                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains); "
+                         "cpu, gpu: measure real kernels on this machine (out: validate/cpu)")
     va.add_argument("--data", metavar="DIR",
                     help="folder with gemm_1152.csv and gemm_chain_131.csv, the RTL "
                          "measurements published with the TileFlow paper's artifact "
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
     _overlap_flag(va)
+    _campaign_options(va)
     im = sub.add_parser("import", help="write TileFlow YAML for Timeloop / original TileFlow "
                         "architecture, problem and mapping files")
     im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
@@ -355,7 +357,17 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _campaign_options(parser) -> None:
+    from tileflow.calibrate.command import add_campaign_options
+
+    add_campaign_options(parser)
+
+
 def cmd_validate(args) -> int:
+    if args.target != "rtl":
+        from tileflow.calibrate.command import run
+
+        return run(args)
     from tileflow.outputs import check_output_folder
     from tileflow.rtl import report, study
 
@@ -404,7 +416,7 @@ def cmd_import(args) -> int:
 
 def cmd_export_timeloop(args) -> int:
     from tileflow.interop.export import timeloop_mapping
-    from tileflow.interop.files import dump_yaml, write_yaml_atomically
+    from tileflow.outputs import write_yaml, yaml_text
 
     workload, arch = _load(args)
     flow = _dataflow(args.dataflow, workload, arch, {})
@@ -412,9 +424,9 @@ def cmd_export_timeloop(args) -> int:
     if args.json:
         print(json.dumps(mapping, indent=2))
     elif args.out:
-        print(f"wrote {write_yaml_atomically(Path(args.out), mapping)}")
+        print(f"wrote {write_yaml(Path(args.out), mapping)}")
     else:
-        print(dump_yaml(mapping), end="")
+        print(yaml_text(mapping), end="")
     return 0
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tileflow.cost import Result
-from tileflow.outputs import save_figure, write_atomic
+from tileflow.outputs import save_figure, write_atomic, write_csv  # noqa: F401 (re-export)
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 
@@ -92,11 +92,6 @@ def comparison_frame(results: Sequence[Result]):
         row["violations"] = "; ".join(v.message for v in r.violations)
         flat.append(row)
     return pd.DataFrame(flat)
-
-
-def write_csv(frame, path: str | Path) -> Path:
-    """A table as CSV, written atomically (a reader never sees half a file)."""
-    return write_atomic(path, lambda handle: frame.to_csv(handle, index=False), flag="--csv")
 
 
 def _sizes_text(workload: Workload, overrides: Mapping[str, int], sep: str, eq: str) -> str:

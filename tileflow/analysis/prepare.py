@@ -112,7 +112,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
                 f"(intermediates: {', '.join(workload.intermediates) or 'none'})", where="homes")
     tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
     leaf_paths = _leaf_paths(root)
-    strides = _strides(workload, root)
+    strides = loop_strides(workload, root)
     lca = {t: _lca([leaf_paths[o] for o in (workload.producer[t], *workload.consumers[t])])
            for t in workload.intermediates}
     paths: dict[str, OpPath] = {}
@@ -260,7 +260,7 @@ def _leaf_paths(root: Tile) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
+def loop_strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
     """A loop's stride is the extent its inner loops cover; where operators under a shared
     loop cover different extents (a producer grown by a halo), the smallest one."""
     strides: dict[tuple[str, int], int] = {}

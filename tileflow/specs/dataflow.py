@@ -149,12 +149,7 @@ def locate(error: InputError, flow: Dataflow) -> InputError:
 
 def save_dataflow(flow: Dataflow, path: str | Path) -> Path:
     """Write a dataflow as YAML that `load_dataflow_file` reads back."""
-    from ruamel.yaml import YAML
-
-    from tileflow.outputs import write_atomic
+    from tileflow.outputs import write_yaml
     from tileflow.tree import to_dict
 
-    yaml = YAML()
-    yaml.default_flow_style = None
-    return write_atomic(path, lambda handle: yaml.dump(to_dict(flow), handle),
-                        flag="--save-dataflow")
+    return write_yaml(path, to_dict(flow), flag="--save-dataflow")
