@@ -60,8 +60,10 @@ class Oracle:
         self.home = {t: self._home(t) for t in self.lca}
         self.traffic: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         self.ops: dict[str, int] = {}
+        self.record: dict = {}  # (op, j, input) -> what the link below path position j carried
         for op in w.ops:
             self._run(op.name)
+        self._share()
         self.footprints = {name: self._footprint(i) for i, name in enumerate(self.names)
                            if i > 0}
 
@@ -248,8 +250,16 @@ class Oracle:
                         self.traffic[(self.names[y], t)][FILL] += len(new)
                         entering[group] |= new
                         held[key] = want
+                        if not is_out:  # what the link carries, for sibling sharing
+                            rec = self.record.setdefault(
+                                (name, j, t), {"x": 0, "y": 0, "slices": {}, "level": y})
+                            rec["y"] += len(new)
+                            steps = tuple(now[n] for n in temporal if loops[n][0] <= j)
+                            rec["slices"][(steps, svals)] = want
                     parent = self.traffic[(self.names[x], t)]
                     parent[READ] += sum(len(v) for v in entering.values())
+                    if not is_out:
+                        self.record[(name, j, t)]["x"] += sum(len(v) for v in entering.values())
                     if is_out:
                         parent[UPDATE] += sum(len(v) for v in leaving.values())
             # compute at the innermost level, one point per spatial instance
@@ -268,7 +278,8 @@ class Oracle:
                     self.traffic[(inner, a.tensor)][READ] += 1
                 self.traffic[(inner, out)][UPDATE] += 1
                 if op.accumulates:
-                    element = tuple(point[d] for d in op.output.dims)
+                    element = tuple(sum(c * point[d] for d, c in axis.terms) + axis.offset
+                                    for axis in op.output.axes)
                     if element in touched[(svals, epoch)]:
                         self.traffic[(inner, out)][READ] += 1
                     touched[(svals, epoch)].add(element)
@@ -283,6 +294,28 @@ class Oracle:
                     groups[tuple(values[n] for n in parent_inst)] |= elements
             self.traffic[(self.names[x], out)][UPDATE] += sum(len(v) for v in groups.values())
         self.ops[name] = ops
+
+    def _share(self) -> None:
+        """Children of a Shar, Para or Pipe tile that load an input into the same level with
+        exactly the slices (element sets, step by step) an earlier child loaded do not load
+        it: the copy is resident. Their loads over the link below that tile are taken back."""
+        for path, node in self.tiles.items():
+            if node.primitive not in ("Shar", "Para", "Pipe") or len(node.children) < 2:
+                continue
+            j = self._depth(path)
+            earlier = []
+            for index, child in enumerate(node.children):
+                for o in self._ops_below(child):
+                    for (op, jj, t), rec in self.record.items():
+                        if op != o or jj != j or t in self.lca:
+                            continue
+                        mine = (t, rec["level"], rec["slices"])
+                        if any(i < index and other == mine for i, other in earlier):
+                            chain = self.paths[o]
+                            self.traffic[(self.names[rec["level"]], t)][FILL] -= rec["y"]
+                            x = self.index[chain[j][1].level]
+                            self.traffic[(self.names[x], t)][READ] -= rec["x"]
+                        earlier.append((index, mine))
 
     def _drop_depths(self, name: str, chain, tensor: str) -> set[int]:
         """Path positions of Seq tiles (two children or more) whose next child, wrapping,

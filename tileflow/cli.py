@@ -61,6 +61,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
+def _overlap_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overlap", choices=["perfect", "fill-drain"],
+                   help="how loads, compute and stores overlap in the latency: perfect (the "
+                        "published tools' convention) or fill-drain (the first load and last "
+                        "store of a run are not hidden); default: the accelerator's `overlap`")
+
+
+def _with_overlap(arch, overlap: str | None):
+    """The accelerator with the command line's overlap convention, when one is given."""
+    from dataclasses import replace
+
+    return replace(arch, overlap=overlap) if overlap else arch
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors as one paragraph, exit 2, like every other bad input."""
 
@@ -85,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tile", action="append", metavar="DIM=SIZE",
                     help="tile size for a baseline builder (repeatable), e.g. m=64")
     ev.add_argument("--double-buffer", action="store_true",
-                    help="check capacity with every buffer doubled")
+                    help="tensors whose buffering depth neither the level nor the tile sets "
+                         "are double-buffered (footprint doubled)")
+    _overlap_flag(ev)
     ev.add_argument("--tree", action="store_true", help="also print the tile tree")
     ev.add_argument("--detail", action="store_true",
                     help="also print traffic and energy per level and tensor, and the "
@@ -103,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--csv", metavar="FILE",
                     help="write one row per dataflow (the table's columns) to FILE")
     cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
+    _overlap_flag(cp)
     rp = sub.add_parser("reproduce", help="re-run the published comparison (G1-G12, C1-C8) "
                         "and write the Markdown report with plots")
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
@@ -117,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: ../shared/datasets/rtl-systolic beside the repository)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _overlap_flag(va)
     _campaign_options(va)
     im = sub.add_parser("import", help="write TileFlow YAML for Timeloop / original TileFlow "
                         "architecture, problem and mapping files")
@@ -260,6 +278,7 @@ def cmd_evaluate(args) -> int:
     if args.save_dataflow:
         check_output_file(args.save_dataflow, YAML_SUFFIXES, "--save-dataflow")
     workload, arch = _load(args)
+    arch = _with_overlap(arch, args.overlap)
     flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile", 1))
     result = _evaluate(flow, workload, arch, double_buffer=args.double_buffer)
     if args.save_dataflow:
@@ -304,6 +323,7 @@ def cmd_compare(args) -> int:
     if args.plot and not args.no_plot:
         check_output_file(args.plot, PLOT_SUFFIXES, "--plot")
     workload, arch = _load(args)
+    arch = _with_overlap(arch, args.overlap)
     plot_path = None
     if not args.no_plot:
         sizes = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
@@ -358,9 +378,10 @@ def cmd_validate(args) -> int:
 
     study.load_dataset(args.data)  # a missing dataset is explained before anything is written
     check_output_folder(args.out, "--out")
-    results = study.run(args.data)
+    results = study.run(args.data, overlap=args.overlap)
     command = "tileflow validate rtl" + (f" --data {args.data}" if args.data else "") + (
-        f" --out {args.out}" if args.out != "validate/rtl-systolic" else "")
+        f" --out {args.out}" if args.out != "validate/rtl-systolic" else "") + (
+        f" --overlap {args.overlap}" if args.overlap else "")
     path = report.write(results, args.out, command)
     numbers = report.summary(results)
     if args.json:

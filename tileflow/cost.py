@@ -18,7 +18,7 @@ from tileflow.analysis.resources import (
 )
 from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.cost_components import ComponentCost, component_costs
-from tileflow.specs.arch import Architecture
+from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Op, Tile, label
 
@@ -40,7 +40,9 @@ class Movement:
 class NodeLatency:
     """Cycles of one tile: the time its loads, its children and its stores would take alone;
     the tile takes the largest (overlapped, double-buffered) plus what its first load and
-    last store add (`fill_drain_cycles`, with a level's first-word latency)."""
+    last store add (`fill_drain_cycles`, with a level's first-word latency); the children's
+    time includes the transfers of single-buffered tensors (`serial_cycles`), which do not
+    overlap them."""
 
     path: str
     label: str
@@ -50,11 +52,12 @@ class NodeLatency:
     store_cycles: float
     fill_drain_cycles: float = 0.0  # the first load and last store, not hidden by overlap
     shared_port_cycles: float = 0.0  # root only: children at once share a one-instance port
+    serial_cycles: float = 0.0  # single-buffered tensors' transfers, in series with children
 
     @property
     def cycles(self) -> float:
-        return max(self.load_cycles, self.inner_cycles, self.store_cycles) + \
-            self.fill_drain_cycles + self.shared_port_cycles
+        return max(self.load_cycles, self.inner_cycles + self.serial_cycles,
+                   self.store_cycles) + self.fill_drain_cycles + self.shared_port_cycles
 
 
 @dataclass(frozen=True)
@@ -161,23 +164,39 @@ class Result:
 
 
 def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
-             double_buffer: bool = False, fill_drain: bool = True) -> Result:
+             double_buffer: bool = False, fill_drain: bool | None = None,
+             overlap: str | None = None) -> Result:
     """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Malformed
     trees (unknown operators, levels, tensors) raise InvalidDataflow; whatever is a property
     of the dataflow (capacity, fan-out, array shape, coverage, dependences, windows) comes
-    back as `valid=False` with Violation records. `fill_drain=False` gives the published
-    model's perfect overlap of loads, compute and stores."""
+    back as `valid=False` with Violation records. `overlap` ('perfect' or 'fill-drain')
+    overrides the accelerator's convention; `fill_drain=False` is the older spelling of
+    `overlap='perfect'` (the published model's perfect overlap)."""
     if isinstance(flow, Tile):
         flow = Dataflow(flow, flow.name or "dataflow")
     elif not isinstance(flow, Dataflow):
         raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
     return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
-                         fill_drain=fill_drain)
+                         fill_drain=fill_drain, overlap=overlap)
+
+
+def overlap_convention(arch: Architecture, overlap: str | None = None,
+                       fill_drain: bool | None = None) -> bool:
+    """True when the first load and last store of a run are charged (fill-drain): an explicit
+    `overlap` wins, then `fill_drain`, then the accelerator's `overlap`."""
+    if overlap is not None:
+        if overlap not in OVERLAPS:
+            raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
+        return overlap == "fill-drain"
+    if fill_drain is not None:
+        return bool(fill_drain)
+    return arch.overlap == "fill-drain"
 
 
 def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
-                  fill_drain: bool = True) -> Result:
+                  fill_drain: bool | None = None, overlap: str | None = None) -> Result:
     arch, w = plan.arch, plan.workload
+    fill_drain = overlap_convention(arch, overlap, fill_drain)
     counts = count(plan)
     fps = footprints(plan, double_buffer)
     violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
@@ -230,10 +249,19 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     return time, index, latency
 
 
-def latency(plan: Plan, counts: Counts, fill_drain: bool = True) -> float:
+def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfer],
+                 steps: int) -> float:
+    """Cycles the single-buffered tensors' loads and stores add in series with the compute:
+    the buffer they use is busy while the children compute, so they cannot overlap them."""
+    load = _transfer_time(arch, [tr for tr in loads if tr.serial], steps)[0]
+    return load + _transfer_time(arch, [tr for tr in stores if tr.serial], steps)[0]
+
+
+def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
+            overlap: str | None = None) -> float:
     """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
     parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
-    return _latency(plan, counts, [], fill_drain)[0]
+    return _latency(plan, counts, [], overlap_convention(plan.arch, overlap, fill_drain))[0]
 
 
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
@@ -256,9 +284,15 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         reads = lf.operand_reads / (inst * lv.read_words_per_cycle)
         writes = lf.result_updates / (inst * lv.write_words_per_cycle)
         where = leaf_paths[op]
-        return max((compute, ("compute", None, unit.kind, where, op)),
+        best = max((compute, ("compute", None, unit.kind, where, op)),
                    (reads, ("read", lf.level, None, where, op)),
                    (writes, ("write", lf.level, None, where, op)), key=lambda x: x[0])
+        if lf.fed:  # tensors that bypass the innermost level, straight from a level above
+            fed, fed_level, _ = _transfer_time(arch, list(lf.fed), 0)
+            kind = next((tr.kind for tr in lf.fed if tr.level == fed_level), "read")
+            best = max(best, (fed, (kind, fed_level, None, where, op, " (bypass)")),
+                       key=lambda x: x[0])
+        return best
 
     def node(path: str, tile: Tile, steps_above: int) -> tuple[float, tuple]:
         steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
@@ -272,9 +306,15 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             stages = [k[0] / steps for k in kids]
             inner = sum(stages) + (steps - 1) * max(stages)
         slowest = max(kids, key=lambda k: k[0])[1]
-        load, load_level, latency = _transfer_time(arch, counts.loads.get(path, []), steps)
-        store, store_level, _ = _transfer_time(arch, counts.stores.get(path, []), steps)
-        cycles, what = max((inner, slowest), (load, ("read", load_level, None, path, tile)),
+        loads, stores = counts.loads.get(path, []), counts.stores.get(path, [])
+        load, load_level, latency = _transfer_time(arch, loads, steps)
+        store, store_level, _ = _transfer_time(arch, stores, steps)
+        serial = _serial_time(arch, loads, stores, steps)
+        if serial:
+            note = f" with single-buffered transfers of {label(path, tile)} in series"
+            slowest = (*slowest[:5], note)
+        cycles, what = max((inner + serial, slowest),
+                           (load, ("read", load_level, None, path, tile)),
                            (store, ("write", store_level, None, path, tile)),
                            key=lambda x: x[0])
         extra = 0.0
@@ -283,7 +323,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
             extra = (load + inner + store - cycles) / steps + latency
         breakdown.append(NodeLatency(path, label(path, tile), path.count("."), load, inner,
-                                     store, extra))
+                                     store, extra, serial_cycles=serial))
         return cycles + extra, what
 
     cycles, what = node("root", plan.flow.root, 1)
@@ -313,13 +353,15 @@ def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int,
 
 
 def _bottleneck(arch: Architecture, kind: str, level: int | None, unit: str | None,
-                node: str, where: Tile | str) -> Bottleneck:
+                node: str, where: Tile | str, note: str = "") -> Bottleneck:
+    """`note`: what the message adds (transfers in series, a bypass)."""
     if kind == "compute":
-        return Bottleneck(kind, None, unit, node, f"{unit} unit ('{where}')")
+        return Bottleneck(kind, None, unit, node, f"{unit} unit ('{where}'){note}")
     name = arch.levels[level].name
     if isinstance(where, str):  # a leaf's operands or results at its innermost level
         what = "feeding" if kind == "read" else "from"
-        return Bottleneck(kind, name, None, node, f"{name} {kind} bandwidth {what} '{where}'")
+        return Bottleneck(kind, name, None, node,
+                          f"{name} {kind} bandwidth {what} '{where}'{note}")
     side = "loads" if kind == "read" else "stores"
     return Bottleneck(kind, name, None, node,
-                      f"{name} {kind} bandwidth ({side} of {label(node, where)})")
+                      f"{name} {kind} bandwidth ({side} of {label(node, where)}){note}")

@@ -130,8 +130,8 @@ def test_evaluate_command_reads_the_three_files(tmp_path, capsys):
 BAD = [
     (GEMM_MAPPING.replace("factors: M=2 N=3 K=1", "factors: M=? N=3 K=1"), "map",
      "'M=?' is not a number"),
-    (GEMM_MAPPING + "- {target: Buffer, type: bypass, keep: [A, B], bypass: [Z]}\n", "map",
-     "per-tensor bypass is not modelled"),
+    (GEMM_MAPPING + "- {target: DRAM, type: bypass, keep: [A, B], bypass: [Z]}\n", "map",
+     "cannot bypass one"),
     (GEMM_MAPPING.replace("target: Reg", "target: L9"), "map", "unknown target 'L9'"),
     (GEMM_MAPPING.replace("permutation: KNM", "permutation: K"), "map",
      "does not place M, N"),

@@ -90,6 +90,9 @@ def test_report_regenerates_from_the_dataset(tmp_path):
                     if abs(scale(v) - scale(bound)) <= 1e-3 * span:
                         expected.add(f"{p.name} ({side}, half {half})")
         assert set(summary[f"{kind}_bound_hits"]) == expected
+    for kind in ("gemm", "fused"):
+        assert summary[f"{kind}_top1_regret_max"] >= summary[f"{kind}_top1_regret_mean"] >= 0
+        assert -1 <= summary[f"{kind}_spearman_within_shape_mean"] <= 1
 
 
 def test_missing_dataset_says_where_to_put_it(tmp_path):

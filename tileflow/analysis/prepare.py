@@ -128,6 +128,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
     for name, shift in _halo_shifts(workload, paths, lca).items():
         paths[name] = replace(paths[name], shift=shift)
+    _check_summed_outputs(paths)
     homes = {t: _home(workload, arch, flow, t, lca[t], paths, tiles) for t in lca}
     plan = Plan(workload, arch, flow, paths, homes, lca)
     found += _check_dependences(plan)
@@ -170,6 +171,17 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile, found: list[Violat
         for name in node.no_reuse:
             if name not in w.tensors:
                 raise InvalidDataflow(f"no_reuse names unknown tensor '{name}'", where=where)
+        for name in node.bypass:
+            if name not in w.tensors:
+                raise InvalidDataflow(f"bypass names unknown tensor '{name}'", where=where)
+            if arch.level_index[node.level] == 0:
+                raise InvalidDataflow(f"bypass: '{name}' cannot skip the outermost level "
+                                      f"{node.level}, where every tensor starts",
+                                      where=where)
+        for name, depth in node.buffering:
+            if name not in w.tensors or depth not in (1, 2):
+                raise InvalidDataflow(f"buffering: expected a tensor of the workload and a "
+                                      f"depth of 1 or 2, got {name}: {depth}", where=where)
         for child in node.children:
             if isinstance(child, Tile) and child.level in arch.level_index and \
                     arch.level_index[child.level] < arch.level_index[node.level]:
@@ -197,6 +209,23 @@ def _ops_below(root: Tile) -> dict[int, tuple[str, ...]]:
 
     go(root)
     return out
+
+
+def _check_summed_outputs(paths: Mapping[str, OpPath]) -> None:
+    """An output written through a summed index (Y[p+r]) may not be split over spatial
+    instances along a dimension of that index: the instances would hold overlapping partial
+    sums, whose reduction the counting does not model."""
+    for path in paths.values():
+        summed = {d for axis in path.op.output.axes if len(axis.terms) > 1
+                  for d, _ in axis.terms}
+        for lp in path.loops:
+            if lp.spatial and lp.n > 1 and lp.dim in summed:
+                node_path, tile = path.tiles[lp.node]
+                raise InvalidDataflow(
+                    f"spatial loop '{lp.dim}:{lp.n}:Sp' splits '{path.op.name}' along "
+                    f"'{lp.dim}', which its output indexes through a sum "
+                    f"({path.op.output}): overlapping partial sums across instances are not "
+                    "supported; make the loop temporal", where=label(node_path, tile))
 
 
 def _check_independent(w: Workload, node: Tile, path: str, where: str) -> list[Violation]:

@@ -7,6 +7,9 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
+from tileflow.analysis.buffering import depth as buffer_depth
+from tileflow.analysis.buffering import footprint_scale
+from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
 from tileflow.tree import Op, Tile, label, ops_under
@@ -64,17 +67,17 @@ def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:
     union (a shared tensor counts once), Para and Pipe the sum; intermediates count at their
     home level with their extent within one step of their common ancestor."""
     out = []
-    scale = 2.0 if double_buffer else 1.0
     for index, level in enumerate(plan.arch.levels):
         if index == 0 and math.isinf(level.capacity_words):
             continue
-        by_tensor = _fp(plan, "root", plan.flow.root, index)
-        words = scale * sum(by_tensor.values())
+        by_tensor = _fp(plan, "root", plan.flow.root, index, double_buffer)
+        words = sum(by_tensor.values())
         out.append(Footprint(level.name, words, level.capacity_words, by_tensor))
     return out
 
 
-def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
+def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
+        double_buffer: bool = False) -> dict[str, float]:
     if isinstance(node, Op):
         return {}
     level_index = plan.arch.level_index
@@ -82,8 +85,9 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
                         and all(isinstance(c, Tile) and c.level == node.level
                                 for c in node.children))
     if level_index[node.level] == level and not same_level_group:
-        return _own(plan, path, node, level)
-    kids = [_fp(plan, f"{path}.{i}", c, level) for i, c in enumerate(node.children)]
+        return _own(plan, path, node, level, double_buffer)
+    kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer)
+            for i, c in enumerate(node.children)]
     combined: dict[str, float] = {}
     if node.primitive == "Seq":
         combined = dict(max(kids, key=lambda k: sum(k.values()), default={}))
@@ -99,7 +103,9 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
                 combined[t] = combined.get(t, 0.0) + v
     for t, lca in plan.lca.items():
         if lca == path and plan.homes[t] == level:
-            combined[t] = combined.get(t, 0.0) + _lca_extent(plan, t, path)
+            here = [node] if level_index[node.level] == level else []
+            scale = footprint_scale(buffer_depth(plan.arch, level, t, here), double_buffer)
+            combined[t] = combined.get(t, 0.0) + scale * _lca_extent(plan, t, path)
     return combined
 
 
@@ -115,7 +121,8 @@ def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:
     )
 
 
-def _own(plan: Plan, path: str, node: Tile, level: int) -> dict[str, float]:
+def _own(plan: Plan, path: str, node: Tile, level: int,
+         double_buffer: bool = False) -> dict[str, float]:
     w = plan.workload
     own: dict[str, float] = {}
     depth = path.count(".")
@@ -126,7 +133,10 @@ def _own(plan: Plan, path: str, node: Tile, level: int) -> dict[str, float]:
                 home, lca_depth = plan.homes[t], plan.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue  # lives above this level, or counted at its common ancestor
-            own[t] = max(own.get(t, 0.0), _box(plan, op_path, t, depth))
+            if bypassed(op_path, depth, t):
+                continue
+            scale = footprint_scale(buffer_depth(plan.arch, level, t, [node]), double_buffer)
+            own[t] = max(own.get(t, 0.0), scale * _box(plan, op_path, t, depth))
     return own
 
 

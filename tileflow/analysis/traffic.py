@@ -8,6 +8,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from tileflow.analysis.buffering import depth, serialised
+from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.movement import (
     AxisRec,
     DimRec,
@@ -17,6 +19,7 @@ from tileflow.analysis.movement import (
     words_moved,
 )
 from tileflow.analysis.prepare import OpPath, PathLoop, Plan
+from tileflow.analysis.sharing import served_by_sibling
 from tileflow.specs.expressions import Access
 from tileflow.tree import Op, Tile
 
@@ -29,6 +32,8 @@ class Transfer(NamedTuple):
     words: float
     instances: int
     kind: str
+    tensor: str = ""
+    serial: bool = False  # a single-buffered tensor's: it does not overlap the compute
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class Leaf:
     operand_reads: float
     result_updates: float
     instances: int  # instances of the innermost level in use
+    fed: tuple[Transfer, ...] = ()  # tensors that bypass the innermost level: read from
+    # (and, for the result, updated in) a level above it, straight to the unit
 
 
 @dataclass
@@ -61,8 +68,9 @@ FILL, READ, UPDATE = 0, 1, 2
 def count(plan: Plan) -> Counts:
     """All data movement and operation counts of the dataflow."""
     counts = Counts()
+    served = served_by_sibling(plan)
     for path in plan.paths.values():
-        _count_path(plan, path, counts)
+        _count_path(plan, path, counts, served)
     return counts
 
 
@@ -101,7 +109,8 @@ def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> in
                 if isinstance(c, Op) and c.op == path.op.name)
 
 
-def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
+def _count_path(plan: Plan, path: OpPath, counts: Counts,
+                served: set[tuple[str, int, str]] = frozenset()) -> None:
     op = path.op
     levels = path.levels
     accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
@@ -122,31 +131,69 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
         last = j == nodes - 1
         if not last and levels[j] == levels[j + 1]:
             continue
-        x = levels[j]
-        run_start = j
-        while run_start > 0 and levels[run_start - 1] == x:
-            run_start -= 1
-        union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
-        inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
-        inst_y = inst_x * math.prod(lp.n for lp in union_sp)
         owner = path.tiles[j][0]
         if last:
-            _count_compute(plan, path, counts, x, inst_x, tensor_info)
+            sources = {a.tensor: _source(path, j, a.tensor) for a, _ in accesses}
+            _count_compute(plan, path, counts, sources, tensor_info)
             continue
         y = levels[j + 1]
         dims_y = _dims(plan, path, j)
-        union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
-        fast = _ExactTiling(plan, path, j, run_start, dims_y, union_sp)
+        inner = _run_tiles(path, j + 1)
+        geometry: dict[int, tuple] = {}
         for access, is_out in accesses:
             t = access.tensor
+            if bypassed(path, j + 1, t):
+                continue  # the tensor skips level y: counted at the boundary below it
+            if (op.name, j, t) in served:
+                continue  # resident already: an earlier sibling loaded the same slice
+            run_start = _source(path, j, t)
+            x = levels[run_start]
             if t in plan.homes and x < plan.homes[t]:
                 continue
+            if run_start not in geometry:
+                geometry[run_start] = _geometry(plan, path, j, run_start, dims_y)
+            union, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
             moved = fast.counts(access, is_out, drops, no_reuse, epoch)
             if moved is None:
                 moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
                                         drops, no_reuse, epoch)
-            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved)
+            serial = serialised(depth(plan.arch, y, t, inner))
+            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
+
+
+def _source(path: OpPath, j: int, tensor: str) -> int:
+    """Start of the run of same-level tiles that sends `tensor` down across the boundary
+    below position j: the run ending at j, or the nearest one above it that the tensor does
+    not bypass (the outermost level is never bypassed)."""
+    levels = path.levels
+    start = j
+    while True:
+        while start > 0 and levels[start - 1] == levels[start]:
+            start -= 1
+        if start == 0 or not bypassed(path, start, tensor):
+            return start
+        start -= 1
+
+
+def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec]):
+    """Spatial loops whose instances one parent instance serves (it sends the union), the
+    closed-form counter, and the instances on each side of the link."""
+    union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
+    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
+    inst_y = inst_x * math.prod(lp.n for lp in union_sp)
+    union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
+    return union, _ExactTiling(plan, path, j, run_start, dims_y, union_sp), inst_x, inst_y
+
+
+def _run_tiles(path: OpPath, start: int) -> list[Tile]:
+    """The tiles of the path from `start` down while they stay at its level."""
+    out = []
+    for k in range(start, len(path.tiles)):
+        if path.levels[k] != path.levels[start]:
+            break
+        out.append(path.tiles[k][1])
+    return out
 
 
 def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
@@ -188,22 +235,22 @@ def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:
 
 def _record(counts: Counts, owner: str, x: int, y: int, t: str, is_out: bool, inst_x: int,
             inst_y: int, moved_y: float, moved_x: float, refill_y: float,
-            refill_x: float) -> None:
+            refill_x: float, serial: bool = False) -> None:
     """Book one tensor's movement over one link: inputs are filled down; outputs are written
     back up (after spatial reduction) and their partial sums filled down again."""
     if is_out:
         counts.traffic[(y, t)][FILL] += refill_y
         counts.traffic[(x, t)][READ] += refill_x
         counts.traffic[(x, t)][UPDATE] += moved_x
-        counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read"),
-                                Transfer(y, refill_y, inst_y, "write")]
-        counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write"),
-                                 Transfer(y, moved_y, inst_y, "read")]
+        counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read", t, serial),
+                                Transfer(y, refill_y, inst_y, "write", t, serial)]
+        counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write", t, serial),
+                                 Transfer(y, moved_y, inst_y, "read", t, serial)]
     else:
         counts.traffic[(y, t)][FILL] += moved_y
         counts.traffic[(x, t)][READ] += moved_x
-        counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read"),
-                                Transfer(y, moved_y, inst_y, "write")]
+        counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read", t, serial),
+                                Transfer(y, moved_y, inst_y, "write", t, serial)]
 
 
 class _ExactTiling:
@@ -280,12 +327,18 @@ def _steps(loops, dims: list[str], fresh: bool) -> int:
     return math.prod(lp.n for lp, _, _ in loops[: last + 1])
 
 
-def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int,
+def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, int],
                    tensor_info: dict) -> None:
-    """Compute reads each operand once per operation from the innermost level and updates
-    the result once per operation; an accumulator is not read on its first touch."""
+    """Compute reads each operand once per operation from the innermost level (or the level
+    it is fed from when it bypasses that one) and updates the result once per operation; an
+    accumulator is not read on its first touch."""
     op = path.op
     w = plan.workload
+    x = path.levels[-1]
+    instances = {t: math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < start)
+                 for t, start in sources.items()}
+    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < _run_start(path))
+    fed: list[Transfer] = []  # what bypassing tensors move straight to and from the unit
     exact = path.exact_dims == frozenset(op.dims)
     if exact:  # every iteration is a real one: a product of trip counts
         ops = math.prod(lp.n for lp in path.loops)
@@ -296,22 +349,44 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, x: int, inst_x: int
         ops = iteration_count(op_axes, dims, all_loops)
     reads = 0.0
     for access in op.inputs:
-        counts.traffic[(x, access.tensor)][READ] += ops
-        reads += ops
+        source = path.levels[sources[access.tensor]]
+        counts.traffic[(source, access.tensor)][READ] += ops
+        if source == x:
+            reads += ops
+        else:
+            fed.append(Transfer(source, ops, instances[access.tensor], "read", access.tensor))
     out = op.output.tensor
-    counts.traffic[(x, out)][UPDATE] += ops
+    home = path.levels[sources[out]]
+    counts.traffic[(home, out)][UPDATE] += ops
     if op.accumulates:
         axes, _, _, epoch = tensor_info[out]
         marks = [e or lp.spatial for e, lp in zip(epoch, path.loops, strict=True)]
-        if exact:  # each instance and epoch starts every element of the result afresh
+        if exact and all(axis.is_plain for axis in op.output.axes):
+            # each instance and epoch starts every element of the result afresh
             starts = w.tensor_words(out) * math.prod(
                 lp.n for lp, m in zip(path.loops, marks, strict=True)
                 if m and lp.dim not in op.output.dims)
-        else:
+        else:  # clipped, shifted, or summed output indices (instances may overlap)
+            dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
+            all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
             guards = [d for d in op.dims if d not in op.output.dims]
             starts = first_touches(axes, dims, all_loops, marks, guards)
-        counts.traffic[(x, out)][READ] += ops - starts
-        reads += ops - starts
+        counts.traffic[(home, out)][READ] += ops - starts
+        if home == x:
+            reads += ops - starts
+        else:
+            fed.append(Transfer(home, ops - starts, instances[out], "read", out))
+    updates = ops
+    if home != x:
+        fed.append(Transfer(home, ops, instances[out], "write", out))
+        updates = 0
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
     counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, x,
-                                  reads, ops, inst_x)
+                                  reads, updates, inst_x, tuple(fed))
+
+
+def _run_start(path: OpPath) -> int:
+    start = len(path.tiles) - 1
+    while start > 0 and path.levels[start - 1] == path.levels[start]:
+        start -= 1
+    return start

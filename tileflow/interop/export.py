@@ -26,6 +26,10 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
         if node.no_reuse:
             raise InputError(f"{label(path, node)}: 'no_reuse' has no Timeloop equivalent",
                              flow.source or None, path)
+        if node.buffering:
+            raise InputError(f"{label(path, node)}: 'buffering' per tensor has no Timeloop "
+                             "mapping equivalent (Timeloop sets multiple_buffering per level "
+                             "in the architecture)", flow.source or None, path)
         chain.append((path, node))
         node, path = node.children[0], f"{path}.0"
     assert isinstance(node, Op)
@@ -50,6 +54,10 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
             directives.append({"target": lv.name, "type": "bypass", "bypass": tensors})
             continue
         p, t = by_level[lv.name]
+        if t.bypass:
+            directives.append({"target": lv.name, "type": "bypass",
+                               "keep": [x for x in tensors if x not in t.bypass],
+                               "bypass": [x for x in tensors if x in t.bypass]})
         for spatial in (False, True):
             loops = [lp for lp in t.loops if lp.spatial == spatial]
             if spatial and not loops:

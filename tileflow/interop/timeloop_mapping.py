@@ -36,6 +36,7 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
     temporal: dict[str, list[str]] = {}
     spatial: dict[str, list[str]] = {}
     skipped: set[str] = set()
+    partial: dict[str, list[str]] = {}  # level -> tensors it does not keep (tile bypass)
     seen: set[tuple[str, str]] = set()
     for d in directives.elements():
         d.check_keys(DIRECTIVE_KEYS, required={"target", "type"})
@@ -47,8 +48,14 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
             raise d.error(f"a second '{kind}' directive for '{target}'")
         seen.add((target, kind))
         if kind in ("bypass", "datatype"):
-            if _bypassed(d, tensors, target) == tensors:
+            out = _bypassed(d, tensors, target)
+            if out == tensors:
                 skipped.add(target)
+            elif out:
+                if arch.level_index[target] == 0:
+                    raise d.error(f"'{target}' is the outermost level, where every tensor "
+                                  "starts: it cannot bypass one")
+                partial[target] = sorted(out)
             continue
         if kind not in ("temporal", "spatial"):
             raise d.error(f"directive type '{kind}' is not supported (temporal, spatial, "
@@ -85,6 +92,8 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
         node: dict = {"level": level}
         if loops:
             node["loops"] = loops
+        if level in partial:
+            node["bypass"] = partial[level]
         node["children"] = [tile if tile is not None else {"op": op}]
         tile = node
     if tile is None:
@@ -93,16 +102,11 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
 
 
 def _bypassed(d: Field, tensors: set[str], target: str) -> set[str]:
-    """Tensors a bypass directive keeps out of `target`; only all or none is expressible."""
+    """Tensors a bypass directive keeps out of `target` (all of them: the level is left out
+    of the tree; some: the tile's `bypass` list)."""
     keep, bypass = set(names(d, "keep")), set(names(d, "bypass"))
     for t in keep | bypass:
         if t not in tensors:
             raise d.error(f"unknown data space '{t}' (the operator's: "
                           f"{', '.join(sorted(tensors))})")
-    out = bypass if d.has("bypass") or not d.has("keep") else tensors - keep
-    if out and out != tensors:
-        raise d.error(
-            f"'{target}' bypasses {', '.join(sorted(out))} but keeps "
-            f"{', '.join(sorted(tensors - out))}: per-tensor bypass is not modelled by TileFlow "
-            "(its counts would differ); keep every tensor or none at a level")
-    return out
+    return bypass if d.has("bypass") or not d.has("keep") else tensors - keep

@@ -191,6 +191,8 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
     rows = analyse(kind, frame, arch)
     frame = frame.copy()
     frame["predicted"] = predict(rows, arch)
+    other = "perfect" if arch.overlap == "fill-drain" else "fill-drain"
+    frame[f"predicted_{other.replace('-', '_')}"] = predict(rows, replace(arch, overlap=other))
     bounds = [evaluate_plan(row.plan).bottleneck for row in rows]
     frame["bottleneck"] = [b.message.split(" (")[0] for b in bounds]
     frame["bottleneck_kind"] = [b.kind for b in bounds]
@@ -224,9 +226,11 @@ def spearman_by_shape(frame: pd.DataFrame, shape: Sequence[str]) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def run(data: str | Path | None = None) -> dict[str, SetResult]:
+def run(data: str | Path | None = None, overlap: str | None = None) -> dict[str, SetResult]:
+    """Both sets; `overlap` ('perfect' or 'fill-drain') replaces the accelerators' own."""
     frames = load_dataset(data)
-    return {
-        "gemm": study("gemm", frames["gemm"], load_arch("rtl-systolic-gemm")),
-        "fused": study("fused", frames["fused"], load_arch("rtl-systolic-chain")),
-    }
+    archs = {kind: load_arch(f"rtl-systolic-{'gemm' if kind == 'gemm' else 'chain'}")
+             for kind in FILES}
+    if overlap:
+        archs = {kind: replace(arch, overlap=overlap) for kind, arch in archs.items()}
+    return {kind: study(kind, frames[kind], archs[kind]) for kind in ("gemm", "fused")}

@@ -39,6 +39,7 @@ class Level:
     area_mm2: float | None = None  # per instance, from the component model (technology_nm)
     component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
     mesh: tuple[int, ...] = ()  # the instances under one parent instance as x by y
+    buffering: int | None = None  # default depth of every tensor held here (BUFFERINGS)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Architecture:
     vector_on_matrix: bool = False
     description: str = ""
     technology_nm: float | None = None
+    overlap: str = "fill-drain"  # OVERLAPS: how a tile's loads, compute and stores overlap
 
     @cached_property
     def level_index(self) -> dict[str, int]:
@@ -105,6 +107,9 @@ def sram_energy_pj(capacity_bytes: float) -> float:
             return math.exp(math.log(e0) + t * math.log(e1 / e0))
     return points[-1][1]
 
+
+OVERLAPS = ("perfect", "fill-drain")  # the published tools' convention, and ours (default)
+BUFFERINGS = (1, 2)  # buffering depths: single, double
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0
 MAX_FANOUT = 2**20  # instances of a level per parent instance; rows, columns, lanes
@@ -144,7 +149,7 @@ def parse_arch(data: Field) -> Architecture:
     vector_on_matrix = data.boolean("vector_on_matrix", not compute.has("vector"))
     return Architecture(data.string("name", "accelerator"), tuple(levels), matrix, vector,
                         clock_ghz, word_bytes, vector_on_matrix, data.string("description", ""),
-                        tech)
+                        tech, choice(data, "overlap", OVERLAPS, "fill-drain"))
 
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
@@ -180,9 +185,11 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
         else:
             raise f.error(f"level '{name}' needs '{gbps}' (or '{wpc}')")
     energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
+    buffering = f.integer("buffering", 0, minimum=1, maximum=2) if f.has("buffering") else None
     return Level(name, capacity_words, fanout, parent_instances * fanout, rates[0], rates[1],
                  *energy, f.number("step_overhead_cycles", 0.0, positive=False),
-                 f.number("latency_cycles", 0.0, positive=False), mesh=_mesh(f, fanout))
+                 f.number("latency_cycles", 0.0, positive=False), mesh=_mesh(f, fanout),
+                 buffering=buffering)
 
 
 def _mesh(f: Field, fanout: int) -> tuple[int, ...]:

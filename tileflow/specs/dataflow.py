@@ -62,7 +62,19 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
     if not children:
         raise f.error("a tile needs at least one child", "children")
     return Tile(f.string("level"), tuple(loops), children, primitive, f.string("name", ""),
-                f.strings("no_reuse"))
+                f.strings("no_reuse"), _buffering(f), f.strings("bypass"))
+
+
+def _buffering(f: Field) -> tuple[tuple[str, int], ...]:
+    """`buffering: {TENSOR: 1 or 2, ...}` of a tile."""
+    if not f.has("buffering") or f.get("buffering") is None:
+        return ()
+    depths = f.child("buffering")
+    if not isinstance(depths.data, dict):
+        raise f.error("'buffering' must be a mapping tensor -> 1 or 2, e.g. {C: 1}",
+                      "buffering")
+    return tuple(sorted((str(t), depths.integer(t, minimum=1, maximum=2))
+                        for t in depths.keys()))
 
 
 def _loop(f: Field) -> Loop:

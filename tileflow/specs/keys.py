@@ -71,6 +71,11 @@ ACCELERATOR = Section("accelerator", "top level of an accelerator file", (
     Key("precision", "int8, int16, fp16, bf16 or fp32 (see docs/energy.md)", "arithmetic "
         "precision of the compute units for the component model (needs `technology_nm`)",
         "from the word width"),
+    Key("overlap", "`perfect` or `fill-drain`", "how a tile's loads, compute and stores "
+        "overlap in the latency: `perfect` takes the largest of the three (the published "
+        "tools' convention); `fill-drain` also charges the first load and the last store of "
+        "a run, which nothing hides, and each level's `latency_cycles`; `--overlap` on the "
+        "command line wins (docs/mechanisms.md)", "`fill-drain`"),
     NOTES,
 ))
 
@@ -102,6 +107,12 @@ LEVEL = Section("level", "each item of `levels`", (
         "reads from this level (request setup)", "0", "cycles"),
     Key("latency_cycles", "number >= 0", "cycles before the first word arrives: added once "
         "to every tile whose loads read from this level", "0", "cycles"),
+    Key("buffering", "1 or 2", "default buffering depth of every tensor held at this level: "
+        "1 (single: its transfers wait for the compute that uses the buffer and the compute "
+        "waits for them) or 2 (double: footprint twice, transfers overlap the neighbouring "
+        "steps' compute); a tile's `buffering` wins (docs/mechanisms.md)", "unset: footprint "
+        "once and transfers overlapped (the published tools' convention); `evaluate "
+        "--double-buffer` makes it 2"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
         "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
@@ -208,6 +219,13 @@ TILE = Section("tile", "`root` and every tile among `children`", (
     Key("no_reuse", "list of tensor names", "tensors whose slices this tile fetches anew at "
         "every step of its loops, even when the slice did not change (programs that do not "
         "exploit a reuse the loop order allows)", "none"),
+    Key("buffering", "mapping tensor -> 1 or 2", "buffering depth of tensors in this tile's "
+        "buffer, over the level's `buffering`: 1 serialises the tensor's transfers with the "
+        "compute, 2 doubles its footprint and overlaps them (docs/mechanisms.md)",
+        "the level's `buffering`"),
+    Key("bypass", "list of tensor names", "tensors this tile's level does not hold (Timeloop's "
+        "bypass): they move between the levels above and below it, and the compute reads "
+        "them from the nearest level that holds them (docs/mechanisms.md)", "none"),
 ))
 
 LEAF = Section("leaf", "an operator among `children`: `{op: NAME}` or just `NAME`", (

@@ -243,8 +243,9 @@ def _eval_sizes(f: Field, overrides: Mapping[str, int | str], known: Mapping[str
 
 def _operator(name: str, s: Statement, where: Field) -> Operator:
     for axis in s.output.axes:
-        if not axis.is_plain:
-            raise where.error(f"operator '{name}': output index '{axis}' must be a plain dimension",
+        if not axis.is_plain and len(axis.terms) > 1 and s.update == "=":
+            raise where.error(f"operator '{name}': output index '{axis}' sums dimensions, so "
+                              "several iterations write one element: use '+=' or 'max='",
                               "expr")
     dims = tuple(dict.fromkeys(s.output.dims + tuple(d for a in s.inputs for d in a.dims)))
     op = Operator(name, s.output, s.inputs, s.update, s.function, dims)
@@ -252,7 +253,8 @@ def _operator(name: str, s: Statement, where: Field) -> Operator:
         raise where.error(
             f"operator '{name}' uses '=' but dimensions {', '.join(op.reduction_dims)} "
             "do not index its output; use '+=' or 'max=' for a reduction", "expr")
-    if s.update != "=" and not op.reduction_dims and op.unit != MATRIX:
+    summed = any(len(axis.terms) > 1 for axis in s.output.axes)
+    if s.update != "=" and not op.reduction_dims and op.unit != MATRIX and not summed:
         raise where.error(f"operator '{name}' uses '{s.update}' but reduces no dimension", "expr")
     return op
 
@@ -302,6 +304,11 @@ def _check_graph(w: Workload, data: Field) -> None:
             raise data.error(f"tensor '{op.output.tensor}' is produced by two operators", "ops")
         if op.output.tensor in {a.tensor for a in op.inputs}:
             raise data.error(f"operator '{op.name}' reads its own output", "ops")
+        if any(a.tensor == op.output.tensor for o in w.ops for a in o.inputs) and any(
+                len(axis.terms) > 1 for axis in op.output.axes):
+            raise data.error(f"operator '{op.name}' writes '{op.output.tensor}' through a "
+                             "summed index and another operator reads it: summed output "
+                             "indices are supported on final outputs only", "ops")
         produced.add(op.output.tensor)
     if len({op.name for op in w.ops}) != len(w.ops):
         raise data.error("operator names must be unique", "ops")

@@ -1,0 +1,96 @@
+"""Bypass: a tensor listed in a tile's `bypass` is not held at that tile's level; it moves
+between the nearest levels above and below that hold it. GEMM m = n = k = 4 on DRAM -> L1
+-> Reg, one MAC per Reg; every count is derived by hand in the test."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from helpers import GEMM, small_arch, workload
+from ruamel.yaml import YAML
+
+from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.cost import evaluate
+from tileflow.specs.dataflow import parse_dataflow
+from tileflow.specs.yamlfile import Field
+from tileflow.tree import Dataflow, tile, to_dict
+
+W = workload(GEMM, m=4, n=4, k=4)
+
+
+def flow(l1_spec="n:4 m:4", l1_bypass=(), reg_bypass=(), dram_spec="") -> Dataflow:
+    reg = tile("Reg", "k:4", "mm", bypass=reg_bypass)
+    return Dataflow(tile("DRAM", dram_spec, tile("L1", l1_spec, reg, bypass=l1_bypass)))
+
+
+def moves(result, level, tensor):
+    m = result.traffic.get(level, {}).get(tensor)
+    return (m.fill, m.read, m.update) if m else (0, 0, 0)
+
+
+def test_an_input_that_bypasses_the_buffer_comes_straight_from_dram():
+    """L1 loops n outer, m inner: A's row changes at all 16 steps, 4 words each: 64 words
+    into Reg. Held in L1: DRAM sends A once (16), L1 serves the 64. Bypassing L1: DRAM
+    sends the 64 itself, L1 holds no A (footprint 48 - 16)."""
+    kept = evaluate(W, small_arch(), flow())
+    assert moves(kept, "DRAM", "A") == (0, 16, 0)
+    assert moves(kept, "L1", "A") == (16, 64, 0)
+    assert moves(kept, "Reg", "A")[0] == 64
+    assert kept.peak_footprint("L1") == 16 + 16 + 16
+    skip = evaluate(W, small_arch(), flow(l1_bypass=("A",)))
+    assert moves(skip, "DRAM", "A") == (0, 64, 0)
+    assert moves(skip, "L1", "A") == (0, 0, 0)
+    assert moves(skip, "Reg", "A")[0] == 64
+    assert skip.peak_footprint("L1") == 16 + 16
+    for t in ("B", "C"):  # the other tensors are untouched
+        assert moves(skip, "L1", t) == moves(kept, "L1", t)
+
+
+def test_an_operand_that_bypasses_the_registers_is_read_by_the_unit_from_the_buffer():
+    """B skips Reg: nothing of B enters Reg; the 64 MACs read B from L1 (64 reads)."""
+    r = evaluate(W, small_arch(), flow(reg_bypass=("B",)))
+    assert moves(r, "Reg", "B") == (0, 0, 0)
+    assert moves(r, "L1", "B") == (16, 64, 0)
+    assert moves(r, "Reg", "A")[1] == 64
+
+
+def test_the_unit_fed_from_a_slow_level_is_bound_by_it():
+    """B bypasses L1 and Reg, read from DRAM at 0.5 words/cycle: 64 reads take 128 cycles,
+    more than the 64 MACs; A is loaded by the root (16 words: 32 cycles)."""
+    arch = small_arch()
+    arch = replace(arch, levels=(replace(arch.levels[0], read_words_per_cycle=0.5),
+                                 *arch.levels[1:]))
+    r = evaluate(W, arch, flow(l1_bypass=("B",), reg_bypass=("B",)), overlap="perfect")
+    assert moves(r, "DRAM", "B") == (0, 64, 0)
+    assert r.cycles == 128
+    assert "DRAM read bandwidth feeding 'mm' (bypass)" in str(r.bottleneck)
+
+
+def test_the_level_above_sends_one_union_to_the_instances_below_the_skipped_level():
+    """n over the 2 cores: both need the same rows of A. Bypassing L1, DRAM multicasts each
+    row once (4 rows of 4 words) and both cores' registers take it (2 x 16)."""
+    r = evaluate(W, small_arch(), flow("m:4 n:2", ("A",), dram_spec="n:2:Sp"))
+    assert moves(r, "DRAM", "A") == (0, 16, 0)
+    assert moves(r, "Reg", "A")[0] == 2 * 16
+
+
+def test_an_output_that_bypasses_the_registers_accumulates_in_the_buffer():
+    """C skips Reg: the 64 MACs update C in L1 and read it back except on first touch."""
+    r = evaluate(W, small_arch(), flow(reg_bypass=("C",)))
+    assert moves(r, "Reg", "C") == (0, 0, 0)
+    assert moves(r, "L1", "C") == (0, 64 - 16, 64)
+    assert moves(r, "DRAM", "C") == (0, 0, 16)
+
+
+def test_bad_bypass_is_reported_and_the_key_round_trips():
+    with pytest.raises(InvalidDataflow, match="outermost"):
+        evaluate(W, small_arch(), Dataflow(tile("DRAM", "", tile("L1", "m:4 n:4 k:4", "mm"),
+                                                bypass=("A",))))
+    with pytest.raises(InvalidDataflow, match="unknown tensor 'Z'"):
+        evaluate(W, small_arch(), flow(l1_bypass=("Z",)))
+    text = ("root: {level: DRAM, children: [{level: L1, loops: [m:4, n:4], bypass: [A], "
+            "children: [{level: Reg, loops: [k:4], children: [mm]}]}]}\n")
+    parsed = parse_dataflow(Field(YAML(typ="rt").load(text), "f.yaml"))
+    assert parsed.root.children[0].bypass == ("A",)
+    assert to_dict(parsed)["root"]["children"][0]["bypass"] == ["A"]
