@@ -385,7 +385,7 @@ def structures(space: Space) -> Iterator[Encoding]:
                 if node.name == "root":
                     genes.append(None)
                     continue
-                members = [f.index[o] for o in ops_under(node)]
+                members = sorted(f.index[o] for o in ops_under(node))
                 lam = f.arch.level_index[node.level]
                 genes.append(next(o for o in members if pattern.into[o] in members
                                   and pattern.level[o] == lam))

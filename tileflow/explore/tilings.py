@@ -70,22 +70,35 @@ def _levels_below(tile: Tile, level: str) -> set[str]:
 
 
 def default_factors(w: Workload, structure: Structure, limits: Sequence[int]) -> np.ndarray:
-    """Factors that cover every dim: spatial loops the largest divisor within their limit,
-    the innermost temporal loop of each operator's path the rest, other loops 1."""
+    """Factors that cover every dim exactly where divisors allow: spatial loops the largest
+    divisor of what is left of their dim within their limit (shared tiles first), the
+    innermost temporal loop of each operator's path the rest, other loops 1."""
     slot_at = {(s.path, s.index): k for k, s in enumerate(structure.slots)}
     f = np.ones(len(structure.slots), dtype=np.int64)
-    per_tile: dict[str, int] = {}
-    for k, s in enumerate(structure.slots):  # spatial first, outermost first
+    used: dict[str, int] = {}
+    chains = leaf_chains(structure.template.root)
+
+    def spread(k: int, left: int) -> None:
+        s = structure.slots[k]
         if s.spatial and limits[k] > 1:
-            room = limits[k] // per_tile.get(s.path, 1)
-            f[k] = max(d for d in divisors(w.sizes[s.dim]) if d <= max(room, 1))
-            per_tile[s.path] = per_tile.get(s.path, 1) * int(f[k])
-    for op, chain in leaf_chains(structure.template.root).items():
+            room = max(limits[k] // used.get(s.path, 1), 1)
+            f[k] = max(d for d in divisors(left) if d <= room)
+            used[s.path] = used.get(s.path, 1) * int(f[k])
+
+    shared = [k for k, s in enumerate(structure.slots)
+              if sum(any(p == s.path for p, _ in c) for c in chains.values()) > 1]
+    for k in shared:
+        spread(k, w.sizes[structure.slots[k].dim])
+    for op, chain in chains.items():
         for d in w.op_by_name[op].dims:
             ks = [slot_at[(p, i)] for p, t in chain for i, lp in enumerate(t.loops)
                   if lp.dim == d]
             if not ks:
                 continue
+            for k in ks:
+                if k not in shared:
+                    left = -(-w.sizes[d] // math.prod(int(f[j]) for j in ks if j != k))
+                    spread(k, left)
             covered = math.prod(int(f[k]) for k in ks)
             need = -(-w.sizes[d] // covered)
             if need > 1:
