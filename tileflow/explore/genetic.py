@@ -20,7 +20,7 @@ import numpy as np
 
 from tileflow.explore.encoding import Encoding
 from tileflow.explore.fitness import OBJECTIVES, Fit, Metrics, measure, random_fit
-from tileflow.explore.space import Space
+from tileflow.explore.space import Space, SpaceOptions
 from tileflow.explore.structure import structure_of
 from tileflow.explore.tilings import EncodedStructure
 from tileflow.tree import Dataflow
@@ -56,6 +56,7 @@ class Point:
     energy_pj: float
     rung: int = -1
     budget_spent: int = 0
+    fits: int = 0  # tile-factor searches run for it (each with its own seed)
 
 
 @dataclass
@@ -112,8 +113,8 @@ class GeneticSearch:
             self.fits[weight] = self.fit_for(_scalar(self.config.objectives, weight))
         return self.fits[weight]
 
-    def _seed(self, enc: Encoding, rung: int) -> int:
-        return zlib.crc32(f"{self.config.seed}|{rung}|{enc!r}".encode())
+    def _seed(self, enc: Encoding, fits: int) -> int:
+        return zlib.crc32(f"{self.config.seed}|{fits}|{enc!r}".encode())
 
     def _record(self, key, cost: float, factors: np.ndarray) -> None:
         enc, weight = key
@@ -128,21 +129,29 @@ class GeneticSearch:
                 point.cost, point.factors = cost, np.asarray(factors)
                 point.cycles, point.energy_pj = float(m.cycles[0]), float(m.energy_pj[0])
 
-    def _rung(self, key, rung: int) -> None:
+    def _rung(self, key, rung: int, again: bool = False) -> None:
         point = self.points.get(key)
-        if point is not None and point.rung >= rung:
+        if point is not None and point.rung >= rung and not again:
             return
         budget = self.config.budget * self.config.eta ** rung
         enc, weight = key
+        fits = point.fits if point else 0
         cost, factors = self._fit(weight)(self.space.structure(enc), budget,
-                                          self._seed(enc, rung))
+                                          self._seed(enc, fits))
         self.evaluations += budget
         self._record(key, cost, factors)
         point = self.points[key]
-        point.rung, point.budget_spent = rung, point.budget_spent + budget
+        point.rung = max(point.rung, rung)
+        point.budget_spent += budget
+        point.fits += 1
 
-    def _evaluate(self, population: list) -> None:
+    def _evaluate(self, population: list, revisit: tuple = ()) -> None:
+        """Successive halving over a generation; structures the search produces again
+        (`revisit`) get another search of the first rung's budget with a new seed."""
         pool = list(dict.fromkeys(population))
+        for key in dict.fromkeys(revisit):
+            if key in self.points:
+                self._rung(key, 0, again=True)
         for rung in range(self.config.rungs):
             keep = max(1, math.ceil(len(pool) / self.config.eta ** rung))
             for key in self._ranked(pool)[:keep]:
@@ -203,8 +212,9 @@ class GeneticSearch:
         start = time.perf_counter()
         population = self.initial()
         history = []
+        revisit: list = []
         for generation in range(cfg.generations + 1):
-            self._evaluate(population)
+            self._evaluate(population, tuple(revisit))
             ranked = self._ranked(population)
             best = self.points.get(ranked[0])
             history.append({"generation": generation, "evaluations": self.evaluations,
@@ -214,10 +224,13 @@ class GeneticSearch:
             if generation == cfg.generations:
                 break
             children = ranked[:cfg.elite]
+            revisit = []
             while len(children) < cfg.population:
                 child = self._child(ranked)
                 if child is not None:
                     children.append(child)
+                    if child in self.points:
+                        revisit.append(child)
             population = list(dict.fromkeys(children))
         return self._result(history)
 
@@ -237,3 +250,41 @@ def search(space: Space, config: GAConfig | None = None, fit_for=None) -> Search
     """Run the genetic search; `fit_for(objective) -> fit` supplies the tile-factor search
     (default: `random_fit`)."""
     return GeneticSearch(space, config, fit_for).run()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A structure for the tile-factor search to take over, with the best factors known."""
+
+    name: str
+    structure: EncodedStructure
+    factors: np.ndarray
+    cost: float
+
+
+def structure_candidates(workload, arch, mode: str = "search", config: GAConfig | None = None,
+                         fit_for=None, top: int = 8,
+                         options: SpaceOptions | None = None) -> list[Candidate]:
+    """The structures `tileflow explore` searches factors for: `baselines` gives the named
+    baselines' structures; `search` runs the genetic search and gives its `top` best
+    structures, best first (the baselines' structures among them when they win)."""
+    space = Space(workload, arch, options)
+    if mode == "baselines":
+        out = []
+        for name, enc in space.baselines().items():
+            st = space.structure(enc)
+            out.append(Candidate(name, st, st.default_factors, math.inf))
+        return out
+    if mode != "search":
+        raise ValueError(f"structures: expected 'baselines' or 'search', got '{mode}'")
+    result = search(space, config, fit_for)
+    ranked = sorted(result.points, key=lambda p: (p.cost, p.cycles))
+    out, seen = [], set()
+    for p in ranked:
+        if p.encoding not in seen:
+            seen.add(p.encoding)
+            out.append(Candidate(f"searched-{len(out) + 1}", space.structure(p.encoding),
+                                 p.factors, p.cost))
+        if len(out) == top:
+            break
+    return out

@@ -152,8 +152,15 @@ class Space:
 
     # ---- gene operators -----------------------------------------------------------------
 
-    def mutate(self, enc: Encoding, rng: np.random.Generator) -> Encoding:
-        """One random change of one gene, repaired."""
+    def mutate(self, enc: Encoding, rng: np.random.Generator, tries: int = 8) -> Encoding:
+        """One random change of one gene, repaired (retried when it changes nothing)."""
+        for _ in range(tries):
+            child = self._mutate_once(enc, rng)
+            if child != enc:
+                return child
+        return enc
+
+    def _mutate_once(self, enc: Encoding, rng: np.random.Generator) -> Encoding:
         f, n, opts = self.frame, self.n, self.options
         kinds = ["fuse", "level", "primitive"]
         kinds += ["home"] * opts.homes + ["share"] * (len(opts.shares) > 1)
@@ -163,6 +170,8 @@ class Space:
         into, level = list(enc.into), list(enc.level)
         o = int(rng.integers(0, n))
         loops = dict(enc.loop_map)
+        if kind in ("fuse", "level") and n > 1:
+            o = int(rng.integers(0, n - 1))
         if kind == "fuse" and o < n - 1:
             into[o] = -1 if rng.random() < 0.3 else int(rng.integers(o + 1, n))
             if into[o] >= 0:
@@ -175,8 +184,12 @@ class Space:
                 enc = replace(enc, root_primitive=p)
             else:
                 enc = replace(enc, primitive=_set(enc.primitive, o, p))
-        elif kind == "home":
-            enc = replace(enc, home=_set(enc.home, o, int(rng.integers(-1, len(f.levels)))))
+        elif kind == "home" and f.workload.intermediates:
+            t = str(rng.choice(f.workload.intermediates))
+            chains = leaf_chains(decode(f, enc).root)
+            allowed = (-1, *home_options(f, chains, t)[0])
+            p = f.index[f.workload.producer[t]]
+            enc = replace(enc, home=_set(enc.home, p, int(rng.choice(allowed))))
         elif kind == "share":
             enc = replace(enc, share=_set(enc.share, o, int(rng.choice(opts.shares))))
         elif kind in ("order", "spatial", "tiles"):
