@@ -13,7 +13,7 @@ from explore.spaces import tiny_chain_space
 from tileflow.analysis.prepare import prepare
 from tileflow.explore.canonical import canonical
 from tileflow.explore.fitness import measure, random_fit
-from tileflow.explore.genetic import GAConfig, Point, pareto_front, search
+from tileflow.explore.genetic import GAConfig, Point, pareto_front, search, structure_candidates
 from tileflow.explore.space import structures
 from tileflow.explore.tilings import Tilings
 
@@ -107,3 +107,17 @@ def test_pareto_front_by_hand():
         return Point(None, 1.0, c, np.zeros(0), c, e)
     pts = [point(1, 9), point(2, 5), point(3, 6), point(4, 1), point(2, 7), point(5, 1)]
     assert [(p.cycles, p.energy_pj) for p in pareto_front(pts)] == [(1, 9), (2, 5), (4, 1)]
+
+
+def test_candidates_for_explore_are_the_best_structures_first():
+    space = tiny_chain_space()
+    w, arch = space.frame.workload, space.frame.arch
+    found = structure_candidates(w, arch, "search", QUICK, top=3, options=space.options)
+    assert 1 <= len(found) <= 3
+    costs = [c.cost for c in found]
+    assert costs == sorted(costs)
+    for c in found:  # each comes with factors that give its cost
+        m = measure(c.structure, c.factors)
+        assert not math.isfinite(c.cost) or m.cycles[0] == pytest.approx(c.cost)
+    with pytest.raises(ValueError, match="baselines' or 'search'"):
+        structure_candidates(w, arch, "everything")
