@@ -153,7 +153,8 @@ def summary_markdown(outcome: Outcome, data: dict) -> str:
                  + (f" and {found['speedup_over_best_baseline']:.2f}x faster than the best "
                     "baseline with its own rule" if found.get("speedup_over_best_baseline")
                     else "")
-                 + f". Bottleneck: {found['bottleneck']['message']}.", "", "The found tree (`best.yaml`):",
+                 + f". Bottleneck: {found['bottleneck']['message']}.", "",
+                 "The found tree (`best.yaml`):",
                  "", *found["description"], ""]
     else:
         text += ["No valid dataflow was found within the budget.", ""]
