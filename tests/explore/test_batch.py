@@ -1,0 +1,126 @@
+"""The batched evaluator equals the scalar model row by row: on random trees (every primitive,
+spatial loops, clipped tiles, halos, strided windows, the softmax topology) and on every
+shipped baseline structure, with random factor rows around each tree's own factors. Counts
+(DRAM words, operations, footprints, validity) are equal exactly; cycles and energy to 1e-9
+relative. Rows the scalar model rejects (factors that do not cover a dimension, a reduction
+split in a common ancestor, a window not covered) are invalid in the batch, with the amount."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, workload
+from hypothesis import HealthCheck, given, settings
+from trees import ARCH, trees
+
+from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.cost import evaluate
+from tileflow.dataflows import build
+from tileflow.dataflows.registry import baselines_for
+from tileflow.explore.batch import evaluate_batch
+from tileflow.explore.structure import Structure, structure_of
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import load_workload
+from tileflow.tree import render
+
+REJECTED = ("coverage", "dependency", "window")
+
+
+def random_rows(structure: Structure, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """Factor rows around the template's: a few slots per row changed to a neighbour, a
+    half, a double or any value up to twice the factor (non-divisors and clipping included)."""
+    base = structure.default_factors
+    out = np.repeat(base[None, :], rows, axis=0)
+    if not len(base):
+        return out
+    for r in range(1, rows):
+        for s in rng.choice(len(base), size=min(len(base), rng.integers(1, 4)), replace=False):
+            f = int(base[s])
+            choices = [1, max(f - 1, 1), f + 1, max(f // 2, 1), 2 * f,
+                       int(rng.integers(1, 2 * f + 2))]
+            out[r, s] = choices[rng.integers(len(choices))]
+    return out
+
+
+def covering_rows(structure: Structure, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """Random rows of which most cover every dimension (candidates screened by the batch;
+    a few screened-out rows stay in, so that the screening itself is checked)."""
+    candidates = random_rows(structure, 20 * rows, rng)
+    batch = evaluate_batch(structure, candidates)
+    rejected = np.zeros(len(candidates), dtype=bool)
+    for kind in REJECTED:
+        rejected |= batch.violations.get(kind, np.zeros(len(candidates))) > 0
+    keep = np.flatnonzero(~rejected)[:rows]
+    return candidates[np.concatenate([keep, np.flatnonzero(rejected)[:3]])]
+
+
+def assert_rows_equal(structure: Structure, factors: np.ndarray) -> tuple[int, int]:
+    """Compare every row with the scalar model; returns (rows compared, rows rejected)."""
+    batch = evaluate_batch(structure, factors)
+    compared = rejected = 0
+    for k, row in enumerate(factors):
+        flow = structure.dataflow(row)
+        where = f"row {list(row)}\n{render(flow.root)}"
+        try:
+            ref = evaluate(structure.workload, structure.arch, flow)
+        except InvalidDataflow:
+            rejected += 1
+            assert not batch.valid[k], where
+            assert any(batch.violations.get(kind, np.zeros(len(factors)))[k] > 0
+                       for kind in REJECTED), where
+            continue
+        compared += 1
+        assert batch.dram_words[k] == ref.dram_words, where
+        assert batch.ops[k] == sum(ref.ops.values()), where
+        assert {lv: v[k] for lv, v in batch.footprint_words.items()} == \
+            {fp.level: fp.words for fp in ref.footprints}, where
+        assert bool(batch.valid[k]) == ref.valid, where
+        assert batch.cycles[k] == pytest.approx(ref.cycles, rel=1e-9, abs=1e-9), where
+        assert batch.energy_pj[k] == pytest.approx(ref.energy_pj, rel=1e-9), where
+    return compared, rejected
+
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+CASES = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv-halo": CONV,
+         "strided": STRIDED, "independent twins": TWINS}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_random_trees(case: str) -> None:
+    w = workload(CASES[case])
+    rng = np.random.default_rng(7)
+    totals = [0, 0]
+
+    @SETTINGS
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            evaluate(w, ARCH, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, ARCH, flow)
+        compared, rejected = assert_rows_equal(structure, random_rows(structure, 16, rng))
+        totals[0] += compared
+        totals[1] += rejected
+
+    check()
+    assert totals[0] >= 200, f"only {totals[0]} rows compared"
+
+
+SHIPPED = [(wl, arch, name)
+           for wl, arch in [("attention", "edge"), ("attention", "cloud"), ("gemm-chain", "edge"),
+                            ("gemm-chain", "cloud"), ("mlp", "edge"), ("mlp", "cloud"),
+                            ("C1", "cloud"), ("conv-chain", "edge")]
+           for name in baselines_for(load_workload(wl))]
+
+
+@pytest.mark.parametrize(("wl", "arch", "name"), SHIPPED)
+def test_shipped_baselines(wl: str, arch: str, name: str) -> None:
+    w, a = load_workload(wl), load_arch(arch)
+    structure = structure_of(w, a, build(name, w, a))
+    rng = np.random.default_rng(zlib.crc32(f"{wl} {arch} {name}".encode()))
+    compared, _ = assert_rows_equal(structure, covering_rows(structure, 12, rng))
+    assert compared >= 10
