@@ -166,20 +166,108 @@ def _plain(axis: AxisRec, dims) -> bool:
             and dims[axis.terms[0][0]].size == axis.size)
 
 
+def _subset(rows: np.ndarray, dims, loops, union):
+    return ({d: v.take(rows) for d, v in dims.items()}, [lp.take(rows) for lp in loops],
+            [lp.take(rows) for lp in union])
+
+
+def _closed_or_grid(closed, ok: np.ndarray, grid, dims, loops, union) -> np.ndarray:
+    """The closed form where it holds (`ok`), the grid on the other rows."""
+    if ok.all():
+        return closed
+    todo = np.flatnonzero(~ok)
+    out = np.array(closed, dtype=I64, copy=True)
+    sub_dims, sub_loops, sub_union = _subset(todo, dims, loops, union)
+    out[todo] = grid(sub_dims, sub_loops, sub_union, len(todo))
+    return out
+
+
+def _progression(sub: Sequence[VLoop], rows: int):
+    """Per row, whether the loops' offsets form one arithmetic progression (loops of one dim
+    whose strides nest: sorted by stride, each strides over all the values of the ones
+    before it, ignoring single iterations), with its step and count."""
+    if not sub:
+        one = np.ones(rows, dtype=I64)
+        return one, one, np.ones(rows, dtype=bool)
+    if len(sub) == 1:
+        return sub[0].stride, sub[0].n, np.ones(rows, dtype=bool)
+    n = np.stack([lp.n for lp in sub])
+    s = np.stack([lp.stride for lp in sub])
+    key = np.where(n > 1, s, np.iinfo(I64).max)
+    order = np.argsort(key, axis=0, kind="stable")
+    n = np.take_along_axis(n, order, 0)
+    s = np.take_along_axis(s, order, 0)
+    step = np.where(n[0] > 1, s[0], 1)
+    span = step * n[0]
+    ok = np.ones(rows, dtype=bool)
+    for k in range(1, len(sub)):
+        ok &= (n[k] == 1) | (s[k] == span)
+        span = span * n[k]
+    return step, n.prod(axis=0), ok
+
+
+def lattice_sum(loops: Sequence[VLoop], start: np.ndarray, rows: int, term) -> np.ndarray:
+    """sum over every combination of the loops' values (offsets sum(v * stride), one dim) of
+    term(start + offset): the loops whose offsets form one progression are summed by the
+    closed form `term(start, step, count, col)`, only the others are enumerated (`col`
+    shapes a per-row array like `start`)."""
+    chosen: list[int] = []
+    for k in sorted(range(len(loops)), key=lambda k: -int(loops[k].n.max(initial=1))):
+        if _progression([loops[j] for j in (*chosen, k)], rows)[2].all():
+            chosen.append(k)
+    step, count, _ = _progression([loops[k] for k in chosen], rows)
+    rest = [lp for k, lp in enumerate(loops) if k not in chosen]
+    if not rest:
+        return term(start, step, count, lambda x: x)
+    grid = Grid(rows, [(lp, 0) for lp in rest])
+    offset = 0
+    for lp, v in zip(rest, grid.values, strict=True):
+        offset = offset + v * lp.stride[:, None]
+    values = term(start[:, None] + offset, step[:, None], count[:, None],
+                  lambda x: x[:, None] if np.ndim(x) else x)
+    return np.where(grid.valid, values, 0).sum(axis=1)
+
+
+def _widened(axis: AxisRec, dims, union: Sequence[VLoop], rows: int):
+    """A plain axis's extent widened by the spatial instances whose union is sent, and per
+    row whether their slices abut or overlap (then the union is that one interval)."""
+    rec = dims[axis.terms[0][0]]
+    mine = _union_of(axis, union)
+    extent = rec.extent
+    ok = np.ones(rows, dtype=bool)
+    for k, lp in enumerate(mine):
+        reach = rec.extent
+        for m, other in enumerate(mine):
+            if m != k:
+                first = (other.n > 1) & ((other.stride < lp.stride)
+                                         | ((other.stride == lp.stride) & (m < k)))
+                reach = reach + np.where(first, (other.n - 1) * other.stride, 0)
+        ok &= (lp.n <= 1) | (lp.stride <= reach)
+        extent = extent + (lp.n - 1) * lp.stride
+    return extent, ok
+
+
 def volume_sum(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoop],
                rows: int) -> np.ndarray:
     """Sum over the steps of the axis's loops of the slice length (union over `union`)."""
+    if not _plain(axis, dims):
+        return _grid_volume(axis, dims, loops, union, rows)
+    rec = dims[axis.terms[0][0]]
+    extent, ok = _widened(axis, dims, union, rows)
+    closed = lattice_sum(
+        [loops[i] for i in _axis_loops(axis, loops)], rec.shift, rows,
+        lambda start, step, count, col: ap_length_sum(start, step, count, col(extent),
+                                                      rec.size))
+    return _closed_or_grid(closed, ok, lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
+                           dims, loops, union)
+
+
+def _grid_volume(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoop],
+                 rows: int) -> np.ndarray:
     sub = [loops[i] for i in _axis_loops(axis, loops)]
-    mine = _union_of(axis, union)
-    if _plain(axis, dims) and not mine:
-        merged = _progression(sub, rows)
-        if merged is not None:
-            rec = dims[axis.terms[0][0]]
-            step, count = merged
-            return ap_length_sum(rec.shift, step, count, rec.extent, rec.size)
     grid = Grid(rows, [(lp, 0) for lp in sub])
     pos = _positions(list(zip(sub, grid.values, strict=True)), rows)
-    lo, hi = _spans(axis, dims, pos, mine, rows)
+    lo, hi = _spans(axis, dims, pos, _union_of(axis, union), rows)
     return np.where(grid.valid, union_length(lo, hi), 0).sum(axis=1)
 
 
@@ -188,38 +276,49 @@ def _union_of(axis: AxisRec, union: Sequence[VLoop]) -> list[VLoop]:
     return [lp for lp in union if lp.dim in names]
 
 
-def _progression(sub: Sequence[VLoop], rows: int):
-    """When the loops' offsets are one arithmetic progression in every row (loops of one dim
-    whose strides nest: each loop strides over all the values of the ones inside it), its
-    (step, count); else None."""
-    if not sub:
-        one = np.ones(rows, dtype=I64)
-        return one, one
-    if len(sub) == 1:
-        return sub[0].stride, sub[0].n
-    # order by stride per row: the nesting holds when, sorted by (stride, n), each stride is
-    # the previous stride times the previous count, ignoring loops of one iteration
-    n = np.stack([lp.n for lp in sub])
-    s = np.stack([lp.stride for lp in sub])
-    key = np.where(n > 1, s, np.iinfo(I64).max)
-    order = np.argsort(key, axis=0, kind="stable")
-    n = np.take_along_axis(n, order, 0)
-    s = np.take_along_axis(s, order, 0)
-    count = n.prod(axis=0)
-    step = np.where(n[0] > 1, s[0], 1)
-    span = step * n[0]
-    ok = np.ones(rows, dtype=bool)
-    for k in range(1, len(sub)):
-        ok &= (n[k] == 1) | (s[k] == span)
-        span = span * n[k]
-    if not ok.all():
-        return None
-    return step, count
-
-
 def overlap_sum(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
                 union: Sequence[VLoop], rows: int) -> np.ndarray:
     """Sum, over the events where loop i advances, of |slice before & slice after|."""
+    if not _plain(axis, dims):
+        return _grid_overlap(axis, dims, loops, i, union, rows)
+    rec = dims[axis.terms[0][0]]
+    extent, ok = _widened(axis, dims, union, rows)
+    idx = _axis_loops(axis, loops)
+    outer = [loops[j] for j in idx if j < i]
+    inner = [loops[j] for j in idx if j > i]
+    tail = np.zeros(rows, dtype=I64)  # the inner loops' offset at their last values
+    for lp in inner:
+        tail = tail + (lp.n - 1) * lp.stride
+
+    def pairs(gap):
+        return lambda start, step, count, col: _pair_sum(start, step, count, col(extent),
+                                                         col(gap), rec.size)
+
+    if i in idx:
+        own = loops[i]
+        gap = np.abs(own.stride - tail)
+        start = rec.shift + np.minimum(tail, own.stride)
+        # every value of the loop but its last: all of them, less the last ones
+        total = lattice_sum([*outer, own], start, rows, pairs(gap))
+        total = total - lattice_sum(outer, start + (own.n - 1) * own.stride, rows, pairs(gap))
+        total = np.where(own.n > 1, total, 0)  # a loop of one iteration never advances
+    else:
+        total = lattice_sum(outer, rec.shift, rows, pairs(tail))
+    return _closed_or_grid(total, ok,
+                           lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
+                           dims, loops, union)
+
+
+def _pair_sum(start, step, count, extent, gap, size: int) -> np.ndarray:
+    """sum_k |[x_k + gap, x_k + extent) & [0, size)| for x_k = start + k step: the common
+    part of two slices `gap` apart (nothing when gap >= extent)."""
+    both = ap_clip_sum(start + extent, step, count, size) - ap_clip_sum(start + gap, step,
+                                                                       count, size)
+    return np.where(gap < extent, both, 0)
+
+
+def _grid_overlap(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
+                  union: Sequence[VLoop], rows: int) -> np.ndarray:
     idx = _axis_loops(axis, loops)
     outer = [loops[j] for j in idx if j < i]
     inner = [loops[j] for j in idx if j > i]
@@ -308,6 +407,77 @@ def _epoch_sum(axis: AxisRec, dims, loops: Sequence[VLoop], epoch: Sequence[bool
                union: Sequence[VLoop], rows: int, any_span: bool = False) -> np.ndarray:
     """Sum over the marked loops' iterations of the union length (or, with `any_span`,
     whether any slice is non-empty) of the axis's slices under the other loops."""
+    if not _plain(axis, dims):
+        return _grid_epoch(axis, dims, loops, epoch, union, rows, any_span)
+    rec = dims[axis.terms[0][0]]
+    names = {axis.terms[0][0]}
+    extent, ok = _widened(axis, dims, union, rows)
+    ep = [lp for lp, e in zip(loops, epoch, strict=True) if e and lp.dim in names]
+    rest = [lp for lp, e in zip(loops, epoch, strict=True) if not e and lp.dim in names]
+    lo, hi = _pieces(rest, extent, rows)
+    if any_span:
+        ok &= (hi - lo > 0).sum(axis=1) <= 1  # one interval: non-empty when it meets the dim
+        length = (hi - lo).max(axis=1)
+        start = rec.shift + lo.min(axis=1, where=hi > lo, initial=np.iinfo(I64).max)
+        start = np.where(length > 0, start, 0)
+
+        def term(start, step, count, col):
+            return _nonempty_count(start, step, count, col(length), rec.size)
+
+        closed = lattice_sum(ep, start, rows, term)
+    else:
+        def term(start, step, count, col):
+            # the pieces are disjoint before clipping, so their clipped lengths add up
+            piece_lo, piece_hi = (lo, hi) if np.ndim(start) == 1 else (lo[:, None], hi[:, None])
+            return ap_length_sum(start[..., None] + piece_lo, step[..., None], count[..., None],
+                                 piece_hi - piece_lo, rec.size).sum(axis=-1)
+
+        closed = lattice_sum(ep, rec.shift, rows, term)
+    return _closed_or_grid(
+        closed, ok, lambda d, lo, u, k: _grid_epoch(axis, d, lo, epoch, u, k, any_span),
+        dims, loops, union)
+
+
+def _pieces(loops: Sequence[VLoop], extent: np.ndarray, rows: int):
+    """The union of [offset, offset + extent) over the loops' values, as disjoint pieces
+    [lo, hi) per row (empty pieces have lo == hi): a progression whose step does not exceed
+    the extent is one interval, the other loops are enumerated and merged."""
+    chosen: list[int] = []
+    for k in sorted(range(len(loops)), key=lambda k: -int(loops[k].n.max(initial=1))):
+        step, count, ok = _progression([loops[j] for j in (*chosen, k)], rows)
+        if (ok & ((count == 1) | (step <= extent))).all():
+            chosen.append(k)
+    step, count, _ = _progression([loops[k] for k in chosen], rows)
+    length = extent + (count - 1) * step
+    rest = [lp for k, lp in enumerate(loops) if k not in chosen]
+    grid = Grid(rows, [(lp, 0) for lp in rest])
+    offset = np.zeros((rows, 1), dtype=I64)
+    for lp, v in zip(rest, grid.values, strict=True):
+        offset = offset + v * lp.stride[:, None]
+    lo = np.where(grid.valid, offset, 0)
+    hi = np.where(grid.valid, offset + length[:, None], 0)
+    if lo.shape[1] == 1:
+        return lo, hi
+    order = np.argsort(lo, axis=1, kind="stable")
+    lo = np.take_along_axis(lo, order, 1)
+    hi = np.take_along_axis(hi, order, 1)
+    reach = np.maximum.accumulate(hi, axis=1)
+    before = np.concatenate([np.full((rows, 1), np.iinfo(I64).min // 2), reach[:, :-1]], 1)
+    lo = np.maximum(lo, before)
+    hi = np.maximum(hi, lo)
+    return lo, hi
+
+
+def _nonempty_count(start, step, count, extent, size: int) -> np.ndarray:
+    """How many k < count have [start + k step, + extent) meeting [0, size)."""
+    below_size = np.clip(-np.floor_divide(start - size, step), 0, count)
+    too_low = np.clip(np.floor_divide(-extent - start, step) + 1, 0, count)
+    return np.maximum(below_size - too_low, 0)
+
+
+def _grid_epoch(axis: AxisRec, dims, loops: Sequence[VLoop], epoch: Sequence[bool],
+                union: Sequence[VLoop], rows: int, any_span: bool = False) -> np.ndarray:
+    union = _union_of(axis, union)
     names = {d for d, _ in axis.terms}
     ep = [lp for lp, e in zip(loops, epoch, strict=True) if e and lp.dim in names]
     rest = [lp for lp, e in zip(loops, epoch, strict=True) if not e and lp.dim in names]
