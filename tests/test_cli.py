@@ -23,7 +23,7 @@ def test_compare_attention_on_edge_prints_table_and_writes_chart(tmp_path):
     for name in ("layerwise", "uni-pipe", "flat-hgran", "flat-rgran", "chimera",
                  "tileflow-pipe"):
         assert name in proc.stdout
-    chart = tmp_path / "compare-attention-edge.png"
+    chart = tmp_path / "compare-attention-b_8-m_512-l_512-k_64-n_64-edge.png"
     assert chart.exists() and chart.read_bytes()[:4] == b"\x89PNG"
 
 

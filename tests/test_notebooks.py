@@ -23,3 +23,19 @@ def test_notebook_executes(path, tmp_path):
 
 def test_there_is_a_notebook():
     assert NOTEBOOKS
+
+
+def test_baselines_notebook_marks_invalid_dataflows(tmp_path):
+    """With a workload where some baselines do not fit (mlp on Edge), the hatched bars and
+    their legend entry are drawn without error."""
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "baselines.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    setup = next(c for c in nb.cells if "ARCH, WORKLOAD, SIZES = " in c.source)
+    setup.source = setup.source.replace('"edge", "attention", {}', '"edge", "mlp", {}')
+    assert '"mlp"' in setup.source
+    nb.cells.append(nbformat.v4.new_code_cell("assert not all(valid.values())"))
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.output_type == "error"]
+    assert not errors

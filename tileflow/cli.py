@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,16 +26,25 @@ EXAMPLES = """examples:
 """
 
 
-def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, int]:
+MAX_FLAG_VALUE = 2**31  # --set and --tile values (the same bound as sizes in files)
+
+
+def _pairs(values: Sequence[str] | None, flag: str, minimum: int) -> dict[str, int]:
+    """NAME=INTEGER pairs, each integer in [minimum, MAX_FLAG_VALUE]."""
     out: dict[str, int] = {}
     for item in values or ():
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"{flag} expects NAME=INTEGER, got '{item}'")
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            raise InputError(f"{flag} expects NAME=INTEGER, got '{item}'") from None
+        key, text = key.strip(), value.strip()
+        digits = text[1:] if text[:1] in "+-" else text
+        if not sep or not key or not (digits.isascii() and digits.isdigit()):
+            shown = item if len(item) <= 60 else item[:57] + "..."
+            raise InputError(f"{flag} expects NAME=INTEGER, got '{shown}'")
+        number = int(text) if len(digits) <= 12 else MAX_FLAG_VALUE + 1
+        if not minimum <= number <= MAX_FLAG_VALUE:
+            shown = text if len(text) <= 20 else f"a number of {len(digits)} digits"
+            raise InputError(f"{flag} {key}: the value must be from {minimum:,} to "
+                             f"{MAX_FLAG_VALUE:,} (2**31), got {shown}")
+        out[key] = number
     return out
 
 
@@ -61,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(ev)
     ev.add_argument("--dataflow", required=True,
-                    help="a dataflow YAML file or a baseline name (layerwise, flat-rgran, ...)")
+                    help="a dataflow YAML file, a baseline name (layerwise, flat-rgran, ...) "
+                         "or a shipped dataflow file's name (attention-chimera, ...)")
     ev.add_argument("--tile", action="append", metavar="DIM=SIZE",
                     help="tile size for a baseline builder (repeatable), e.g. m=64")
     ev.add_argument("--double-buffer", action="store_true",
@@ -70,13 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--detail", action="store_true",
                     help="also print traffic and energy per level and tensor, and the "
                          "latency of every tile")
+    ev.add_argument("--csv", metavar="FILE",
+                    help="write one row per level and tensor (level, tensor, fill, read, "
+                         "update, energy_pj) to FILE")
     ev.add_argument("--save-dataflow", metavar="PATH",
                     help="write the dataflow as YAML (a starting point for hand edits)")
     cp = sub.add_parser("compare", help="every baseline dataflow side by side",
                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(cp)
     cp.add_argument("--plot", metavar="PATH",
-                    help="bar chart PNG (default: compare-WORKLOAD-ARCH.png here)")
+                    help="bar chart PNG (default: compare-WORKLOAD-SIZES-ARCH.png here)")
+    cp.add_argument("--csv", metavar="FILE",
+                    help="write one row per dataflow (the table's columns) to FILE")
     cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
     rp = sub.add_parser("reproduce", help="re-run the published comparison (G1-G12, C1-C8) "
                         "and write the Markdown report with plots")
@@ -85,10 +102,22 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validate", help="model accuracy against measurements")
     va.add_argument("target", choices=["rtl"],
                     help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
-    va.add_argument("--data", help="folder with gemm_1152.csv and gemm_chain_131.csv "
-                                   "(default: ../shared/datasets/rtl-systolic)")
+    va.add_argument("--data", metavar="DIR",
+                    help="folder with gemm_1152.csv and gemm_chain_131.csv, the RTL "
+                         "measurements published with the TileFlow paper's artifact "
+                         "(default: ../shared/datasets/rtl-systolic beside the repository)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
+    im = sub.add_parser("import", help="write TileFlow YAML for Timeloop / original TileFlow "
+                        "architecture, problem and mapping files")
+    im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
+                                             "architecture among them)")
+    im.add_argument("--out", metavar="DIR", help="output folder (default: beside each file)")
+    ex = sub.add_parser("export-timeloop", help="write a single-operator dataflow as a "
+                        "Timeloop mapping")
+    _common(ex)
+    ex.add_argument("--dataflow", required=True, help="a dataflow YAML file or baseline name")
+    ex.add_argument("--out", metavar="PATH", help="write here (default: print)")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -98,49 +127,130 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from tileflow.specs.arch import load_arch
-    from tileflow.specs.workload import load_workload
+    from tileflow.interop.files import load_arch_any, load_workload_any
 
-    overrides = _pairs(args.set, "--set")
-    return load_workload(args.workload, overrides, args.preset), load_arch(args.arch)
+    overrides = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
+    return load_workload_any(args.workload, overrides, args.preset), load_arch_any(args.arch)
 
 
-def _dataflow(name: str, workload, arch, tiles):
-    from tileflow.dataflows import build
-    from tileflow.specs.dataflow import load_dataflow_file
+def _run_title(args, workload, arch) -> str:
+    """The run in words (workload, preset, sizes, accelerator), for tables and plot titles."""
+    from tileflow.report import run_title
+    from tileflow.specs.workload import resolve_workload
+
+    preset = resolve_workload(args.workload, args.preset)[1]
+    return run_title(workload, arch, preset, _pairs(args.set, "--set", -MAX_FLAG_VALUE))
+
+
+def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
+    from tileflow import resources
+    from tileflow.interop.files import load_dataflow_any
+    from tileflow.specs.dataflow import check_operators
 
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return load_dataflow_file(path)
-    return build(name, workload, arch, tiles)
+    shipped = None if path.suffix in (".yaml", ".yml") or path.exists() else \
+        resources.find("dataflows", name)
+    if shipped is not None or path.suffix in (".yaml", ".yml") or path.exists():
+        if tiles:
+            raise InputError("--tile applies to a named baseline, not to a dataflow file",
+                             where="--tile")
+        flow = load_dataflow_any(shipped or path, workload, arch)
+        check_operators(flow, [op.name for op in workload.ops])
+        return flow
+    for dim in tiles:
+        if dim not in workload.sizes:
+            raise InputError(f"--tile {dim}: the workload has no dimension '{dim}' (its "
+                             f"dimensions: {', '.join(workload.sizes)})")
+        if tiles[dim] > workload.sizes[dim]:
+            raise InputError(f"--tile {dim}={tiles[dim]}: larger than the dimension "
+                             f"({workload.sizes[dim]})")
+    return _build(name, workload, arch, tiles)
+
+
+def _build(name: str, workload, arch, tiles=None):
+    """A named baseline; an error of fit (the workload's shape) names the workload file."""
+    from tileflow.dataflows import build
+
+    try:
+        return build(name, workload, arch, tiles)
+    except InputError as exc:
+        if exc.source or not workload.source:
+            raise
+        raise exc.located(workload.source, workload.place("ops")) from None
 
 
 def _evaluate(flow, workload, arch, **kw):
-    from tileflow.analysis.prepare import InvalidDataflow
+    from tileflow.analysis.prepare import InvalidDataflow, prepare
     from tileflow.cost import evaluate
     from tileflow.specs.dataflow import locate
+    from tileflow.workbound import check_enumeration
 
     try:
-        return evaluate(workload, arch, flow, **kw)
+        check_enumeration(prepare(workload, arch, flow))
+        result = evaluate(workload, arch, flow, **kw)
     except InvalidDataflow as exc:
         located = locate(exc, flow)
+        source = located.source or (None if flow.source else workload.source or None)
+        where = located.where if flow.source else located.where or workload.place("ops")
         raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
-                         located.source, located.where) from None
+                         source, where) from None
+    except InputError as exc:  # a size bound of the model (tileflow.workbound)
+        raise InputError(f"dataflow '{flow.name}': {exc.message}",
+                         flow.source or workload.source or None,
+                         workload.place("dims") if not flow.source else None) from None
+    _check_finite(result.to_dict(), f"dataflow '{flow.name}'", workload, arch)
+    return result
+
+
+def _check_finite(value, what: str, workload, arch) -> None:
+    """A last guard: a result with NaN or an infinity is an error, never printed."""
+    bad = _non_finite(value)
+    if bad:
+        raise InputError(f"the result for {what} is not finite ({bad}): the sizes of "
+                         f"workload '{workload.name}' or the figures of accelerator "
+                         f"'{arch.name}' are out of the range the model handles")
+
+
+def _non_finite(value, path: str = "") -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path or 'value'} = {value}"
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+def _print_json(value) -> None:
+    print(json.dumps(value, indent=2, allow_nan=False))
 
 
 def cmd_evaluate(args) -> int:
+    from tileflow.outputs import YAML_SUFFIXES, check_output_file
     from tileflow.report import summary
     from tileflow.tree import render
 
+    if args.save_dataflow:
+        check_output_file(args.save_dataflow, YAML_SUFFIXES, "--save-dataflow")
     workload, arch = _load(args)
-    flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile"))
+    flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile", 1))
     result = _evaluate(flow, workload, arch, double_buffer=args.double_buffer)
     if args.save_dataflow:
         from tileflow.specs.dataflow import save_dataflow
 
         save_dataflow(flow, args.save_dataflow)
+    if args.csv:
+        from tileflow.report import write_csv
+
+        write_csv(result.frame(), args.csv)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        _print_json(result.to_dict())
     else:
         if args.tree:
             print(render(flow.root))
@@ -151,23 +261,40 @@ def cmd_evaluate(args) -> int:
             print("\nper tile (cycles if alone: loads, children, stores):")
             print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
                                           "store_cycles", "cycles"]].to_string(index=False))
+            from tileflow.cost_components import components_table
+
+            print("\nper component (energy; area where the file names technology_nm):")
+            print(components_table(result.components))
     return 0
 
 
 def cmd_compare(args) -> int:
-    from tileflow.dataflows import baselines_for, build
-    from tileflow.report import comparison_plot, comparison_table
+    from tileflow.dataflows import baselines_for
+    from tileflow.outputs import PLOT_SUFFIXES, check_output_file
+    from tileflow.report import (
+        comparison_frame,
+        comparison_plot,
+        comparison_table,
+        default_plot_name,
+        write_csv,
+    )
 
+    if args.plot and not args.no_plot:
+        check_output_file(args.plot, PLOT_SUFFIXES, "--plot")
     workload, arch = _load(args)
-    results = [_evaluate(build(name, workload, arch), workload, arch)
-               for name in baselines_for(workload)]
-    title = f"{workload.name} {dict(workload.sizes)} on {arch.name}"
-    plot = None
+    plot_path = None
     if not args.no_plot:
-        plot = comparison_plot(results, title,
-                               args.plot or f"compare-{workload.name}-{arch.name}.png")
+        sizes = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
+        plot_path = args.plot or default_plot_name(workload, arch, sizes)
+        check_output_file(plot_path, PLOT_SUFFIXES, "--plot")
+    results = [_evaluate(_build(name, workload, arch), workload, arch)
+               for name in baselines_for(workload)]
+    title = _run_title(args, workload, arch)
+    plot = comparison_plot(results, title, plot_path) if plot_path else None
+    if args.csv:
+        write_csv(comparison_frame(results), args.csv)
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        _print_json([r.to_dict() for r in results])
     else:
         print(comparison_table(results, title))
         if plot:
@@ -182,7 +309,7 @@ def cmd_bench(args) -> int:
     rows = run_bench(workload, arch, args.dataflow or ["flat-rgran", "tileflow-pipe"],
                      args.seconds)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        _print_json(rows)
     else:
         for row in rows:
             print(f"{row['dataflow']:<14} {row['evals_per_second']:>10,.0f} evaluations/s "
@@ -191,8 +318,11 @@ def cmd_bench(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    from tileflow.outputs import check_output_folder
     from tileflow.rtl import report, study
 
+    study.load_dataset(args.data)  # a missing dataset is explained before anything is written
+    check_output_folder(args.out, "--out")
     results = study.run(args.data)
     command = "tileflow validate rtl" + (f" --data {args.data}" if args.data else "") + (
         f" --out {args.out}" if args.out != "validate/rtl-systolic" else "")
@@ -213,7 +343,9 @@ def cmd_validate(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from tileflow.experiments import run_studies, write_report
+    from tileflow.outputs import check_output_folder
 
+    check_output_folder(args.out, "--out")
     frame = run_studies(progress=not args.json)
     path = write_report(frame, args.out, f"tileflow reproduce --out {args.out}")
     if args.json:
@@ -223,18 +355,55 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from tileflow.interop.files import import_files
+
+    for path in import_files(args.files, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_export_timeloop(args) -> int:
+    from tileflow.interop.export import timeloop_mapping
+    from tileflow.interop.files import dump_yaml, write_yaml_atomically
+
+    workload, arch = _load(args)
+    flow = _dataflow(args.dataflow, workload, arch, {})
+    mapping = timeloop_mapping(flow, workload, arch)
+    if args.json:
+        print(json.dumps(mapping, indent=2))
+    elif args.out:
+        print(f"wrote {write_yaml_atomically(Path(args.out), mapping)}")
+    else:
+        print(dump_yaml(mapping), end="")
+    return 0
+
+
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
-            "reproduce": cmd_reproduce, "validate": cmd_validate}
+            "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
+            "export-timeloop": cmd_export_timeloop}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command. Bad input: one paragraph on stderr, exit 2. Ctrl-C: exit 130.
+    A closed stdout (`... | head`): exit 141 quietly, as a program killed by SIGPIPE."""
     try:
-        return COMMANDS[args.command](args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()
+        return code
     except InputError as exc:
-        print(f"tileflow: error: {exc.render()}", file=sys.stderr)
+        print(f"tileflow: error: {' '.join(exc.render().split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("tileflow: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away: send the rest of our output nowhere, and say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

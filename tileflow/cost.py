@@ -16,6 +16,7 @@ from tileflow.analysis.resources import (
     spatial_violations,
 )
 from tileflow.analysis.traffic import Counts, Transfer, count
+from tileflow.cost_components import ComponentCost, component_costs
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Op, Tile, label
@@ -72,6 +73,7 @@ class Result:
     utilization: float  # MACs / (cycles x matrix units on the chip)
     levels: tuple[str, ...] = field(default=())
     latency_breakdown: tuple[NodeLatency, ...] = field(default=())
+    components: tuple[ComponentCost, ...] = field(default=())  # energy and area per component
 
     @property
     def latency_ms(self) -> float:
@@ -124,6 +126,7 @@ class Result:
             "footprint_words": {f.level: f.words for f in self.footprints},
             "capacity_words": {f.level: f.capacity_words for f in self.footprints},
             "compute_energy_pj": self.compute_energy_pj,
+            "components": [c.to_dict() for c in self.components],
         }
 
     def latency_frame(self):
@@ -148,11 +151,16 @@ class Result:
                                            "energy_pj"])
 
 
-def evaluate(workload: Workload, arch: Architecture, flow: Dataflow, *,
+def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
              double_buffer: bool = False, fill_drain: bool = True) -> Result:
-    """Analyse a dataflow. Structural errors raise InvalidDataflow; resource overruns come
-    back as `valid=False` with the violations named. `fill_drain=False` gives the published
-    model's perfect overlap of loads, compute and stores."""
+    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Structural
+    errors raise InvalidDataflow; resource overruns come back as `valid=False` with the
+    violations named. `fill_drain=False` gives the published model's perfect overlap of
+    loads, compute and stores."""
+    if isinstance(flow, Tile):
+        flow = Dataflow(flow, flow.name or "dataflow")
+    elif not isinstance(flow, Dataflow):
+        raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
     return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
                          fill_drain=fill_drain)
 
@@ -172,8 +180,11 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
                                    + update * lv.update_energy_pj)
     ops = {name: leaf.ops for name, leaf in counts.leaves.items()}
     macs = sum(v for name, v in ops.items() if w.op_by_name[name].unit == MATRIX)
-    compute_pj = sum(leaf.ops * arch.unit(leaf.unit).energy_pj_per_op
-                     for leaf in counts.leaves.values())
+    compute_by_unit: dict[str, float] = defaultdict(float)
+    for leaf in counts.leaves.values():
+        unit = arch.unit(leaf.unit)
+        compute_by_unit[unit.kind] += leaf.ops * unit.energy_pj_per_op
+    compute_pj = sum(compute_by_unit.values())
     breakdown: list[NodeLatency] = []
     cycles, bottleneck = _latency(plan, counts, breakdown, fill_drain)
     total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
@@ -183,6 +194,7 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
         macs, sum(ops.values()) - macs, ops, dict(traffic), tuple(fps), dict(energy),
         compute_pj, bottleneck, utilization, tuple(lv.name for lv in arch.levels),
         tuple(sorted(breakdown, key=lambda n: n.path)),
+        component_costs(arch, energy, compute_by_unit),
     )
 
 

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
+from tileflow.outputs import save_figure, write_text_atomic
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 
@@ -137,8 +138,10 @@ def _plot(frame: pd.DataFrame, arch: str, workload: str, path) -> None:
         if published.get(name):
             axes[0].axhline(published[name], color=f"C{i}", linestyle=":", linewidth=1)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, flag="--out", dpi=100)
+    finally:
+        plt.close(fig)
 
 
 def write_report(frame: pd.DataFrame, out_dir, command: str) -> str:
@@ -147,7 +150,7 @@ def write_report(frame: pd.DataFrame, out_dir, command: str) -> str:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(out / "reference-experiments.csv", index=False)
+    write_text_atomic(out / "reference-experiments.csv", frame.to_csv(index=False), "--out")
     summary = _summary(frame)
     lines = REPORT_HEAD.format(command=command).splitlines()
     for arch, workload, title in [
@@ -172,7 +175,7 @@ def write_report(frame: pd.DataFrame, out_dir, command: str) -> str:
     lines += [f"| {a} | {d} | {b} |" for (a, d), b in bottlenecks.items()]
     lines += REPORT_TAIL.format(**_tail_numbers(summary)).splitlines()
     path = out / "reference-experiments.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n", "--out")
     return str(path)
 
 

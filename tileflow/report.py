@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tileflow.cost import Result
+from tileflow.outputs import save_figure, write_atomic
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import Workload
 
 
 def _si(x: float) -> str:
@@ -70,6 +74,53 @@ def comparison_rows(results: Sequence[Result]) -> list[dict]:
     return rows
 
 
+def comparison_frame(results: Sequence[Result]):
+    """`comparison_rows` as a flat table (one column per level's footprint; violations joined
+    by '; '): what `compare --csv` writes."""
+    import pandas as pd
+
+    flat = []
+    for row, r in zip(comparison_rows(results), results, strict=True):
+        row = dict(row)
+        for level, words in row.pop("footprint_words").items():
+            row[f"footprint_words_{level}"] = words
+        row["violations"] = "; ".join(r.violations)
+        flat.append(row)
+    return pd.DataFrame(flat)
+
+
+def write_csv(frame, path: str | Path) -> Path:
+    """A table as CSV, written atomically (a reader never sees half a file)."""
+    return write_atomic(path, lambda handle: frame.to_csv(handle, index=False), flag="--csv")
+
+
+def _sizes_text(workload: Workload, overrides: Mapping[str, int], sep: str, eq: str) -> str:
+    sizes = dict(workload.sizes)
+    sizes.update({k: v for k, v in overrides.items() if k not in sizes})  # parameters set
+    return sep.join(f"{k}{eq}{v}" for k, v in sizes.items())
+
+
+def run_title(workload: Workload, arch: Architecture, preset: str | None = None,
+              overrides: Mapping[str, int] | None = None) -> str:
+    """The run in words: workload, its preset and sizes, and the accelerator."""
+    overrides = dict(overrides or {})
+    sizes = _sizes_text(workload, overrides, ", ", "=")
+    changed = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    which = f"preset {preset}" if preset else "default sizes"
+    if changed:
+        which += f" with --set {changed}"
+    which += f"; {sizes}" if preset or changed else f" {sizes}"
+    where = f"{arch.name} ({arch.description})" if arch.description else arch.name
+    return f"workload {workload.name} ({which}) on accelerator {where}"
+
+
+def default_plot_name(workload: Workload, arch: Architecture,
+                      overrides: Mapping[str, int] | None = None) -> str:
+    """compare-WORKLOAD-SIZES-ARCH.png: runs with other sizes do not overwrite each other."""
+    sizes = _sizes_text(workload, dict(overrides or {}), "-", "_")
+    return f"compare-{workload.name}-{sizes}-{arch.name}.png"
+
+
 def comparison_table(results: Sequence[Result], title: str) -> str:
     rows = comparison_rows(results)
     levels = [f.level for f in results[0].footprints]
@@ -104,17 +155,28 @@ def comparison_plot(results: Sequence[Result], title: str, path: str | Path) -> 
         ("DRAM traffic (M words)", [r["dram_words"] / 1e6 for r in rows], ""),
         ("energy (uJ)", [r["energy_pj"] / 1e6 for r in rows], ""),
     ]
-    colors = ["#999999" if not r["valid"] else "#3b6ea8" for r in rows]
+    from matplotlib.patches import Patch
+
+    style = {True: {"facecolor": "#3b6ea8"},
+             False: {"facecolor": "#bbbbbb", "hatch": "//", "edgecolor": "#555555"}}
     for ax, (label, values, suffix) in zip(axes, panels, strict=True):
-        bars = ax.bar(names, values, color=colors)
+        bars = ax.bar(names, values, **style[True])
+        for bar, row in zip(bars, rows, strict=True):
+            bar.set(**style[row["valid"]])
         ax.set_title(label)
         ax.tick_params(axis="x", rotation=40)
         for bar, v in zip(bars, values, strict=True):
-            ax.annotate(f"{v:.2f}{suffix}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+            text = f"{v:.2f}{suffix}" if abs(v) < 100 else f"{v:,.0f}{suffix}"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
+    marks = [Patch(**style[True], label="valid dataflow")]
+    if not all(r["valid"] for r in rows):
+        marks.append(Patch(**style[False], label="invalid: exceeds a capacity or fan-out "
+                                                 "(see the table)"))
+    fig.legend(handles=marks, loc="lower center", ncol=len(marks), fontsize=8, frameon=False)
+    fig.suptitle(textwrap.fill(title, 130), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    try:
+        return save_figure(fig, path, flag="--plot", dpi=110)
+    finally:
+        plt.close(fig)

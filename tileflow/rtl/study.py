@@ -35,15 +35,42 @@ PARAMETERS = ("read_words_per_cycle", "write_words_per_cycle", "step_overhead_cy
               "latency_cycles")
 
 
+COLUMNS = {  # file -> the columns the study reads
+    "gemm": ("M", "N", "K", "tile_M", "tile_N", "tile_K", "rtl_cycles"),
+    "fused": ("M", "L", "K", "N", "tile_M", "tile_K", "tile_L", "rtl_cycles",
+              *(f"{name}_bits" for name in TRANSFERS)),
+}
+SOURCE = ("The measurements are RTL-simulated cycle counts of a 16 x 16 systolic accelerator, "
+          "published with the public artifact of the TileFlow paper (MICRO 2023; "
+          "https://github.com/pku-liang/TileFlow, MIT licence, PKU Yun (Eric) Liang research "
+          "group), converted to CSV.")
+
+
+def dataset_help(folder: Path) -> str:
+    """Where the measurements come from, which files and columns are needed, and how to point
+    at them: what a user without the dataset reads."""
+    files = "; ".join(f"{FILES[k]} (columns {', '.join(COLUMNS[k])})" for k in FILES)
+    return (f"{SOURCE} It needs two files in one folder: {files}. Put them in a folder and "
+            f"run `tileflow validate rtl --data DIR` (default folder: {folder}).")
+
+
 def load_dataset(data: str | Path | None = None) -> dict[str, pd.DataFrame]:
     folder = Path(data) if data else DEFAULT_DATA
-    missing = [f for f in FILES.values() if not (folder / f).exists()]
+    missing = [f for f in FILES.values() if not (folder / f).is_file()]
     if missing:
-        raise InputError(
-            f"the RTL dataset is not in {folder} (missing {', '.join(missing)}): put "
-            "gemm_1152.csv and gemm_chain_131.csv from shared/datasets/rtl-systolic there, "
-            "or point --data at the folder that holds them")
-    return {key: pd.read_csv(folder / name) for key, name in FILES.items()}
+        raise InputError(f"the RTL dataset is not in {folder} (missing {', '.join(missing)}). "
+                         + dataset_help(DEFAULT_DATA))
+    frames = {}
+    for key, name in FILES.items():
+        try:
+            frames[key] = pd.read_csv(folder / name)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read the file: {exc}", str(folder / name)) from None
+        absent = [c for c in COLUMNS[key] if c not in frames[key].columns]
+        if absent:
+            raise InputError(f"missing columns {', '.join(absent)}; expected "
+                             f"{', '.join(COLUMNS[key])}", str(folder / name), "line 1")
+    return frames
 
 
 @cache

@@ -8,8 +8,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from tileflow import resources
 from tileflow.errors import InputError
-from tileflow.specs.yamlfile import Field, load_yaml
+from tileflow.specs import keys
+from tileflow.specs.arch_components import (
+    choice,
+    technology,
+    unit_component,
+    with_component,
+)
+from tileflow.specs.components import ARITHMETIC
+from tileflow.specs.yamlfile import MIN_POSITIVE, Field, load_mapping
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,8 @@ class Level:
     update_energy_pj: float
     step_overhead_cycles: float = 0.0  # per step that reads from this level (request setup)
     latency_cycles: float = 0.0  # before the first word of a run of transfers arrives
+    area_mm2: float | None = None  # per instance, from the component model (technology_nm)
+    component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,8 @@ class ComputeUnit:
     cycles_per_op: Mapping[str, float] = field(default_factory=dict)  # by function; "default"
     rows: int = 1  # array shape (a vector unit is lanes x 1)
     cols: int = 1
+    lane_area_mm2: float | None = None  # per MAC or lane, from the component model
+    component: str = ""
 
     def cycles(self, function: str) -> float:
         return self.cycles_per_op.get(function, self.cycles_per_op.get("default", 1.0))
@@ -55,6 +68,7 @@ class Architecture:
     word_bytes: int
     vector_on_matrix: bool = False
     description: str = ""
+    technology_nm: float | None = None
 
     @cached_property
     def level_index(self) -> dict[str, int]:
@@ -92,40 +106,49 @@ def sram_energy_pj(capacity_bytes: float) -> float:
 
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0
+MAX_FANOUT = 2**20  # instances of a level per parent instance; rows, columns, lanes
+MAX_INSTANCES = 2**32  # instances of a level on the whole chip
+MAX_CYCLES_PER_OP = 1e6
 
 
 def parse_arch(data: Field) -> Architecture:
-    data.check_keys({"name", "description", "clock_ghz", "word_bits", "levels", "compute",
-                     "vector_on_matrix", "notes"}, required={"levels", "compute"})
-    clock_ghz = data.number("clock_ghz", 1.0)
-    word_bits = data.integer("word_bits", 16)
+    keys.ACCELERATOR.check(data)
+    clock_ghz = data.number("clock_ghz", 1.0, maximum=1e4)
+    word_bits = data.integer("word_bits", 16, maximum=1024)
     if word_bits % 8:
         raise data.error(f"'word_bits' must be a multiple of 8, got {word_bits}", "word_bits")
     word_bytes = word_bits // 8
+    tech = technology(data)
+    precision = choice(data, "precision", ARITHMETIC, None)
+    if precision and tech is None:
+        raise data.error("'precision' needs 'technology_nm' beside it", "precision")
     levels: list[Level] = []
     for i, item in enumerate(data.child("levels").elements()):
-        levels.append(_level(item, i == 0, levels[-1].instances if levels else 1,
-                             clock_ghz, word_bytes))
+        level = _level(item, i == 0, levels[-1].instances if levels else 1,
+                       clock_ghz, word_bytes)
+        levels.append(with_component(level, item, i == 0, word_bits, tech))
     if not levels:
         raise data.error("an accelerator needs at least one storage level", "levels")
     names = [lv.name for lv in levels]
     if len(set(names)) != len(names):
         raise data.error("level names must be unique", "levels")
     compute = data.child("compute")
-    compute.check_keys({"matrix", "vector"}, required={"matrix"})
-    matrix = _unit(compute.child("matrix"), "matrix", levels)
-    vector = _unit(compute.child("vector"), "vector", levels) if compute.has("vector") else matrix
-    vector_on_matrix = bool(data.get("vector_on_matrix", not compute.has("vector")))
-    return Architecture(data.get("name", "accelerator"), tuple(levels), matrix, vector,
-                        clock_ghz, word_bytes, vector_on_matrix, data.get("description", ""))
+    keys.COMPUTE.check(compute)
+    matrix = unit_component(_unit(compute.child("matrix"), "matrix", levels),
+                            compute.child("matrix"), tech, precision)
+    vector = matrix
+    if compute.has("vector"):
+        vector = unit_component(_unit(compute.child("vector"), "vector", levels),
+                                compute.child("vector"), tech, precision)
+    vector_on_matrix = data.boolean("vector_on_matrix", not compute.has("vector"))
+    return Architecture(data.string("name", "accelerator"), tuple(levels), matrix, vector,
+                        clock_ghz, word_bytes, vector_on_matrix, data.string("description", ""),
+                        tech)
 
 
 def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
            word_bytes: int) -> Level:
-    f.check_keys({"name", "capacity_bytes", "capacity_words", "fanout", "read_bandwidth_gbps",
-                  "write_bandwidth_gbps", "read_words_per_cycle", "write_words_per_cycle",
-                  "energy_pj_per_word", "step_overhead_cycles", "latency_cycles", "notes"},
-                 required={"name"})
+    keys.LEVEL.check(f)
     name = f.string("name")
     if f.has("capacity_bytes") and f.has("capacity_words"):
         raise f.error("give either 'capacity_bytes' or 'capacity_words', not both")
@@ -138,7 +161,10 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
         capacity_words = f.number("capacity_words")
     else:
         capacity_words = f.number("capacity_bytes") / word_bytes
-    fanout = 1 if outermost else f.integer("fanout", 1)
+    fanout = 1 if outermost else f.integer("fanout", 1, maximum=MAX_FANOUT)
+    if parent_instances * fanout > MAX_INSTANCES:
+        raise f.error(f"level '{name}' would have {parent_instances * fanout:,} instances; "
+                      f"at most {MAX_INSTANCES:,} are supported", "fanout")
     bytes_per_cycle = clock_ghz  # 1 GB/s = 1/clock_ghz bytes per cycle
     rates = []
     for kind in ("read", "write"):
@@ -147,6 +173,9 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
             rates.append(f.number(wpc))
         elif f.has(gbps):
             rates.append(f.number(gbps) / bytes_per_cycle / word_bytes)
+            if rates[-1] < MIN_POSITIVE:
+                raise f.error(f"'{gbps}' is below {MIN_POSITIVE:g} words per cycle at "
+                              f"{clock_ghz:g} GHz", gbps)
         else:
             raise f.error(f"level '{name}' needs '{gbps}' (or '{wpc}')")
     energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
@@ -162,10 +191,10 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
         base = DRAM_ENERGY_PJ_PER_16BIT if outermost else sram_energy_pj(capacity_bytes)
         return base * scale, base * scale, base * scale
     e = f.child("energy_pj_per_word")
-    if isinstance(e.data, (int, float)) and not isinstance(e.data, bool):
+    if not isinstance(e.data, dict):
         value = f.number("energy_pj_per_word", positive=False)
         return value, value, value
-    e.check_keys({"read", "write", "update"}, required={"read", "write"})
+    keys.ENERGY.check(e)
     read, write = e.number("read", positive=False), e.number("write", positive=False)
     return read, write, e.number("update", write, positive=False)
 
@@ -173,32 +202,28 @@ def _energies(f: Field, outermost: bool, capacity_bytes: float,
 def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
     """`parallelism` is per instance of the feeding level: a matrix array fed from a per-PE
     register level (fan-out = rows x cols) has one MAC per register instance."""
-    allowed = {"level", "energy_pj_per_op", "cycles_per_op", "notes"}
-    allowed |= {"rows", "cols"} if kind == "matrix" else {"lanes"}
-    f.check_keys(allowed, required={"level"})
+    (keys.MATRIX if kind == "matrix" else keys.VECTOR).check(f)
     level = f.string("level")
     by_name = {lv.name: lv for lv in levels}
     if level not in by_name:
         raise f.error(f"unknown level '{level}'; levels are {', '.join(by_name)}", "level")
     if kind == "matrix":
-        rows, cols = f.integer("rows"), f.integer("cols")
+        rows, cols = f.integer("rows", maximum=MAX_FANOUT), f.integer("cols", maximum=MAX_FANOUT)
         parallelism = rows * cols
         if by_name[level].fanout == parallelism:
             parallelism = 1
     else:
-        rows, cols = f.integer("lanes"), 1
+        rows, cols = f.integer("lanes", maximum=MAX_FANOUT), 1
         parallelism = rows
-    cycles = f.get("cycles_per_op", 1)
-    if isinstance(cycles, (int, float)) and not isinstance(cycles, bool):
-        cycles_map = {"default": float(cycles)}
+    if not f.has("cycles_per_op"):
+        cycles_map = {"default": 1.0}
+    elif not isinstance(f.data["cycles_per_op"], dict):
+        cycles_map = {"default": f.number("cycles_per_op", maximum=MAX_CYCLES_PER_OP)}
     else:
         c = f.child("cycles_per_op")
-        cycles_map = {k: c.number(k) for k in c.keys()}
+        cycles_map = {str(k): c.number(k, maximum=MAX_CYCLES_PER_OP) for k in c.keys()}
     return ComputeUnit(kind, level, parallelism, f.number("energy_pj_per_op", 1.0, False),
                        cycles_map, rows, cols)
-
-
-ARCH_DIR = Path(__file__).resolve().parents[2] / "accelerators"
 
 
 def load_arch(name_or_path: str) -> Architecture:
@@ -213,14 +238,15 @@ def load_arch(name_or_path: str) -> Architecture:
             name_or_path = "cpu"
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
-        path = ARCH_DIR / f"{name_or_path.lower()}.yaml"
-        if not path.exists():
-            names = sorted(p.stem for p in ARCH_DIR.glob("*.yaml"))
+        found = resources.find("accelerators", name_or_path)
+        if found is None:
+            names = list(resources.shipped("accelerators"))
             raise InputError(f"unknown accelerator '{name_or_path}': give a YAML file or one "
                              f"of {', '.join(names)}")
+        path = found
     elif not path.exists():
         raise InputError(f"no such accelerator file '{name_or_path}'")
     try:
-        return parse_arch(Field(load_yaml(path), str(path)))
+        return parse_arch(load_mapping(path))
     except InputError as exc:
         raise exc.located(str(path)) from None

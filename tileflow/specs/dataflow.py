@@ -5,39 +5,48 @@ from __future__ import annotations
 from pathlib import Path
 
 from tileflow.errors import InputError
-from tileflow.specs.yamlfile import Field, load_yaml
-from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, parse_loop
-
-TILE_KEYS = {"level", "name", "loops", "primitive", "children", "no_reuse"}
+from tileflow.specs import keys
+from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping
+from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, parse_loop, walk
 
 
 def parse_dataflow(data: Field) -> Dataflow:
-    data.check_keys({"name", "description", "homes", "root"},
-                    required={"root"})
+    keys.DATAFLOW.check(data)
     lines: dict[str, int] = {}
     root = _node(data.child("root"), "root", lines)
     if not isinstance(root, Tile):
         raise data.error("the root must be a tile (with 'level'), not an operator", "root")
     homes = {}
-    if data.has("homes"):
-        for tensor, value in data.child("homes").items():
+    if data.has("homes") and data.get("homes") is not None:
+        homes_field = data.child("homes")
+        lines["homes"] = _line_of(homes_field, data, "homes")
+        for tensor, value in homes_field.items():
             if not isinstance(value.data, str):
                 raise value.error("expected a level name")
             homes[str(tensor)] = value.data
-    return Dataflow(root, data.get("name", Path(data.source).stem), homes, data.source, lines)
+            lines[f"homes.{tensor}"] = _line_of(value, homes_field, tensor)
+    name = data.string("name", Path(data.source).stem)
+    return Dataflow(root, name, homes, data.source, lines)
+
+
+def _line_of(value: Field, parent: Field, key) -> int:
+    place = parent._line(key) or "line 1"
+    return int(place.split()[1])
 
 
 def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
     if isinstance(f.data, str):
+        if f.line is not None:
+            lines[path] = f.line + 1
         return Op(f.data)
     f.require_mapping()
     line = getattr(getattr(f.data, "lc", None), "line", None)
     if line is not None:
         lines[path] = line + 1
     if f.has("op"):
-        f.check_keys({"op"})
+        keys.LEAF.check(f)
         return Op(f.string("op"))
-    f.check_keys(TILE_KEYS, required={"level", "children"})
+    keys.TILE.check(f)
     primitive = f.string("primitive", "Seq")
     if primitive not in PRIMITIVES:
         raise f.error(f"unknown primitive '{primitive}'; expected one of "
@@ -50,19 +59,21 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
                      for i, c in enumerate(f.child("children").elements()))
     if not children:
         raise f.error("a tile needs at least one child", "children")
-    no_reuse = tuple(f.get("no_reuse") or ())
-    return Tile(f.string("level"), tuple(loops), children, primitive, f.get("name", ""),
-                no_reuse)
+    return Tile(f.string("level"), tuple(loops), children, primitive, f.string("name", ""),
+                f.strings("no_reuse"))
 
 
 def _loop(f: Field) -> Loop:
     if isinstance(f.data, str):
         try:
-            return parse_loop(f.data)
+            loop = parse_loop(f.data[:200])
         except ValueError as exc:
             raise f.error(str(exc)) from None
-    f.check_keys({"dim", "factor", "spatial"}, required={"dim", "factor"})
-    return Loop(f.string("dim"), f.integer("factor"), bool(f.get("spatial", False)))
+        if not 1 <= loop.factor <= MAX_COUNT:
+            raise f.error(f"the factor of loop '{f.data}' must be from 1 to {MAX_COUNT:,}")
+        return loop
+    keys.LOOP.check(f)
+    return Loop(f.string("dim"), f.integer("factor"), f.boolean("spatial", False))
 
 
 def load_dataflow_file(path: str | Path) -> Dataflow:
@@ -70,9 +81,37 @@ def load_dataflow_file(path: str | Path) -> Dataflow:
     if not path.exists():
         raise InputError(f"no such dataflow file '{path}'")
     try:
-        return parse_dataflow(Field(load_yaml(path), str(path)))
+        return parse_dataflow(load_mapping(path))
     except InputError as exc:
         raise exc.located(str(path)) from None
+
+
+def check_operators(flow: Dataflow, operators: list[str] | tuple[str, ...]) -> None:
+    """Every leaf names an operator of the workload, and every operator has exactly one leaf
+    (an error names the leaf's line, or the root's, and the operators that exist)."""
+    known = set(operators)
+    seen: dict[str, str] = {}
+    for path, node in walk(flow.root):
+        if not isinstance(node, Op):
+            continue
+        if node.op not in known:
+            raise _at(flow, path, f"leaf '{node.op}' is not an operator of the workload; "
+                      f"its operators are {', '.join(operators)}")
+        if node.op in seen:
+            raise _at(flow, path, f"operator '{node.op}' has two leaves ({seen[node.op]} and "
+                      f"{path}); each operator appears once")
+        seen[node.op] = path
+    missing = [o for o in operators if o not in seen]
+    if missing:
+        raise _at(flow, "root", f"operators {', '.join(missing)} of the workload have no leaf "
+                  "in the tree; every operator appears once (was the dataflow written for "
+                  "another workload?)")
+
+
+def _at(flow: Dataflow, path: str, message: str) -> InputError:
+    line = flow.lines.get(path)
+    where = f"line {line} ({path})" if line else path
+    return InputError(message, flow.source or None, where)
 
 
 def locate(error: InputError, flow: Dataflow) -> InputError:
@@ -83,6 +122,10 @@ def locate(error: InputError, flow: Dataflow) -> InputError:
     for path in sorted(flow.lines, key=len, reverse=True):
         if f"({path})" in where or where == path:
             return InputError(error.message, flow.source, f"line {flow.lines[path]}, {where}")
+    root = flow.lines.get("root")
+    if root:  # a constraint of the whole tree: point at its root
+        return InputError(error.message, flow.source,
+                          f"line {root}, {where}" if where else f"line {root} (root)")
     return InputError(error.message, flow.source, where or None)
 
 
@@ -90,11 +133,10 @@ def save_dataflow(flow: Dataflow, path: str | Path) -> Path:
     """Write a dataflow as YAML that `load_dataflow_file` reads back."""
     from ruamel.yaml import YAML
 
+    from tileflow.outputs import write_atomic
     from tileflow.tree import to_dict
 
-    path = Path(path)
     yaml = YAML()
     yaml.default_flow_style = None
-    with path.open("w") as handle:
-        yaml.dump(to_dict(flow), handle)
-    return path
+    return write_atomic(path, lambda handle: yaml.dump(to_dict(flow), handle),
+                        flag="--save-dataflow")

@@ -12,6 +12,8 @@ REF = re.compile(r"([A-Za-z_]\w*)\s*\[([^\]]*)\]")
 STATEMENT = re.compile(r"^\s*(.+?)\s*(\+=|max=|=)\s*(.+?)\s*$")
 FUNCTION = re.compile(r"^([A-Za-z_]\w*)\s*\((.*)\)$")
 BINARY = {"*": "mul", "-": "sub", "+": "add", "/": "div"}
+MAX_TEXT = 1000  # characters in one expression
+MAX_MAGNITUDE = 2**62  # any integer met while evaluating sizes and indices
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class ExpressionError(ValueError):
 
 def parse_statement(text: str, dims: set[str], params: Mapping[str, int]) -> Statement:
     """Parse `OUT[..] (+=|max=|=) RHS`, RHS a product/difference/quotient, a function or a ref."""
+    if len(text) > MAX_TEXT:
+        raise ExpressionError(f"the expression is longer than {MAX_TEXT} characters")
     match = STATEMENT.match(text)
     if not match:
         raise ExpressionError("expected 'OUT[i,..] += A[..] * B[..]' (or '=', 'max=')")
@@ -127,7 +131,7 @@ def parse_axis(text: str, dims: set[str], params: Mapping[str, int]) -> Axis:
         factor = -1 if sign == "-" else 1
         dim = None
         for part in body.split("*"):
-            if re.fullmatch(r"\d+", part):
+            if re.fullmatch(r"\d{1,18}", part):
                 factor *= int(part)
             elif part in dims:
                 if dim is not None:
@@ -137,12 +141,16 @@ def parse_axis(text: str, dims: set[str], params: Mapping[str, int]) -> Axis:
                 factor *= int(params[part])
             else:
                 raise ExpressionError(f"unknown name '{part}' in index '{text}'")
+            if abs(factor) > MAX_MAGNITUDE:
+                raise ExpressionError(f"a coefficient in index '{text}' is beyond {MAX_MAGNITUDE}")
         if dim is None:
             offset += factor
         elif factor <= 0:
             raise ExpressionError(f"dimension '{dim}' needs a positive coefficient in '{text}'")
         else:
             terms[dim] = terms.get(dim, 0) + factor
+    if abs(offset) > MAX_MAGNITUDE or any(c > MAX_MAGNITUDE for c in terms.values()):
+        raise ExpressionError(f"index '{text}' has a coefficient beyond {MAX_MAGNITUDE}")
     return Axis(tuple(terms.items()), offset)
 
 
@@ -155,19 +163,36 @@ def eval_size(text: str | int, names: Mapping[str, int]) -> int:
     if isinstance(text, bool):
         raise ExpressionError(f"expected an integer, got {text!r}")
     if isinstance(text, int):
-        return text
+        return _bounded(text, str(text))
     if not isinstance(text, str):
-        raise ExpressionError(f"expected an integer or an expression, got {text!r}")
+        raise ExpressionError(f"expected an integer or an expression, got {_short(text)}")
+    if len(text) > MAX_TEXT:
+        raise ExpressionError(f"the size expression is longer than {MAX_TEXT} characters")
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        raise ExpressionError(f"cannot read size expression '{text}'") from None
-    return _eval(tree, names, text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        raise ExpressionError(f"cannot read size expression '{_short(text)}'") from None
+    try:
+        return _eval(tree, names, text)
+    except RecursionError:
+        raise ExpressionError(f"size expression '{_short(text)}' is nested too deeply") from None
+
+
+def _short(value: object) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _bounded(value: int, text: str) -> int:
+    if abs(value) > MAX_MAGNITUDE:
+        raise ExpressionError(f"'{_short(text)}' is beyond {MAX_MAGNITUDE:,} in size")
+    return value
 
 
 def _eval(node: ast.AST, names: Mapping[str, int], text: str) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) \
+            and not isinstance(node.value, bool):
+        return _bounded(node.value, text)
     if isinstance(node, ast.Name):
         if node.id not in names:
             raise ExpressionError(f"unknown name '{node.id}' in '{text}'")
@@ -175,7 +200,10 @@ def _eval(node: ast.AST, names: Mapping[str, int], text: str) -> int:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -_eval(node.operand, names, text)
     if isinstance(node, ast.BinOp) and type(node.op) in _ALLOWED_BINOPS:
-        return _ALLOWED_BINOPS[type(node.op)](
-            _eval(node.left, names, text), _eval(node.right, names, text)
-        )
-    raise ExpressionError(f"only integers, names, +, -, * and // are allowed in '{text}'")
+        left, right = _eval(node.left, names, text), _eval(node.right, names, text)
+        if isinstance(node.op, ast.FloorDiv) and right == 0:
+            zero = ast.unparse(node.right)
+            raise ExpressionError(f"division by zero in '{_short(text)}' ({zero} is 0)")
+        return _bounded(_ALLOWED_BINOPS[type(node.op)](left, right), text)
+    raise ExpressionError(f"only integers, names, +, -, * and // are allowed in "
+                          f"'{_short(text)}'")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from tileflow import resources
 from tileflow.errors import InputError
+from tileflow.specs import keys
 from tileflow.specs.expressions import (
     Access,
     ExpressionError,
@@ -15,7 +18,7 @@ from tileflow.specs.expressions import (
     eval_size,
     parse_statement,
 )
-from tileflow.specs.yamlfile import Field, load_yaml
+from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping, load_yaml, type_name
 
 MATRIX = "matrix"
 VECTOR = "vector"
@@ -76,6 +79,12 @@ class Workload:
     ops: tuple[Operator, ...]
     sizes: Mapping[str, int]  # loop dimensions
     shapes: Mapping[str, tuple[int, ...]]  # tensor -> extent per axis
+    source: str = field(default="", compare=False)  # file it was read from, if any
+    lines: Mapping[str, int] = field(default_factory=dict, compare=False)  # key -> line
+
+    def place(self, key: str = "ops") -> str | None:
+        """'line N (key)' for a top-level key of the file it was read from (for messages)."""
+        return f"line {self.lines[key]} ({key})" if key in self.lines else None
 
     @cached_property
     def op_by_name(self) -> dict[str, Operator]:
@@ -129,53 +138,95 @@ def parse_workload(
     data: Field, overrides: Mapping[str, int] | None = None, preset: str | None = None
 ) -> Workload:
     """Build a Workload from its YAML mapping; sizes come from dims/params, a preset and --set."""
-    data.check_keys({"name", "description", "dims", "params", "ops", "shapes", "presets"},
-                    required={"dims", "ops"})
-    overrides = dict(overrides or {})
-    presets = data.child("presets") if data.has("presets") else None
-    if preset is not None:
-        if presets is None or preset not in presets.data:
-            known = ", ".join(presets.keys()) if presets else "none"
-            raise data.error(f"unknown preset '{preset}'; this workload has: {known}")
-        preset_values = {k: v for k, v in presets.data[preset].items()}
-        overrides = {**preset_values, **overrides}
-    params_field = data.child("params") if data.has("params") else None
+    keys.WORKLOAD.check(data)
+    params_field = data.child("params").require_mapping() if data.has("params") else None
     dims_field = data.child("dims").require_mapping()
+    for f in (dims_field, params_field):
+        for key in f.keys() if f else ():
+            if not isinstance(key, str) or not NAME.fullmatch(key):
+                raise f.error(f"'{key}' is not a name (letters, digits and _)", key)
     declared = set(dims_field.keys()) | set(params_field.keys() if params_field else [])
-    for key in overrides:
+    if set(dims_field.keys()) & set(params_field.keys() if params_field else []):
+        raise data.error("a name is both a dimension and a parameter", "params")
+    presets = _presets(data, declared)
+    flags = {}
+    if preset is not None:
+        if preset not in presets:
+            known = ", ".join(presets) or "none"
+            raise data.error(f"unknown preset '{preset}'; this workload has: {known}",
+                             "presets" if presets else None)
+        flags = {k: f"preset {preset}" for k in presets[preset]}
+    for key in overrides or {}:
         if key not in declared:
             raise InputError(
                 f"cannot set '{key}': the workload has no dimension or parameter of that name "
-                f"(known: {', '.join(sorted(declared))})", data.source, "--set/preset")
-    params = _eval_sizes(params_field, overrides, {}) if params_field else {}
-    sizes = _eval_sizes(dims_field, overrides, params)
-    for name, value in sizes.items():
-        if value < 1:
-            raise dims_field.error(f"dimension '{name}' must be at least 1, got {value}", name)
+                f"(known: {', '.join(sorted(declared))})", data.source, "--set")
+        flags[key] = "--set"
+    overrides = {**(presets.get(preset, {}) if preset else {}), **(overrides or {})}
+    params = _eval_sizes(params_field, overrides, {}, flags, -MAX_COUNT) if params_field else {}
+    sizes = _eval_sizes(dims_field, overrides, params, flags, 1)
     ops = []
     for item in data.child("ops").elements():
-        item.check_keys({"name", "expr"}, required={"name", "expr"})
+        keys.OPERATOR.check(item)
         name = item.string("name")
         try:
             statement = parse_statement(item.string("expr"), set(sizes), params)
         except ExpressionError as exc:
             raise item.error(f"in operator '{name}': {exc}", "expr") from None
         ops.append(_operator(name, statement, item))
-    workload = Workload(data.get("name", "workload"), tuple(ops), sizes, {})
+    workload = Workload(data.string("name", "workload"), tuple(ops), sizes, {})
     shapes = _shapes(workload, data, {**params, **sizes})
-    workload = Workload(workload.name, workload.ops, sizes, shapes)
+    lines = {}
+    for key in data.keys():
+        line = data._line(key)
+        if line:
+            lines[str(key)] = int(line.split()[1])
+    workload = Workload(workload.name, workload.ops, sizes, shapes, data.source, lines)
     _check_graph(workload, data)
     return workload
 
 
-def _eval_sizes(f: Field, overrides: Mapping[str, int], known: Mapping[str, int]) -> dict[str, int]:
+NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _presets(data: Field, declared: set[str]) -> dict[str, dict[str, int | str]]:
+    """Every preset: a mapping from declared dimensions or parameters to sizes."""
+    if not data.has("presets") or data.get("presets") is None:
+        return {}
+    out: dict[str, dict[str, int | str]] = {}
+    for name, entry in data.child("presets").items():
+        if not isinstance(entry.data, dict):
+            raise entry.error(f"preset '{name}' must be a mapping of sizes such as "
+                              f"{{m: 512}}, got {type_name(entry.data)}")
+        for key, value in entry.items():
+            if key not in declared:
+                raise value.error(f"preset '{name}' sets '{key}', which is not a dimension or "
+                                  f"parameter (known: {', '.join(sorted(declared))})")
+            if isinstance(value.data, bool) or not isinstance(value.data, (int, str)):
+                raise value.error(f"preset '{name}': '{key}' must be an integer or a size "
+                                  f"expression, got {type_name(value.data)}")
+        out[str(name)] = dict(entry.data)
+    return out
+
+
+def _eval_sizes(f: Field, overrides: Mapping[str, int | str], known: Mapping[str, int],
+                flags: Mapping[str, str], minimum: int) -> dict[str, int]:
+    """Sizes in declaration order, each within [minimum, MAX_COUNT]; an error names the key's
+    line, and the flag or preset when the value came from one."""
     values: dict[str, int] = {}
+    kind = "dimension" if minimum >= 1 else "parameter"
     for key, raw in f.require_mapping().data.items():
         raw = overrides.get(key, raw)
+        origin = f" (set by {flags[key]})" if key in flags else ""
         try:
-            values[key] = eval_size(raw, {**known, **values})
+            value = eval_size(raw, {**known, **values})
         except ExpressionError as exc:
-            raise f.error(str(exc), key) from None
+            raise f.error(f"{exc}{origin}", key) from None
+        if not minimum <= value <= MAX_COUNT:
+            low = "at least 1" if minimum >= 1 else f"at least {minimum:,}"
+            raise f.error(f"{kind} '{key}' must be {low} and at most {MAX_COUNT:,} "
+                          f"(2**31), got {value:,}{origin}", key)
+        values[key] = value
     return values
 
 
@@ -218,9 +269,14 @@ def _shapes(w: Workload, data: Field, names: Mapping[str, int]) -> dict[str, tup
             if values is None or len(values) != ranks[tensor]:
                 raise entry.error(f"expected a list of {ranks[tensor]} extents for '{tensor}'")
             try:
-                shapes[tensor] = tuple(eval_size(v, names) for v in values)
+                extents = tuple(eval_size(v, names) for v in values)
             except ExpressionError as exc:
                 raise entry.error(str(exc)) from None
+            for axis, extent in enumerate(extents):
+                if not 1 <= extent <= MAX_COUNT:
+                    raise entry.error(f"extent {axis + 1} of '{tensor}' must be at least 1 and "
+                                      f"at most {MAX_COUNT:,}, got {extent:,}")
+            shapes[tensor] = extents
     return shapes
 
 
@@ -240,16 +296,13 @@ def _check_graph(w: Workload, data: Field) -> None:
         raise data.error("operator names must be unique", "ops")
 
 
-WORKLOAD_DIR = Path(__file__).resolve().parents[2] / "workloads"
-
-
 def load_workload(
     name_or_path: str, overrides: Mapping[str, int] | None = None, preset: str | None = None
 ) -> Workload:
     """Load a workload by shipped name, preset name (G1..G12, C1..C8) or YAML path."""
     path, preset = resolve_workload(name_or_path, preset)
     try:
-        return parse_workload(Field(load_yaml(path), str(path)), overrides, preset)
+        return parse_workload(load_mapping(path), overrides, preset)
     except InputError as exc:
         raise exc.located(str(path)) from None
 
@@ -260,13 +313,18 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
         if not path.exists():
             raise InputError(f"no such workload file '{name_or_path}'")
         return path, preset
-    shipped = WORKLOAD_DIR / f"{name_or_path.lower()}.yaml"
-    if shipped.exists():
+    shipped = resources.find("workloads", name_or_path)
+    if shipped is not None:
         return shipped, preset
-    for candidate in sorted(WORKLOAD_DIR.glob("*.yaml")):
+    for candidate in resources.shipped("workloads").values():
         presets = load_yaml(candidate).get("presets") or {}
         if name_or_path.upper() in presets:
+            if preset is not None and preset != name_or_path.upper():
+                raise InputError(f"--workload {name_or_path} is itself a preset and conflicts "
+                                 f"with --preset {preset}: give the workload by name, e.g. "
+                                 f"--workload {candidate.stem} --preset {preset}",
+                                 where="--preset")
             return candidate, name_or_path.upper()
-    names = sorted(p.stem for p in WORKLOAD_DIR.glob("*.yaml"))
+    names = list(resources.shipped("workloads"))
     raise InputError(f"unknown workload '{name_or_path}': give a YAML file, one of "
                      f"{', '.join(names)}, or a preset such as G1 or C1")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,24 +12,99 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
 
 from tileflow.errors import InputError
+
+# Limits on what a spec file may be: they are a few kilobytes written by hand.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 64  # nested mappings and lists
+MAX_NODES = 100_000  # scalars, mappings and lists
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff\ufffe\uffff]")
+
+# Ranges of the numbers in spec files (documented in the README, "Robustness").
+MAX_COUNT = 2**31  # sizes, factors, extents
+MAX_NUMBER = 1e15  # any real-valued field (capacities, bandwidths, energies, clocks)
+MIN_POSITIVE = 1e-9  # the smallest value of a field that must be positive (we divide by it)
+
+
+def read_text(path: str | Path) -> str:
+    """The text of a spec file, read defensively: a regular file of at most MAX_FILE_BYTES,
+    UTF-8 without control characters. Errors name the file (and the line of a bad byte)."""
+    path = Path(path)
+    try:
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError("expected a YAML file, got a folder", str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError("expected a YAML file, got a special file (a device or a pipe)",
+                             str(path))
+        if info.st_size > MAX_FILE_BYTES:
+            raise InputError(f"the file is {info.st_size:,} bytes; spec files are limited to "
+                             f"{MAX_FILE_BYTES:,}", str(path))
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path)) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InputError(f"the file is larger than {MAX_FILE_BYTES:,} bytes", str(path))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; spec files are "
+                         "UTF-8", str(path), f"line {line}") from None
+    bad = CONTROL.search(text)
+    if bad:
+        line = text[: bad.start()].count("\n") + 1
+        raise InputError(f"control character {ord(bad.group()):#04x} in the text; spec files "
+                         "hold printable text, tabs and newlines only", str(path), f"line {line}")
+    return text
 
 
 def load_yaml(path: str | Path) -> Any:
     """Parse a YAML file, keeping line information; errors name the file and the line."""
-    path = Path(path)
+    return parse_yaml(read_text(path), str(path))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text after checking its shape: no aliases (no expansion bombs), nesting at
+    most MAX_DEPTH, at most MAX_NODES values. Errors name `source` and the line."""
+    yaml = YAML(typ="rt")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror})", str(path)) from None
-    try:
-        return YAML(typ="rt").load(text)
+        depth = nodes = 0
+        for event in yaml.parse(text):
+            if isinstance(event, AliasEvent):
+                raise _event_error(event, "YAML aliases (*name) are not supported; write the "
+                                   "value out", source)
+            if isinstance(event, NodeEvent):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise _event_error(event, f"more than {MAX_NODES:,} values", source)
+            if isinstance(event, CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise _event_error(event, f"nested more than {MAX_DEPTH} levels deep",
+                                       source)
+            elif isinstance(event, CollectionEndEvent):
+                depth -= 1
+        return yaml.load(text)
+    except InputError:
+        raise
     except MarkedYAMLError as exc:
-        mark = exc.problem_mark
+        mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        raise InputError(f"YAML syntax error: {exc.problem}", str(path), where) from None
+        problem = " ".join(str(exc.problem or exc.context or "unreadable").split())
+        raise InputError(f"YAML syntax error: {problem}", source, where) from None
+    except (YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        message = " ".join(str(exc).split())[:300]
+        raise InputError(f"YAML could not be read: {message}", source) from None
+
+
+def _event_error(event: Any, message: str, source: str) -> InputError:
+    mark = event.start_mark
+    return InputError(message, source, f"line {mark.line + 1}" if mark else None)
 
 
 @dataclass(frozen=True)
@@ -112,29 +190,57 @@ class Field:
             raise self.error(f"expected a list, got {type_name(self.data)}")
         return [self.child(i) for i in range(len(self.data))]
 
-    def number(self, key: str, default: float | None = None, positive: bool = True) -> float:
+    def number(self, key: str, default: float | None = None, positive: bool = True,
+               maximum: float = MAX_NUMBER) -> float:
+        """A finite real number: positive (at least MIN_POSITIVE, since we divide by it) or,
+        with positive=False, at least 0; at most `maximum`."""
         if key not in self.require_mapping().data:
             if default is None:
                 raise self.error(f"missing required key '{key}' (a number)")
             return default
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(f"'{key}' must be a number, got {value!r}", key)
-        if positive and value <= 0:
-            raise self.error(f"'{key}' must be positive, got {value!r}", key)
-        if not positive and value < 0:
-            raise self.error(f"'{key}' must not be negative, got {value!r}", key)
-        return float(value)
+        return self.child(key).as_number(key, positive, maximum)
 
-    def integer(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+    def as_number(self, name: str, positive: bool = True, maximum: float = MAX_NUMBER) -> float:
+        value = self.data
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(f"'{name}' must be a number, got {describe(value)}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self.error(f"'{name}' must be a finite number, got {describe(value)}")
+        low = MIN_POSITIVE if positive else 0.0
+        if number < low or number > maximum:
+            kind = f"at least {low:g}" if positive else "not negative"
+            raise self.error(f"'{name}' must be {kind} and at most {maximum:g}, "
+                             f"got {describe(value)}")
+        return number
+
+    def integer(self, key: str, default: int | None = None, minimum: int = 1,
+                maximum: int = MAX_COUNT) -> int:
         if key not in self.require_mapping().data:
             if default is None:
                 raise self.error(f"missing required key '{key}' (an integer)")
             return default
-        value = self.data[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(f"'{key}' must be an integer >= {minimum}, got {value!r}", key)
+        return self.child(key).as_integer(key, minimum, maximum)
+
+    def as_integer(self, name: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+        value = self.data
+        if isinstance(value, bool) or not isinstance(value, int) or not (
+                minimum <= value <= maximum):
+            raise self.error(f"'{name}' must be an integer from {minimum} to {maximum:,}, "
+                             f"got {describe(value)}")
         return int(value)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        """A real YAML boolean (true or false), never a string such as 'no' or 'yes'."""
+        if key not in self.require_mapping().data:
+            return default
+        value = self.data[key]
+        if not isinstance(value, bool):
+            raise self.error(f"'{key}' must be true or false, got {describe(value)}", key)
+        return value
 
     def string(self, key: str, default: str | None = None) -> str:
         if key not in self.require_mapping().data:
@@ -143,8 +249,30 @@ class Field:
             return default
         value = self.data[key]
         if not isinstance(value, str):
-            raise self.error(f"'{key}' must be a string, got {value!r}", key)
+            raise self.error(f"'{key}' must be a string, got {describe(value)}", key)
         return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        """A list of strings (absent: empty); a lone string is an error, not split."""
+        if key not in self.require_mapping().data or self.data[key] is None:
+            return ()
+        items = self.child(key)
+        if not isinstance(items.data, list):
+            raise self.error(f"'{key}' must be a list of names, got {describe(items.data)}",
+                             key)
+        for i, item in enumerate(items.data):
+            if not isinstance(item, str):
+                raise items.error(f"expected a name, got {describe(item)}", i)
+        return tuple(items.data)
+
+
+def describe(value: Any) -> str:
+    """A short rendering of a bad value for a message (never a huge dump)."""
+    if isinstance(value, (dict, list)):
+        return type_name(value)
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else \
+        f"an integer of {len(str(abs(value)))} digits"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def type_name(value: Any) -> str:
@@ -154,4 +282,9 @@ def type_name(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return f"{type(value).__name__} {value!r}"
+    return f"{type(value).__name__} {describe(value)}"
+
+
+def load_mapping(path: str | Path) -> Field:
+    """A spec file whose top level must be a mapping (an empty file is an error at line 1)."""
+    return Field(load_yaml(path), str(path), line=0).require_mapping()

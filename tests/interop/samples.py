@@ -1,0 +1,258 @@
+"""Small files in Timeloop's and the original TileFlow's formats, written for the tests."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+# DRAM (LPDDR4) -> Buffer (1024 rows x 4 words) -> 4 PEs, each a 16-word register and a MAC.
+ARCH_V03 = """
+architecture:
+  version: 0.3
+  subtree:
+  - name: System
+    attributes: {technology: 45nm}
+    local:
+    - name: DRAM
+      class: DRAM
+      attributes: {type: LPDDR4, width: 64, word-bits: 16, read_bandwidth: 4,
+                   write_bandwidth: 4}
+    subtree:
+    - name: chip
+      local:
+      - name: Buffer
+        class: SRAM
+        attributes: {depth: 1024, width: 64, block_size: 4, word-bits: 16,
+                     read_bandwidth: 16, write_bandwidth: 16}
+      subtree:
+      - name: PE[0..3]
+        local:
+        - name: Reg
+          class: regfile
+          attributes: {depth: 16, width: 16, word-bits: 16, meshX: 2}
+        - name: MAC
+          class: intmac
+          attributes: {datawidth: 16, meshX: 2}
+"""
+
+# The same machine in the v0.4 layout.
+ARCH_V04 = """
+architecture:
+  version: 0.4
+  nodes:
+  - !Container
+    name: System
+    attributes: {technology: 45nm}
+  - !Component
+    name: DRAM
+    class: DRAM
+    attributes: {type: LPDDR4, width: 64, datawidth: 16, read_bandwidth: 4,
+                 write_bandwidth: 4}
+  - !Component
+    name: Buffer
+    class: SRAM
+    attributes: {depth: 1024, width: 64, datawidth: 16, read_bandwidth: 16,
+                 write_bandwidth: 16}
+  - !Container
+    name: PE
+    spatial: {meshX: 2, meshY: 2}
+  - !Component
+    name: Reg
+    class: regfile
+    attributes: {depth: 16, width: 16, datawidth: 16}
+  - !Component
+    name: MAC
+    class: intmac
+    attributes: {datawidth: 16}
+"""
+
+GEMM_PROBLEM = """
+problem:
+  shape:
+    name: gemm
+    dimensions: [M, N, K]
+    data-spaces:
+    - name: A
+      projection: [[[M]], [[K]]]
+    - name: B
+      projection: [[[K]], [[N]]]
+    - name: Z
+      projection: [[[M]], [[N]]]
+      read-write: True
+  instance: {M: 8, N: 6, K: 4}
+"""
+
+# DRAM: M outermost (2 steps), N inside (3 steps); Buffer: K=4, M=2 temporal, M=2 and N=2
+# spatial over the PEs; each register holds one Z element.
+GEMM_MAPPING = """
+mapping:
+- target: DRAM
+  type: temporal
+  factors: M=2 N=3 K=1
+  permutation: KNM
+- target: Buffer
+  type: temporal
+  factors: M=2 N=1 K=4
+  permutation: MKN
+- target: Buffer
+  type: spatial
+  factors: M=2 N=2
+  permutation: MN
+  split: 1
+- target: Reg
+  type: temporal
+  factors: M=1 N=1 K=1
+"""
+
+# A 1-D convolution with stride 2 and a 3-tap window: Inputs[C, 2P + R] (9 rows).
+CONV_PROBLEM = """
+problem:
+  shape:
+    name: conv1d
+    dimensions: [C, K, R, P]
+    coefficients:
+    - {name: Wstride, default: 1}
+    data-spaces:
+    - name: Weights
+      projection: [[[C]], [[K]], [[R]]]
+    - name: Inputs
+      projection:
+      - [[C]]
+      - [[R], [P, Wstride]]
+    - name: Outputs
+      projection: [[[K]], [[P]]]
+      read-write: True
+  instance: {C: 2, K: 2, R: 3, P: 4, Wstride: 2}
+"""
+
+# Sliding window at DRAM: P in two steps of two outputs each (input rows [0, 4], [4, 8]).
+CONV_MAPPING_TEMPORAL = """
+mapping:
+- {target: DRAM, type: temporal, factors: P=2, permutation: P}
+- {target: Buffer, type: temporal, factors: C=2 K=2 R=3 P=2, permutation: RPKC}
+"""
+
+# Windows of neighbouring outputs on two PEs: p and p + 1 need rows [2p, 2p + 2] and
+# [2p + 2, 2p + 4], which share row 2p + 2.
+CONV_MAPPING_SPATIAL = """
+mapping:
+- {target: Buffer, type: temporal, factors: C=2 K=2 P=2, permutation: PKC}
+- {target: Buffer, type: spatial, factors: P=2, permutation: P}
+- {target: Reg, type: temporal, factors: R=3, permutation: R}
+"""
+
+# The original TileFlow's format: two chained GEMMs, C = A x B then E = C x D.
+CHAIN_PROBLEM = """
+problem:
+  io: {ins: 'A, B, D', outs: E}
+  dimensions: [M, L, K, N]
+  instance: {M: 8, L: 6, K: 4, N: 6}
+  ops:
+  - name: GEMM1
+    dimensions: [M, L, K]
+    data-spaces:
+    - {name: C, projection: [[[M]], [[L]]], read-write: True}
+    - {name: A, projection: [[[M]], [[K]]]}
+    - {name: B, projection: [[[K]], [[L]]]}
+    ins: A, B
+    out: C
+  - name: GEMM2
+    dimensions: [M, L, N]
+    data-spaces:
+    - {name: E, projection: [[[M]], [[N]]], read-write: True}
+    - {name: C, projection: [[[M]], [[L]]]}
+    - {name: D, projection: [[[L]], [[N]]]}
+    ins: C, D
+    out: E
+"""
+
+CHAIN_MAPPING = """
+mapping:
+  node-type: Tile
+  type: Temporal
+  factors: M=2
+  permutation: M
+  target: DRAM
+  subtree:
+  - node-type: Scope
+    type: {scope}
+    subtree:
+    - node-type: Tile
+      type: Temporal
+      factors: M=4 L=6 K=4
+      permutation: KLM
+      target: Buffer
+      subtree:
+      - node-type: Tile
+        type: Temporal
+        factors: M=1
+        target: Reg
+        subtree:
+        - {{node-type: Op, name: GEMM1, binding: 'M:M L:L K:K'}}
+    - node-type: Tile
+      type: Temporal
+      factors: M=4 N=6 L=6
+      permutation: LNM
+      target: Buffer
+      subtree:
+      - node-type: Tile
+        type: Temporal
+        factors: N=1
+        target: Reg
+        subtree:
+        - {{node-type: Op, name: GEMM2}}
+"""
+
+
+def write(folder: Path, name: str, text: str) -> str:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+# A 1-D convolution with output channels on DRAM -> Buffer -> one register file and MAC,
+# 8-bit words (no bandwidths given: unlimited, as in Timeloop).
+ARCH_ONE_PE = """
+architecture:
+  version: 0.2
+  subtree:
+  - name: System
+    local:
+    - name: DRAM
+      class: DRAM
+      attributes: {width: 256, block-size: 32, word-bits: 8}
+    subtree:
+    - name: Chip
+      attributes: {technology: 40nm}
+      local:
+      - name: Buffer
+        class: SRAM
+        attributes: {depth: 8192, width: 256, block-size: 32, word-bits: 8}
+      subtree:
+      - name: PE
+        local:
+        - name: Reg
+          class: regfile
+          attributes: {depth: 64, width: 8, block-size: 1, word-bits: 8}
+        - name: MAC
+          class: intmac
+          attributes: {datawidth: 8}
+"""
+
+CONV_OC_PROBLEM = """
+problem:
+  shape:
+    name: conv1d-oc
+    dimensions: [K, R, P]
+    data-spaces:
+    - {name: Weights, projection: [[[K]], [[R]]]}
+    - {name: Inputs, projection: [[[R], [P]]]}
+    - {name: Outputs, projection: [[[K]], [[P]]], read-write: True}
+  instance: {K: 32, R: 3, P: 16}
+"""
+
+CONV_OC_MAPPING = """
+mapping:
+- {target: Buffer, type: temporal, factors: K=16 P=16, permutation: PK}
+- {target: Reg, type: temporal, factors: K=2 R=3, permutation: RK}
+"""

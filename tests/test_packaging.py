@@ -1,0 +1,84 @@
+"""A real install: build a wheel, install it into a fresh virtual environment outside the
+repository, and run the installed `tileflow` from another folder. It must find the shipped
+accelerators, workloads and dataflows inside the package, not in the source tree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "tileflow", "accelerators", "workloads",
+           "dataflows", "search")
+SHIPPED = ("accelerators", "workloads", "dataflows", "search")
+
+
+def _can_build_without_isolation() -> bool:
+    """setuptools builds wheels itself from 70.1 on; before that it needs `wheel`."""
+    import setuptools
+
+    major, minor = (int(x) for x in setuptools.__version__.split(".")[:2])
+    return (major, minor) >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
+def _run(*args: str | Path, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(map(str, args))}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict:
+    """Build the wheel from a copy of the sources (no stale build/ folder, nothing written into
+    the checkout), install it into a new venv, and return its paths."""
+    root = tmp_path_factory.mktemp("packaging")
+    src = root / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=ignore)
+        else:
+            shutil.copy2(REPO / name, src / name)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", ".", "-w", root / "dist"]
+    if _can_build_without_isolation():
+        build.insert(5, "--no-build-isolation")
+    _run(*build, cwd=src)
+    wheel = next((root / "dist").glob("tileflow-*.whl"))
+    venv = root / "venv"
+    _run(sys.executable, "-m", "venv", "--system-site-packages", venv, cwd=root)
+    _run(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", wheel, cwd=root)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    work = root / "elsewhere"
+    work.mkdir()
+    return {"wheel": wheel, "bin": venv / "bin", "env": env, "cwd": work}
+
+
+def test_wheel_carries_every_shipped_file(installed):
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    for kind in SHIPPED:
+        for path in (REPO / kind).iterdir():
+            if path.suffix in (".yaml", ".yml", ".md"):
+                assert f"tileflow/_data/{kind}/{path.name}" in names
+
+
+def test_installed_tileflow_runs_from_another_folder(installed):
+    where = _run(installed["bin"] / "python", "-c",
+                 "import tileflow.resources as r; print(r.folder('accelerators'))",
+                 cwd=installed["cwd"], env=installed["env"])
+    assert "site-packages" in where.stdout and str(REPO) not in where.stdout
+    proc = _run(installed["bin"] / "tileflow", "compare", "--arch", "edge", "--workload",
+                "attention", "--json", "--no-plot", cwd=installed["cwd"], env=installed["env"])
+    rows = json.loads(proc.stdout)
+    b, m, l_, k, n = 8, 512, 512, 64, 64  # the shipped attention workload (G1)
+    assert rows[0]["dataflow"] == "layerwise"
+    assert all(r["macs"] == b * m * l_ * k + b * m * l_ * n for r in rows)

@@ -1,0 +1,170 @@
+"""Which tool a YAML file comes from (by its root keys), reading it as a TileFlow accelerator,
+workload or dataflow, and `tileflow import`: the TileFlow YAML written beside it."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from tileflow.analysis.prepare import prepare
+from tileflow.errors import InputError
+from tileflow.interop.problems import (
+    convert_tileflow_problem,
+    convert_timeloop_problem,
+    is_tileflow_problem,
+    is_timeloop_problem,
+)
+from tileflow.interop.tileflow_mapping import convert_tileflow_mapping, is_tileflow_mapping
+from tileflow.interop.timeloop_arch import convert_arch, is_arch
+from tileflow.interop.timeloop_mapping import convert_timeloop_mapping, is_timeloop_mapping
+from tileflow.outputs import write_text_atomic
+from tileflow.specs.arch import Architecture, load_arch, parse_arch
+from tileflow.specs.dataflow import load_dataflow_file, parse_dataflow
+from tileflow.specs.workload import Workload, load_workload, parse_workload
+from tileflow.specs.yamlfile import Field, load_yaml
+from tileflow.tree import Dataflow
+
+
+def _foreign(name_or_path: str | Path) -> Field | None:
+    """The parsed document when the name is an existing YAML file of another tool."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        return None
+    data = load_yaml(path)
+    if is_arch(data) or is_timeloop_problem(data) or is_tileflow_problem(data) or \
+            is_timeloop_mapping(data) or is_tileflow_mapping(data):
+        return Field(data, str(path))
+    return None
+
+
+def _parsed(convert: Callable[[], dict], parse: Callable[[Field], object], doc: Field,
+            what: str):
+    """Convert, then validate with TileFlow's own parser; its errors name the file too."""
+    converted = convert()
+    try:
+        return parse(Field(converted, doc.source))
+    except InputError as exc:
+        key = next((k for k in ("architecture", "problem", "mapping") if doc.has(k)), None)
+        place = doc.where(key) if key else None
+        where = "; ".join(p for p in (place, exc.where and f"as read: {exc.where}") if p)
+        raise InputError(f"{exc.message} (in the {what} as TileFlow reads it)",
+                         doc.source, where or None) from None
+
+
+def arch_document(doc: Field) -> dict:
+    if not is_arch(doc.data):
+        raise doc.error("no 'architecture:' here")
+    return convert_arch(doc)
+
+
+def workload_document(doc: Field) -> dict:
+    if is_timeloop_problem(doc.data):
+        return convert_timeloop_problem(doc)
+    if is_tileflow_problem(doc.data):
+        return convert_tileflow_problem(doc)
+    raise doc.error("no 'problem:' here (a Timeloop 'shape' or a TileFlow 'ops' list)")
+
+
+def dataflow_document(doc: Field, workload: Workload, arch: Architecture) -> dict:
+    if is_timeloop_mapping(doc.data):
+        return convert_timeloop_mapping(doc, workload, arch)
+    if is_tileflow_mapping(doc.data):
+        return convert_tileflow_mapping(doc, workload, arch)
+    raise doc.error("no 'mapping:' here (a Timeloop directive list or a TileFlow tree)")
+
+
+def load_arch_any(name_or_path: str) -> Architecture:
+    """A TileFlow accelerator (shipped name or file) or a Timeloop architecture file."""
+    doc = _foreign(name_or_path)
+    if doc is None:
+        return load_arch(name_or_path)
+    return _parsed(lambda: arch_document(doc), parse_arch, doc, "Timeloop architecture")
+
+
+def load_workload_any(name_or_path: str, overrides: Mapping[str, int] | None = None,
+                      preset: str | None = None) -> Workload:
+    doc = _foreign(name_or_path)
+    if doc is None:
+        return load_workload(name_or_path, overrides, preset)
+    return _parsed(lambda: workload_document(doc),
+                   lambda f: parse_workload(f, overrides, preset), doc, "problem")
+
+
+def load_dataflow_any(path: str | Path, workload: Workload, arch: Architecture) -> Dataflow:
+    doc = _foreign(path)
+    if doc is None:
+        return load_dataflow_file(path)
+    return _parsed(lambda: dataflow_document(doc, workload, arch), parse_dataflow, doc,
+                   "mapping")
+
+
+def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]:
+    """Write the TileFlow YAML of every architecture, problem and mapping in the files:
+    NAME.arch.yaml, NAME.workload.yaml, NAME.dataflow.yaml (beside each file, or in out_dir).
+    Mappings need the problem and the architecture among the same files."""
+    docs = []
+    for p in paths:
+        doc = _foreign(p)
+        if doc is None:
+            raise InputError("not a Timeloop or TileFlow file (no 'architecture:', "
+                             "'problem:' or 'mapping:' at the top)", p)
+        docs.append(doc)
+    arch = workload = None
+    for doc in docs:
+        if arch is None and is_arch(doc.data):
+            arch = _parsed(lambda d=doc: arch_document(d), parse_arch, doc, "architecture")
+        if workload is None and (is_timeloop_problem(doc.data) or
+                                 is_tileflow_problem(doc.data)):
+            workload = _parsed(lambda d=doc: workload_document(d),
+                               lambda f: parse_workload(f), doc, "problem")
+    planned: list[tuple[Path, dict, str]] = []
+    for doc in docs:
+        source = Path(doc.source)
+        folder = Path(out_dir) if out_dir else source.parent
+        stem = source.name.removesuffix(source.suffix)
+        outputs = []
+        if is_arch(doc.data):
+            data = arch_document(doc)
+            _parsed(lambda d=data: d, parse_arch, doc, "architecture")
+            outputs.append(("arch", data))
+        if is_timeloop_problem(doc.data) or is_tileflow_problem(doc.data):
+            data = workload_document(doc)
+            _parsed(lambda d=data: d, parse_workload, doc, "problem")
+            outputs.append(("workload", data))
+        if is_timeloop_mapping(doc.data) or is_tileflow_mapping(doc.data):
+            if arch is None or workload is None:
+                raise InputError("a mapping needs its problem and architecture: give their "
+                                 "files in the same 'tileflow import'", doc.source)
+            data = dataflow_document(doc, workload, arch)
+            flow = _parsed(lambda d=data: d, parse_dataflow, doc, "mapping")
+            try:
+                prepare(workload, arch, flow)
+            except InputError as exc:
+                raise InputError(f"{exc.message} (in the mapping as TileFlow reads it)",
+                                 doc.source, exc.where) from None
+            outputs.append(("dataflow", data))
+        for kind, data in outputs:
+            planned.append((folder / f"{stem}.{kind}.yaml", data,
+                            f"# {kind} imported by `tileflow import` from {source.name}\n"))
+    written = []
+    for target, data, header in planned:  # everything converted and checked: now write
+        target.parent.mkdir(parents=True, exist_ok=True)
+        written.append(write_yaml_atomically(target, data, header))
+    return written
+
+
+def dump_yaml(data: dict) -> str:
+    yaml = YAML()
+    yaml.default_flow_style = None
+    yaml.width = 100
+    buffer = io.StringIO()
+    yaml.dump(data, buffer)
+    return buffer.getvalue()
+
+
+def write_yaml_atomically(path: Path, data: dict, header: str = "") -> Path:
+    """Write YAML atomically (a temporary file beside `path`, then a rename)."""
+    return write_text_atomic(path, header + dump_yaml(data))

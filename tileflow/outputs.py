@@ -1,0 +1,103 @@
+"""Files the tool writes: checked before any work starts, then written atomically (a temporary
+file in the same folder, renamed over the final name), so an interrupted or failed run never
+leaves a partial file under its final name."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+from tileflow.errors import InputError
+
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def check_output_file(path: str | Path, suffixes: Iterable[str], flag: str) -> Path:
+    """A file we may create or replace: a known extension, an existing writable folder, and
+    not a directory or a special file (a device, a pipe). Raises InputError naming `flag`."""
+    path = Path(path)
+    suffixes = tuple(suffixes)
+    if path.suffix.lower() not in suffixes:
+        raise InputError(f"cannot write '{path}': the name must end in "
+                         f"{' or '.join(suffixes)}", where=flag)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise InputError(f"cannot write '{path}' ({exc.strerror})", where=flag) from None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise InputError(f"cannot write '{path}': it exists and is not a regular file",
+                         where=flag)
+    check_output_folder(path.parent, flag, create=False)
+    return path
+
+
+def check_output_folder(folder: str | Path, flag: str, create: bool = True) -> Path:
+    """A folder we may write into (created, with its parents, when `create` is set)."""
+    folder = Path(folder) if str(folder) else Path(".")
+    try:
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        info = folder.stat()
+    except FileNotFoundError:
+        raise InputError(f"cannot write into '{folder}': no such folder", where=flag) from None
+    except OSError as exc:
+        raise InputError(f"cannot write into '{folder}' ({exc.strerror})", where=flag) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise InputError(f"cannot write into '{folder}': it is not a folder", where=flag)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write into '{folder}': permission denied", where=flag)
+    return folder
+
+
+def write_atomic(path: str | Path, write: Callable[[IO], None], binary: bool = False,
+                 flag: str | None = None) -> Path:
+    """Call `write(handle)` on a temporary file beside `path`, then rename it to `path`.
+    On any failure (disk full, Ctrl-C) the temporary file is removed and `path` is untouched;
+    an OSError becomes an InputError naming the file."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    temp = None
+    try:
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{path.name[:80]}.", suffix=".tmp")
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})
+                       ) as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o666 & ~_umask())
+        os.replace(temp, path)
+        temp = None
+    except OSError as exc:
+        raise InputError(f"cannot write '{path}' ({exc.strerror or exc})", where=flag) from None
+    finally:
+        if temp is not None:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str, flag: str | None = None) -> Path:
+    return write_atomic(path, lambda handle: handle.write(text), flag=flag)
+
+
+def save_figure(fig, path: str | Path, flag: str | None = None, **kw) -> Path:
+    """Save a Matplotlib figure atomically, in the format its extension names."""
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".") or "png"
+    return write_atomic(path, lambda handle: fig.savefig(handle, format=fmt, **kw),
+                        binary=True, flag=flag)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

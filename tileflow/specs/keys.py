@@ -1,0 +1,222 @@
+"""Every key the input files accept, with its type, unit, default and meaning.
+
+The validators take their allowed and required keys from these tables (`Section.check`), and
+`docs/reference.md` is generated from them (`python -m tileflow.reference`), so the reference
+cannot miss a key the validators accept. To add a key: add a `Key` to its section here, read it
+in the validator, regenerate the reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tileflow.specs.yamlfile import Field
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a YAML mapping. `default` is None for a required key."""
+
+    name: str
+    type: str
+    meaning: str
+    default: str | None = "-"
+    unit: str = "-"
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+
+@dataclass(frozen=True)
+class Section:
+    """The keys of one kind of YAML mapping (`where` says where it sits in its file)."""
+
+    name: str
+    where: str
+    keys: tuple[Key, ...]
+    about: str = ""
+
+    @property
+    def allowed(self) -> frozenset[str]:
+        return frozenset(k.name for k in self.keys)
+
+    @property
+    def required(self) -> frozenset[str]:
+        return frozenset(k.name for k in self.keys if k.required)
+
+    def check(self, f: Field) -> None:
+        """Reject unknown keys and report missing required ones, naming file and line."""
+        f.check_keys(self.allowed, required=self.required)
+
+
+NOTES = Key("notes", "text", "free text for the reader; ignored by the model")
+
+ACCELERATOR = Section("accelerator", "top level of an accelerator file", (
+    Key("name", "text", "the accelerator's name, used in reports and plot titles",
+        "`accelerator`"),
+    Key("description", "text", "one line saying what the accelerator is", "empty"),
+    Key("clock_ghz", "number > 0", "clock frequency; converts GB/s to words per cycle and "
+        "cycles to milliseconds", "1.0", "GHz"),
+    Key("word_bits", "integer, multiple of 8", "width of one word: every count is in words",
+        "16", "bits"),
+    Key("levels", "list of levels", "storage levels, outermost (DRAM) first; see `level`",
+        None),
+    Key("compute", "mapping", "the compute units; see `compute`", None),
+    Key("vector_on_matrix", "boolean", "run vector operators on the matrix array (one "
+        "operation per PE per cycle at the matrix unit's `cycles_per_op`) instead of a vector "
+        "unit", "true when `compute` has no `vector`, else false"),
+    Key("technology_nm", "number from 5 to 180", "technology node: levels and units without "
+        "explicit energies take them (and their area) from the component model at this node; "
+        "see docs/energy.md", "none: per-word defaults, no area", "nm"),
+    Key("precision", "int8, int16, fp16, bf16 or fp32 (see docs/energy.md)", "arithmetic "
+        "precision of the compute units for the component model (needs `technology_nm`)",
+        "from the word width"),
+    NOTES,
+))
+
+LEVEL = Section("level", "each item of `levels`", (
+    Key("name", "text", "the level's name; tiles of a dataflow name it in `level`", None),
+    Key("capacity_bytes", "number > 0", "capacity of one instance (give this or "
+        "`capacity_words`)", "unbounded for the outermost level; required for the others",
+        "bytes"),
+    Key("capacity_words", "number > 0", "capacity of one instance, in words (instead of "
+        "`capacity_bytes`)", "see `capacity_bytes`", "words"),
+    Key("fanout", "integer >= 1", "instances of this level per instance of the level above "
+        "(cores, sub-cores, PEs); ignored on the outermost level, which has one instance", "1"),
+    Key("read_bandwidth_gbps", "number > 0", "read bandwidth of one instance (give this or "
+        "`read_words_per_cycle`)", "required, in one of the two forms", "GB/s"),
+    Key("write_bandwidth_gbps", "number > 0", "write bandwidth of one instance (give this or "
+        "`write_words_per_cycle`)", "required, in one of the two forms", "GB/s"),
+    Key("read_words_per_cycle", "number > 0", "read bandwidth of one instance; wins over "
+        "`read_bandwidth_gbps` when both are given", "see `read_bandwidth_gbps`",
+        "words/cycle"),
+    Key("write_words_per_cycle", "number > 0", "write bandwidth of one instance; wins over "
+        "`write_bandwidth_gbps` when both are given", "see `write_bandwidth_gbps`",
+        "words/cycle"),
+    Key("energy_pj_per_word", "number >= 0, or mapping (see `energy_pj_per_word`)",
+        "energy of one word read, filled (write) or updated; one number for all three",
+        "200 pJ per 16 bits for the outermost level; for the others an SRAM estimate from "
+        "the capacity (1 pJ at 0.5 KB, 6 pJ at 100 KB, 100 pJ at 2 MB and above, per 16 bits, "
+        "log-log in between)", "pJ/word"),
+    Key("step_overhead_cycles", "number >= 0", "cycles added for every step of a tile that "
+        "reads from this level (request setup)", "0", "cycles"),
+    Key("latency_cycles", "number >= 0", "cycles before the first word of a tile's run of "
+        "transfers from this level arrives (added once per run)", "0", "cycles"),
+    Key("memory", "sram, regfile or dram", "kind of memory for the component model (needs "
+        "`technology_nm` unless dram)", "dram for the outermost level, regfile up to 1 KB, "
+        "else sram"),
+    Key("dram_type", "a DRAM type of docs/energy.md (e.g. HBM2, GDDR5, DDR4, LPDDR4)",
+        "DRAM energy per bit from the component tables (outermost level only)",
+        "none: 200 pJ per 16 bits"),
+    Key("access_width_bits", "integer, a multiple of the word", "width of one physical access "
+        "of the memory for the component model", "one word", "bits"),
+    NOTES,
+))
+
+ENERGY = Section("energy_pj_per_word", "`energy_pj_per_word` of a level, written as a mapping", (
+    Key("read", "number >= 0", "energy of reading one word out of the level", None, "pJ/word"),
+    Key("write", "number >= 0", "energy of filling one word into the level from above", None,
+        "pJ/word"),
+    Key("update", "number >= 0", "energy of updating one word from below (results, partial "
+        "sums)", "`write`", "pJ/word"),
+))
+
+COMPUTE = Section("compute", "`compute` of an accelerator file", (
+    Key("matrix", "mapping", "the matrix array that runs contractions; see `compute.matrix`",
+        None),
+    Key("vector", "mapping", "the vector unit that runs every other operator; see "
+        "`compute.vector`", "none: vector operators run on the matrix array"),
+))
+
+_UNIT_COMMON = (
+    Key("level", "level name", "the storage level that feeds the unit: operands are read "
+        "from it and results updated in it; the unit's parallelism is per instance of it",
+        None),
+    Key("energy_pj_per_op", "number >= 0", "energy of one operation (a MAC on the matrix "
+        "array)", "1.0", "pJ/op"),
+    Key("cycles_per_op", "number > 0, or mapping function -> number > 0", "cycles one "
+        "operation takes on one lane or PE; a mapping gives them per function (`default`, "
+        "`mul`, `add`, `sub`, `div`, `copy` for plain reads such as `max=` reductions, or a "
+        "named function such as `exp`)", "1", "cycles"),
+    Key("precision", "int8, int16, fp16, bf16 or fp32", "precision of this unit's operations "
+        "for the component model; wins over the file's `precision`", "the file's `precision`"),
+    NOTES,
+)
+
+MATRIX = Section("compute.matrix", "`compute.matrix`", (
+    Key("rows", "integer >= 1", "rows of the PE array", None, "PEs"),
+    Key("cols", "integer >= 1", "columns of the PE array", None, "PEs"),
+    *_UNIT_COMMON,
+), about="When `level` has a fan-out of rows x cols (a register per PE), each instance of it is "
+         "one MAC; otherwise every instance of `level` feeds a whole rows x cols array.")
+
+VECTOR = Section("compute.vector", "`compute.vector`", (
+    Key("lanes", "integer >= 1", "operations per cycle of one instance of the unit", None,
+        "lanes"),
+    *_UNIT_COMMON,
+), about="There is one vector unit per instance of `level` (for example one per core).")
+
+WORKLOAD = Section("workload", "top level of a workload file", (
+    Key("name", "text", "the workload's name, used in reports and plot titles", "`workload`"),
+    Key("description", "text", "one line saying what the workload is", "empty"),
+    Key("dims", "mapping name -> size", "loop dimensions and their sizes: an integer or an "
+        "integer expression over `params` and earlier dims (`h // st1`); the same name in two "
+        "operators is the same axis", None),
+    Key("params", "mapping name -> size", "named integers used in `dims`, indices and "
+        "`shapes` (strides, padding, kernel sizes); `--set` overrides them like dims", "none"),
+    Key("ops", "list of operators", "the operators in dependency order; see `ops[]`", None),
+    Key("shapes", "mapping tensor -> list of extents", "a tensor's extent per axis (integer "
+        "expressions); elements outside it are padding and never move", "the hull of the "
+        "indices the operators use"),
+    Key("presets", "mapping name -> mapping of sizes", "named sets of sizes for dims and "
+        "params (`--preset NAME`, or the preset name as `--workload`)", "none"),
+))
+
+OPERATOR = Section("operator", "each item of `ops`", (
+    Key("name", "text", "the operator's name; a dataflow's leaves name it", None),
+    Key("expr", "text", "`OUT[i,..] += A[..] * B[..]` (a contraction: matrix array), or "
+        "`OUT[..] = f(A[..])`, `OUT[..] = A[..] - B[..]`, `OUT[..] max= A[..]`, ... (vector "
+        "unit); indices are dims or affine expressions such as `st1*p+r-pad1`", None),
+))
+
+DATAFLOW = Section("dataflow", "top level of a dataflow file", (
+    Key("name", "text", "the dataflow's name in reports", "the file name without `.yaml`"),
+    Key("description", "text", "one line saying what the dataflow is", "empty"),
+    Key("homes", "mapping tensor -> level name", "the level where an intermediate tensor "
+        "lives within one step of the lowest common ancestor of its producer and consumers; "
+        "it never moves above it", "the outermost on-chip level below that ancestor that "
+        "both paths pass through"),
+    Key("root", "tile", "the root tile (usually at the outermost level); see `tile`", None),
+))
+
+TILE = Section("tile", "`root` and every tile among `children`", (
+    Key("level", "level name", "the storage level that holds the tile's working set", None),
+    Key("name", "text", "a label for reports and error messages", "empty"),
+    Key("loops", "list of loops", "the tile's loops, outermost first: `DIM:FACTOR` "
+        "(temporal), `DIM:FACTOR:Sp` (spatial, across instances of the children's level) or "
+        "a mapping (see `loop`)", "none"),
+    Key("primitive", "`Seq`, `Shar`, `Para` or `Pipe`", "how the children share the tile's "
+        "steps: one after another dropping data (`Seq`), one after another keeping data "
+        "(`Shar`), at once on disjoint units (`Para`), pipelined over the tile's steps "
+        "(`Pipe`)", "`Seq`"),
+    Key("children", "list of tiles or leaves", "the sub-tiles and operators, in order", None),
+    Key("no_reuse", "list of tensor names", "tensors whose slices this tile fetches anew at "
+        "every step of its loops, even when the slice did not change (programs that do not "
+        "exploit a reuse the loop order allows)", "none"),
+))
+
+LEAF = Section("leaf", "an operator among `children`: `{op: NAME}` or just `NAME`", (
+    Key("op", "operator name", "the workload operator whose innermost iterations run here",
+        None),
+))
+
+LOOP = Section("loop", "an item of `loops` written as a mapping", (
+    Key("dim", "dimension name", "the workload dimension the loop iterates over", None),
+    Key("factor", "integer >= 1", "trip count of the loop", None),
+    Key("spatial", "boolean", "iterations go to different instances at once (`Sp`) instead "
+        "of one after another", "false"),
+))
+
+ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
+WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
+DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
