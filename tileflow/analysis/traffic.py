@@ -82,6 +82,8 @@ def _dims(plan: Plan, path: OpPath, j: int) -> dict[str, DimRec]:
 def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
     """Path positions of Seq tiles whose next child (wrapping) does not use `tensor`: below
     them the tensor is dropped between steps, so loops at or above them give no reuse."""
+    if plan.shape is not None:
+        return list(plan.shape.drops[(path.op.name, tensor)])
     depths = []
     for k, (_, tile) in enumerate(path.tiles):
         if tile.primitive != "Seq" or len(tile.children) < 2:
