@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from tileflow.specs.arch import Architecture
@@ -26,6 +26,7 @@ class Shape:
     homes: Mapping[str, int]  # intermediate -> level index
     ops_below: Mapping[str, tuple[str, ...]]  # node path -> operators under it
     drops: Mapping[tuple[str, str], tuple[int, ...]]  # (op, tensor) -> Seq drop positions
+    memo: dict = field(default_factory=dict)  # further shape-only facts, filled on first use
 
 
 def node_key(node: Node) -> tuple:
