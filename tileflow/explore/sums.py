@@ -251,7 +251,13 @@ def volume_sum(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoo
                rows: int) -> np.ndarray:
     """Sum over the steps of the axis's loops of the slice length (union over `union`)."""
     if not _plain(axis, dims):
-        return _grid_volume(axis, dims, loops, union, rows)
+        from tileflow.explore import windows
+
+        if not windows.supported(axis):
+            return _grid_volume(axis, dims, loops, union, rows)
+        closed, ok = windows.window_volume(axis, dims, loops, _union_of(axis, union), rows)
+        return _closed_or_grid(closed, ok, lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
+                               dims, loops, union)
     rec = dims[axis.terms[0][0]]
     extent, ok = _widened(axis, dims, union, rows)
     closed = lattice_sum(
@@ -280,7 +286,14 @@ def overlap_sum(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
                 union: Sequence[VLoop], rows: int) -> np.ndarray:
     """Sum, over the events where loop i advances, of |slice before & slice after|."""
     if not _plain(axis, dims):
-        return _grid_overlap(axis, dims, loops, i, union, rows)
+        from tileflow.explore import windows
+
+        if not windows.supported(axis):
+            return _grid_overlap(axis, dims, loops, i, union, rows)
+        closed, ok = windows.window_overlap(axis, dims, loops, i, _union_of(axis, union), rows)
+        return _closed_or_grid(closed, ok,
+                               lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
+                               dims, loops, union)
     rec = dims[axis.terms[0][0]]
     extent, ok = _widened(axis, dims, union, rows)
     idx = _axis_loops(axis, loops)
