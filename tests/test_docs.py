@@ -102,3 +102,149 @@ def test_docs_are_linked_from_the_readme_and_never_point_outside_the_repository(
         for target in re.findall(r"\]\(([^)#]+)", text):
             if not target.startswith("http"):
                 assert (path.parent / target).exists(), f"{path.name} links to {target}"
+
+
+# --- the worked examples of docs/, run the way the docs run them -------------------------
+
+EXAMPLES = DOCS / "examples"
+
+
+def _evaluate(workload: str, dataflow: str, arch: str = "tiny-npu.yaml") -> dict:
+    import json
+
+    from test_cli import tileflow
+
+    proc = tileflow("evaluate", "--arch", str(EXAMPLES / arch), "--workload",
+                    str(EXAMPLES / workload), "--dataflow", str(EXAMPLES / dataflow), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _moves(result: dict, level: str, tensor: str) -> tuple[float, float, float]:
+    t = result["levels"][level]["per_tensor"][tensor]
+    return t["fills"], t["reads"], t["updates"]
+
+
+def test_counting_example_multicast_spatial_reduction_first_touch():
+    """docs/counting.md: GEMM 4 x 4 x 8, m over 2 cores, (m, k) over each core's 2 x 2 PEs,
+    16 temporal steps (n:4, k:4) per core."""
+    r = _evaluate("gemm.yaml", "gemm-spatial.yaml")
+    cores, pes, steps = 2, 4, 16
+    # A[m,k]: every PE gets its own word each step; no two PEs share one: no multicast
+    assert _moves(r, "Reg", "A") == (cores * pes * steps, cores * pes * steps, 0)
+    assert _moves(r, "L1", "A")[1] == cores * pes * steps
+    # B[k,n]: the two PEs of a column (same k, other m) share a word: L1 reads it once
+    assert _moves(r, "Reg", "B")[0] == cores * pes * steps
+    assert _moves(r, "L1", "B")[1] == cores * 2 * steps
+    # C[m,n]: 4 x 4 results, each made of partial sums from 2 PEs (k spatial), reduced on
+    # the way: L1 is updated once per element; never filled (first touch)
+    assert _moves(r, "L1", "C") == (0, 0, 16)
+    ops = 4 * 4 * 8
+    # one register update per MAC; no read of the accumulator on its first touch in a PE
+    # (each PE starts 4 elements: one per n step)
+    assert _moves(r, "Reg", "C") == (0, ops - cores * pes * 4, ops)
+    # DRAM: A once (each core its half), B once (multicast to both cores), C once
+    assert [_moves(r, "DRAM", t) for t in "ABC"] == [(0, 32, 0), (0, 32, 0), (0, 0, 16)]
+    assert _moves(r, "L1", "A")[0] == 32 and _moves(r, "L1", "B")[0] == 2 * 32
+    # footprints per instance: L1 holds A 2x8, B 8x4, C 2x4; a PE one word of each
+    assert r["footprint_words"] == {"L1": 16 + 32 + 8, "Reg": 3}
+
+
+def test_latency_example_overlap_and_fill_drain():
+    """docs/latency.md: the same GEMM; per-instance bandwidths in words per cycle."""
+    r = _evaluate("gemm.yaml", "gemm-spatial.yaml")
+    leaf = (128 + 128 + 96) / (8 * 2)  # Reg operand reads over 8 PEs at 2 words/cycle = 22
+    l1_load = 256 / (8 * 2)  # Reg fills over 8 PEs at 2 words/cycle = 16
+    l1_store = 32 / (8 * 2)  # partial sums leaving 8 PEs before the reduction = 2
+    l1 = max(l1_load, leaf, l1_store) + (l1_load + leaf + l1_store - leaf) / 16
+    root_load, root_store = 64 / 2, 16 / 2  # DRAM: 64 words read, 16 written, 2 words/cycle
+    root = max(root_load, l1, root_store) + (root_load + l1 + root_store - root_load) / 1
+    assert l1 == 23.125 and r["cycles"] == pytest.approx(root) == pytest.approx(63.125)
+    assert r["bottleneck"].startswith("DRAM read bandwidth")
+
+
+def test_latency_example_step_overhead_and_latency(tmp_path):
+    text = (EXAMPLES / "tiny-npu.yaml").read_text().replace(
+        "{name: DRAM, read_words_per_cycle: 2,",
+        "{name: DRAM, step_overhead_cycles: 5, latency_cycles: 50, read_words_per_cycle: 2,")
+    assert "step_overhead_cycles" in text
+    (tmp_path / "slow.yaml").write_text(text)
+    r = _evaluate("gemm.yaml", "gemm-spatial.yaml", arch=str(tmp_path / "slow.yaml"))
+    load = 32 + 5 * 1  # one step of the root reads DRAM
+    assert r["cycles"] == pytest.approx(load + (23.125 + 8) + 50)
+
+
+def test_energy_example():
+    r = _evaluate("gemm.yaml", "gemm-spatial.yaml")
+    dram = (64 + 16) * 100
+    l1 = (192 + 96 + 16) * 10
+    reg = (352 + 256 + 128) * 1
+    assert {k: v["energy_pj"] for k, v in r["levels"].items()} == {
+        "DRAM": dram, "L1": l1, "Reg": reg}
+    assert r["energy_pj"] == dram + l1 + reg + 128 * 1 == 11904
+
+
+def test_seq_drops_shar_keeps_and_homes():
+    """docs/counting.md: C = A B, E = C D; m=4 l=4 k=2 n=2; DRAM loop over 2 row blocks."""
+    seq = _evaluate("chain.yaml", "chain-seq.yaml")
+    shar = _evaluate("chain.yaml", "chain-shar.yaml")
+    home = _evaluate("chain.yaml", "chain-home-dram.yaml")
+    dram = {name: {t: _moves(r, "DRAM", t) for t in r["levels"]["DRAM"]["per_tensor"]}
+            for name, r in (("seq", seq), ("shar", shar), ("home", home))}
+    # A (4x2) read once in halves; B (2x4) and D (4x2) do not depend on m: Seq drops them
+    # after the child that used them, so each row block reads them again; Shar keeps them
+    assert dram["seq"] == {"A": (0, 8, 0), "B": (0, 16, 0), "D": (0, 16, 0), "E": (0, 0, 8)}
+    assert dram["shar"] == {"A": (0, 8, 0), "B": (0, 8, 0), "D": (0, 8, 0), "E": (0, 0, 8)}
+    # C lives in L1 (its default home): g1 updates it once per element (k innermost), g2
+    # reads it once per MAC (16 ops per row block x 2); with homes {C: DRAM} it goes out and
+    # comes back: 16 words written to DRAM, 16 read back into L1
+    assert _moves(seq, "L1", "C") == (0, 32, 16)
+    assert dram["home"]["C"] == (0, 16, 16) and _moves(home, "L1", "C") == (16, 32, 16)
+    # footprints: Seq the larger child (A 4 + B 8 + C 8 = C 8 + D 8 + E 4 = 20), Shar the
+    # union (A, B, C, D, E: 32); in the registers, Shar needs 5 words and tiny-npu has 4
+    assert seq["footprint_words"]["L1"] == 20 and shar["footprint_words"]["L1"] == 32
+    assert seq["valid"] and not shar["valid"]
+    assert shar["violations"] == [
+        "capacity: level Reg needs 5 words but holds 4 (over by 1; largest: A 1, B 1, C 1)"]
+
+
+def test_pipe_example():
+    """docs/latency.md: chain-pipe overlaps g1 of one row block with g2 of the previous."""
+    r = _evaluate("chain.yaml", "chain-pipe.yaml")
+    g1 = 40 + (32 + 40 + 8 - 40) / 32  # leaf: 80 operand reads at 2 words/cycle
+    g2 = 44 + (32 + 44 + 4 - 44) / 32  # leaf: 88 operand reads at 2 words/cycle
+    stages = [g1 / 2, g2 / 2]
+    inner = sum(stages) + (2 - 1) * max(stages)
+    assert r["cycles"] == pytest.approx(inner + (12 + 4) / 2) == pytest.approx(73.75)
+    seq = _evaluate("chain.yaml", "chain-seq.yaml")
+    assert seq["cycles"] == pytest.approx(g1 + g2 + (40 / 2 + 8 / 2) / 2) == 98.375
+    assert r["footprint_words"]["Reg"] == 6  # Pipe: the stages' registers add up
+
+
+def test_vector_example_lanes():
+    """docs/concepts.md: exp over 4 x 8 on 2 cores x 4 lanes, 4 cycles per exp."""
+    r = _evaluate("rowexp.yaml", "rowexp-lanes.yaml")
+    compute = (2 * 2) * 4  # temporal steps per core (m:2, l:2) x cycles per exp
+    assert r["vector_ops"] == 32 and r["macs"] == 0
+    assert r["cycles"] == 16 + (16 + compute + 16 - 16)  # DRAM loads S, stores E: 16 each
+    assert r["bottleneck"] == "vector unit ('exp')"
+
+
+def test_vector_example_too_many_lanes(tmp_path):
+    text = (EXAMPLES / "rowexp-lanes.yaml").read_text()
+    (tmp_path / "wide.yaml").write_text(text.replace("[m:2, l:2, l:4:Sp]", "[m:2, l:8:Sp]"))
+    r = _evaluate("rowexp.yaml", str(tmp_path / "wide.yaml"))
+    assert not r["valid"] and r["violations"] == [
+        "fan-out: tile at L1 (root.0) spreads 'exp' over 8 vector units but there are 4 "
+        "(vector units per L1 instance)"]
+
+
+def test_no_reuse_example(tmp_path):
+    """docs/counting.md: with no_reuse A is read at every step of the root's 4 steps."""
+    reload = _evaluate("gemm.yaml", "gemm-no-reuse.yaml")
+    text = (EXAMPLES / "gemm-no-reuse.yaml").read_text()
+    (tmp_path / "reuse.yaml").write_text(text.replace("  no_reuse: [A]\n", ""))
+    reuse = _evaluate("gemm.yaml", str(tmp_path / "reuse.yaml"))
+    assert _moves(reuse, "DRAM", "A") == (0, 2 * 8 * 2, 0)
+    assert _moves(reload, "DRAM", "A") == (0, 4 * 16, 0)
+    assert _moves(reload, "DRAM", "B") == _moves(reuse, "DRAM", "B") == (0, 64, 0)

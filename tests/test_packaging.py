@@ -77,8 +77,14 @@ def test_installed_tileflow_runs_from_another_folder(installed):
                  cwd=installed["cwd"], env=installed["env"])
     assert "site-packages" in where.stdout and str(REPO) not in where.stdout
     proc = _run(installed["bin"] / "tileflow", "compare", "--arch", "edge", "--workload",
-                "attention", "--json", "--no-plot", cwd=installed["cwd"], env=installed["env"])
+                "attention", "--json", cwd=installed["cwd"], env=installed["env"])
     rows = json.loads(proc.stdout)
     b, m, l_, k, n = 8, 512, 512, 64, 64  # the shipped attention workload (G1)
     assert rows[0]["dataflow"] == "layerwise"
     assert all(r["macs"] == b * m * l_ * k + b * m * l_ * n for r in rows)
+    chart = installed["cwd"] / f"compare-attention-b_{b}-m_{m}-l_{l_}-k_{k}-n_{n}-edge.png"
+    assert chart.read_bytes()[:4] == b"\x89PNG"
+    shipped_flow = _run(installed["bin"] / "tileflow", "evaluate", "--arch", "edge",
+                        "--workload", "G1", "--dataflow", "attention-chimera", "--json",
+                        cwd=installed["cwd"], env=installed["env"])
+    assert json.loads(shipped_flow.stdout)["valid"]

@@ -118,6 +118,8 @@ def _plot(frame: pd.DataFrame, arch: str, workload: str, path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     rows = frame[(frame.arch == arch) & (frame.workload == workload)]
     pivot = rows.pivot(index="preset", columns="dataflow", values="speedup")
@@ -127,8 +129,8 @@ def _plot(frame: pd.DataFrame, arch: str, workload: str, path) -> None:
     pivot.plot.bar(ax=axes[0], width=0.8)
     axes[0].set_title(f"speed-up over Layerwise: {workload} on {arch}")
     axes[0].set_ylabel("x")
-    axes[0].legend(fontsize=7, ncol=3, loc="upper left")
-    axes[0].set_ylim(0, pivot.max().max() * 1.35)
+    marks = [v for v in PUBLISHED_SPEEDUP.get((arch, workload), {}).values() if v]
+    axes[0].set_ylim(0, max([pivot.max().max(), *marks]) * 1.35)
     dram = rows.pivot(index="preset", columns="dataflow", values="dram_reduction")
     dram = dram.reindex(pivot.index)[pivot.columns]
     (100 * dram).plot.bar(ax=axes[1], width=0.8, legend=False)
@@ -137,6 +139,21 @@ def _plot(frame: pd.DataFrame, arch: str, workload: str, path) -> None:
     for i, name in enumerate(pivot.columns):
         if published.get(name):
             axes[0].axhline(published[name], color=f"C{i}", linestyle=":", linewidth=1)
+    valid = rows.pivot(index="preset", columns="dataflow", values="valid")
+    valid = valid.reindex(pivot.index)[pivot.columns]
+    for ax in axes:  # bars are drawn column by column (dataflow), preset by preset
+        for container, name in zip(ax.containers, pivot.columns, strict=True):
+            for bar, ok in zip(container, valid[name], strict=True):
+                if not ok:
+                    bar.set(hatch="//", edgecolor="black", alpha=0.5)
+    handles, _ = axes[0].get_legend_handles_labels()
+    if any(published.get(name) for name in pivot.columns):
+        handles.append(Line2D([], [], color="black", linestyle=":", linewidth=1,
+                              label="published speed-up (dotted, dataflow's colour)"))
+    if not valid.to_numpy().all():
+        handles.append(Patch(facecolor="white", hatch="//", edgecolor="black",
+                             label="invalid: does not fit the accelerator"))
+    axes[0].legend(handles=handles, fontsize=7, ncol=3, loc="upper left")
     fig.tight_layout()
     try:
         save_figure(fig, path, flag="--out", dpi=100)

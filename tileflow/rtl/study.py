@@ -49,9 +49,10 @@ SOURCE = ("The measurements are RTL-simulated cycle counts of a 16 x 16 systolic
 def dataset_help(folder: Path) -> str:
     """Where the measurements come from, which files and columns are needed, and how to point
     at them: what a user without the dataset reads."""
-    files = "; ".join(f"{FILES[k]} (columns {', '.join(COLUMNS[k])})" for k in FILES)
-    return (f"{SOURCE} It needs two files in one folder: {files}. Put them in a folder and "
-            f"run `tileflow validate rtl --data DIR` (default folder: {folder}).")
+    columns = "; ".join(f"{FILES[k]} has the columns {', '.join(COLUMNS[k])}" for k in FILES)
+    return (f"{SOURCE} It needs {' and '.join(FILES.values())} in one folder ({columns}). "
+            f"Put them in a folder and run `tileflow validate rtl --data DIR` (default "
+            f"folder: {folder}).")
 
 
 def load_dataset(data: str | Path | None = None) -> dict[str, pd.DataFrame]:

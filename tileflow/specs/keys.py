@@ -100,8 +100,8 @@ LEVEL = Section("level", "each item of `levels`", (
         "log-log in between)", "pJ/word"),
     Key("step_overhead_cycles", "number >= 0", "cycles added for every step of a tile that "
         "reads from this level (request setup)", "0", "cycles"),
-    Key("latency_cycles", "number >= 0", "cycles before the first word of a tile's run of "
-        "transfers from this level arrives (added once per run)", "0", "cycles"),
+    Key("latency_cycles", "number >= 0", "cycles before the first word arrives: added once "
+        "to every tile whose loads read from this level", "0", "cycles"),
     Key("memory", "sram, regfile or dram", "kind of memory for the component model (needs "
         "`technology_nm` unless dram)", "dram for the outermost level, regfile up to 1 KB, "
         "else sram"),
@@ -164,7 +164,7 @@ WORKLOAD = Section("workload", "top level of a workload file", (
         "operators is the same axis", None),
     Key("params", "mapping name -> size", "named integers used in `dims`, indices and "
         "`shapes` (strides, padding, kernel sizes); `--set` overrides them like dims", "none"),
-    Key("ops", "list of operators", "the operators in dependency order; see `ops[]`", None),
+    Key("ops", "list of operators", "the operators in dependency order; see `operator`", None),
     Key("shapes", "mapping tensor -> list of extents", "a tensor's extent per axis (integer "
         "expressions); elements outside it are padding and never move", "the hull of the "
         "indices the operators use"),
@@ -184,8 +184,8 @@ DATAFLOW = Section("dataflow", "top level of a dataflow file", (
     Key("description", "text", "one line saying what the dataflow is", "empty"),
     Key("homes", "mapping tensor -> level name", "the level where an intermediate tensor "
         "lives within one step of the lowest common ancestor of its producer and consumers; "
-        "it never moves above it", "the outermost on-chip level below that ancestor that "
-        "both paths pass through"),
+        "it never moves above it", "the ancestor's level when it is on chip, else the "
+        "outermost on-chip level below it that every path of the tensor passes through"),
     Key("root", "tile", "the root tile (usually at the outermost level); see `tile`", None),
 ))
 
