@@ -114,9 +114,10 @@ def union_length(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Measure of the union of intervals [lo, hi) along the last axis (empty: lo == hi)."""
     if lo.shape[-1] == 1:
         return (hi - lo)[..., 0]
-    order = np.argsort(lo, axis=-1, kind="stable")
-    lo = np.take_along_axis(lo, order, -1)
-    hi = np.take_along_axis(hi, order, -1)
+    if not (np.diff(lo, axis=-1) >= 0).all():  # instances come in order along one loop
+        order = np.argsort(lo, axis=-1, kind="stable")
+        lo = np.take_along_axis(lo, order, -1)
+        hi = np.take_along_axis(hi, order, -1)
     reach = np.maximum.accumulate(hi, axis=-1)
     before = np.concatenate([np.full(lo.shape[:-1] + (1,), np.iinfo(I64).min // 2),
                              reach[..., :-1]], axis=-1)
