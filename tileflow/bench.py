@@ -23,7 +23,7 @@ def exact_assignments(structure: Structure, count: int, rng: np.random.Generator
     prime factors between loops over the same dim that tile the same operators (which keeps
     every operator's product of factors), spatial and temporal alike."""
     c = structure.compiled
-    base = c.default_factors
+    base = structure.all_loop_factors(structure.default_factors[None, :])[0]
     groups: dict[tuple, list[int]] = {}
     for (path, i), slot in c.slot_of.items():
         key = (c.tiles[path].loops[i].dim, c.ops_below[path])

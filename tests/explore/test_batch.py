@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from trees import ARCH, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.bench import exact_assignments
 from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
@@ -23,7 +24,7 @@ from tileflow.explore.batch import evaluate_batch
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
-from tileflow.tree import render
+from tileflow.tree import Op, render
 
 REJECTED = ("coverage", "dependency", "window")
 
@@ -140,3 +141,34 @@ def test_full_size(wl: str, arch: str, name: str) -> None:
     rng = np.random.default_rng(3)
     compared, _ = assert_rows_equal(structure, covering_rows(structure, 4, rng))
     assert compared >= 3
+
+
+def test_benchmark_rows_are_exactly_tiled() -> None:
+    """The rows `tileflow bench` times as exactly tiled cover every dimension exactly (the
+    product of each operator's factors of a dim is its size) and agree with the scalar
+    model."""
+    w, a = load_workload("G1"), load_arch("edge")
+    structure = structure_of(w, a, build("tileflow-pipe", w, a))
+    rows = exact_assignments(structure, 12, np.random.default_rng(5))
+    assert len({tuple(r) for r in rows}) > 6
+    for row in rows:
+        flow = structure.dataflow(row)
+        for op in w.ops:
+            chain = _chain(flow.root, op.name)
+            for d in op.dims:
+                product = int(np.prod([lp.factor for t in chain for lp in t.loops
+                                       if lp.dim == d]))
+                assert product == w.sizes[d], (op.name, d, list(row))
+    compared, _ = assert_rows_equal(structure, rows)
+    assert compared == len(rows)
+
+
+def _chain(node, op: str):
+    """The tiles from `node` down to the leaf of `op`."""
+    if isinstance(node, Op):
+        return [] if node.op == op else None
+    for child in node.children:
+        below = _chain(child, op)
+        if below is not None:
+            return [node, *below]
+    return None

@@ -8,17 +8,15 @@ many rows at once from this."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
-from types import SimpleNamespace
-
-import numpy as np
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.analysis.prepare import _check_nodes, _home, _lca, _leaf_paths, _ops_below
+from tileflow.analysis.shape import node_key, shape_of, spec_key
 from tileflow.specs.arch import Architecture
 from tileflow.specs.expressions import Access
 from tileflow.specs.workload import Operator, Workload
-from tileflow.tree import Dataflow, Op, Tile, walk
+from tileflow.tree import Dataflow, Tile, walk
 
 
 @dataclass(frozen=True)
@@ -93,27 +91,17 @@ class Compiled:
     def __init__(self, workload: Workload, arch: Architecture, flow: Dataflow):
         w = workload
         self.workload, self.arch, self.flow = w, arch, flow
-        root = flow.root
-        _check_nodes(w, arch, root)
-        self.tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
+        shape = shape_of(w, arch, flow)  # checks the structure once
+        self.shape = shape
+        self.tiles = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
         # every loop of the tree is a column of the factor rows, in tree-walk order
         self.slot_of = {(p, i): k for k, (p, i) in enumerate(
             (p, i) for p, t in self.tiles.items() for i in range(len(t.loops)))}
-        self.default_factors = np.array([lp.factor for t in self.tiles.values()
-                                         for lp in t.loops], dtype=np.int64)
-        below = _ops_below(root)
-        self.ops_below = {p: below[id(t)] for p, t in self.tiles.items()}
-        self.tensors_under = {key: frozenset(t for o in ops for t in w.op_by_name[o].tensors)
-                              for key, ops in below.items()}
-        chains = _leaf_paths(root)
-        self.lca = {t: _lca([chains[o] for o in (w.producer[t], *w.consumers[t])])
-                    for t in w.intermediates}
-        level_of = arch.level_index
-        levels = {o: tuple(level_of[self.tiles[p].level] for p in chains[o]) for o in chains}
-        stub = {o: SimpleNamespace(levels=levels[o]) for o in chains}
-        self.homes = {t: _home(w, arch, flow, t, self.lca[t], stub, self.tiles)
-                      for t in self.lca}
-        self.paths = {op.name: self._path(op, chains[op.name], levels[op.name]) for op in w.ops}
+        self.ops_below = shape.ops_below
+        self.lca = shape.lca
+        self.homes = shape.homes
+        self.paths = {op.name: self._path(op, shape.chains[op.name], shape.levels[op.name])
+                      for op in w.ops}
         self.halos = self._halos()
         self.windows = self._windows()
 
@@ -126,7 +114,7 @@ class Compiled:
         info = {}
         for access, is_out in [(a, False) for a in op.inputs] + [(op.output, True)]:
             t = access.tensor
-            drops = self._drop_depths(op, chain, t)
+            drops = self.shape.drops[(op.name, t)]
             no_reuse = {k for k, p in enumerate(chain) if t in self.tiles[p].no_reuse}
             if t in self.lca:
                 depth = self.lca[t].count(".")
@@ -171,23 +159,6 @@ class Compiled:
         else:
             epoch = tuple(lp.dim not in op.dims or lp.spatial for lp in loops)
         return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch)
-
-    def _drop_depths(self, op: Operator, chain: tuple[str, ...], tensor: str) -> list[int]:
-        """Positions of Seq tiles whose next child (wrapping) does not use the tensor."""
-        depths = []
-        for k, p in enumerate(chain):
-            tile = self.tiles[p]
-            if tile.primitive != "Seq" or len(tile.children) < 2:
-                continue
-            if k + 1 < len(chain):
-                index = int(chain[k + 1].rsplit(".", 1)[1])
-            else:
-                index = next(i for i, c in enumerate(tile.children)
-                             if isinstance(c, Op) and c.op == op.name)
-            nxt = tile.children[(index + 1) % len(tile.children)]
-            if tensor not in self.tensors_under[id(nxt)]:
-                depths.append(k)
-        return depths
 
     # -- halos and windows -----------------------------------------------------------------
     def _halos(self) -> dict[str, list[tuple[str, int, tuple[int, ...]]]]:
@@ -291,3 +262,19 @@ class Compiled:
     def footprint_levels(self) -> list[int]:
         return [i for i, lv in enumerate(self.arch.levels)
                 if not (i == 0 and math.isinf(lv.capacity_words))]
+
+
+_CACHE: OrderedDict = OrderedDict()
+
+
+def compiled_for(workload: Workload, arch: Architecture, flow: Dataflow) -> Compiled:
+    """The analysis of a structure, shared by every dataflow of the same shape."""
+    key = (spec_key(workload), spec_key(arch), node_key(flow.root),
+           tuple(sorted(flow.homes.items())))
+    found = _CACHE.get(key)
+    if found is None:
+        found = _CACHE[key] = Compiled(workload, arch, flow)
+        if len(_CACHE) > 256:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    return found

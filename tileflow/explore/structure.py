@@ -43,18 +43,29 @@ class Structure:
                         dtype=np.int64)
 
     @cached_property
-    def compiled(self):
-        """The factor-independent analysis, done once per structure."""
-        from tileflow.explore.compiled import Compiled
+    def key(self) -> tuple:
+        """A stable, hashable key: the workload, the accelerator, the tree's shape, the homes
+        and the slots (equal for structures built twice from the same inputs)."""
+        from tileflow.analysis.shape import node_key, spec_key
 
-        return Compiled(self.workload, self.arch, self.template)
+        return (spec_key(self.workload), spec_key(self.arch), node_key(self.template.root),
+                tuple(sorted(self.template.homes.items())), self.slots)
+
+    @property
+    def compiled(self):
+        """The factor-independent analysis, done once per tree shape (cached)."""
+        from tileflow.explore.compiled import compiled_for
+
+        return compiled_for(self.workload, self.arch, self.template)
 
     @cached_property
     def _columns(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each slot sits among all loops of the tree, and every loop's default."""
         order = self.compiled.slot_of
         columns = np.array([order[(s.path, s.index)] for s in self.slots], dtype=np.int64)
-        return columns, self.compiled.default_factors
+        defaults = np.array([lp.factor for p, t in walk(self.template.root)
+                             if isinstance(t, Tile) for lp in t.loops], dtype=np.int64)
+        return columns, defaults
 
     def all_loop_factors(self, factors: np.ndarray) -> np.ndarray:
         """Factor rows over every loop of the tree (loops without a slot keep their
