@@ -176,10 +176,33 @@ def _closed_or_grid(closed, ok: np.ndarray, grid, dims, loops, union) -> np.ndar
     """The closed form where it holds (`ok`), the grid on the other rows."""
     if ok.all():
         return closed
-    todo = np.flatnonzero(~ok)
     out = np.array(closed, dtype=I64, copy=True)
-    sub_dims, sub_loops, sub_union = _subset(todo, dims, loops, union)
-    out[todo] = grid(sub_dims, sub_loops, sub_union, len(todo))
+    _grid_rows(np.flatnonzero(~ok), out, grid, dims, loops, union)
+    return out
+
+
+GRID_CELLS = 1 << 22  # grid cells (rows x combinations) evaluated at once
+
+
+def _grid_rows(todo: np.ndarray, out: np.ndarray, grid, dims, loops, union) -> None:
+    """out[todo] = the grid sums on those rows, a few rows at a time when the loops have
+    many values (the grid would not fit in memory)."""
+    if not len(todo):
+        return
+    cells = 1
+    for lp in (*loops, *union):
+        cells *= max(int(lp.n[todo].max()), 1)
+    step = max(1, GRID_CELLS // max(cells, 1))
+    for first in range(0, len(todo), step):
+        rows = todo[first:first + step]
+        sub_dims, sub_loops, sub_union = _subset(rows, dims, loops, union)
+        out[rows] = grid(sub_dims, sub_loops, sub_union, len(rows))
+
+
+def _on_grid(grid, dims, loops, union, rows: int) -> np.ndarray:
+    """The grid sums of every row (chunked like `_grid_rows`)."""
+    out = np.zeros(rows, dtype=I64)
+    _grid_rows(np.arange(rows), out, grid, dims, loops, union)
     return out
 
 
@@ -255,7 +278,8 @@ def volume_sum(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoo
         from tileflow.explore import windows
 
         if not windows.supported(axis):
-            return _grid_volume(axis, dims, loops, union, rows)
+            return _on_grid(lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
+                            dims, loops, union, rows)
         closed, ok = windows.window_volume(axis, dims, loops, _union_of(axis, union), rows)
         return _closed_or_grid(closed, ok, lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
                                dims, loops, union)
@@ -290,7 +314,8 @@ def overlap_sum(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
         from tileflow.explore import windows
 
         if not windows.supported(axis):
-            return _grid_overlap(axis, dims, loops, i, union, rows)
+            return _on_grid(lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
+                            dims, loops, union, rows)
         closed, ok = windows.window_overlap(axis, dims, loops, i, _union_of(axis, union), rows)
         return _closed_or_grid(closed, ok,
                                lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
@@ -422,7 +447,8 @@ def _epoch_sum(axis: AxisRec, dims, loops: Sequence[VLoop], epoch: Sequence[bool
     """Sum over the marked loops' iterations of the union length (or, with `any_span`,
     whether any slice is non-empty) of the axis's slices under the other loops."""
     if not _plain(axis, dims):
-        return _grid_epoch(axis, dims, loops, epoch, union, rows, any_span)
+        return _on_grid(lambda d, lo, u, k: _grid_epoch(axis, d, lo, epoch, u, k, any_span),
+                        dims, loops, union, rows)
     rec = dims[axis.terms[0][0]]
     names = {axis.terms[0][0]}
     extent, ok = _widened(axis, dims, union, rows)
