@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,163 @@ def test_preset_of_another_workload():
     bad = tileflow("evaluate", "--arch", "edge", "--workload", "mlp", "--preset", "G3",
                    "--dataflow", "layerwise")
     assert bad.returncode == 2 and "unknown preset 'G3'" in bad.stderr
+
+
+def assert_error(proc: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2, one paragraph on stderr, nothing on stdout, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("tileflow: error: ") and proc.stderr.count("\n") == 1
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--tile", "z=64"], ["--tile z: the workload has no dimension 'z'", "b, m, l, k, n"]),
+    (["--tile", "m=0"], ["--tile m: the value must be from 1"]),
+    (["--tile", "m=1024"], ["--tile m=1024: larger than the dimension (512)"]),
+    (["--set", "m=" + "1" + "0" * 100], ["--set m", "a number of 101 digits"]),
+    (["--set", "m=9223372036854775808"], ["--set m", "2**31"]),
+    (["--set", "m=2147483649"], ["--set m", "2**31"]),
+    (["--set", "m=1e3"], ["--set expects NAME=INTEGER"]),
+    (["--workload", "G3", "--preset", "G1"], ["--workload G3 is itself a preset",
+                                             "--workload attention --preset G1"]),
+])
+def test_bad_flags(flags, words):
+    args = {"--arch": "edge", "--workload": "attention", "--dataflow": "chimera"}
+    extra = []
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        if flag in args:
+            args[flag] = value
+        else:
+            extra += [flag, value]
+    proc = tileflow("evaluate", *[x for kv in args.items() for x in kv], *extra)
+    assert_error(proc, *words)
+
+
+def test_same_preset_twice_is_fine():
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", "G4", "--preset", "G4",
+                    "--dataflow", "layerwise", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["macs"] == 2 * 12 * 256 * 256 * 64  # G4's sizes
+
+
+def test_zero_stride_from_the_command_line():
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", "conv-chain", "--set", "st1=0",
+                    "--dataflow", "layerwise")
+    assert_error(proc, "conv-chain.yaml, line", "division by zero in 'h // st1'", "st1 is 0")
+
+
+def test_huge_clipped_sizes_are_refused_before_the_work(tmp_path):
+    proc = tileflow("compare", "--arch", "edge", "--workload", "attention", "--no-plot",
+                    "--set", "m=2147483647", "--set", "l=2147483647")
+    assert_error(proc, "attention.yaml, line", "do not tile it exactly", "at most 8,192")
+
+
+def test_a_large_exact_size_still_evaluates():
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", "attention", "--set",
+                    "m=1073741824", "--dataflow", "flat-rgran", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout, parse_constant=_reject)
+    assert result["macs"] == 2 * 8 * 2**30 * 512 * 64
+
+
+def _reject(token: str):
+    raise AssertionError(f"non-finite number {token} in --json")
+
+
+@pytest.mark.parametrize("flag, path, words", [
+    ("--plot", "x", ["--plot: cannot write 'x'", ".png or .pdf or .svg"]),
+    ("--plot", "/dev/full", ["--plot", "/dev/full"]),
+    ("--plot", "missing/c.png", ["--plot: cannot write into 'missing': no such folder"]),
+    ("--plot", ".", ["--plot"]),
+])
+def test_bad_plot_locations_fail_before_the_work(tmp_path, flag, path, words):
+    proc = tileflow("compare", "--arch", "edge", "--workload", "G4", flag, path, cwd=tmp_path)
+    assert_error(proc, *words)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("path, words", [
+    ("flow", ["must end in .yaml or .yml"]),
+    ("/dev/full", ["--save-dataflow", "/dev/full"]),
+    ("nowhere/flow.yaml", ["no such folder"]),
+])
+def test_bad_save_dataflow_locations(tmp_path, path, words):
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", "G4", "--dataflow", "layerwise",
+                    "--save-dataflow", path, cwd=tmp_path)
+    assert_error(proc, *words)
+
+
+def test_reproduce_out_that_is_a_file(tmp_path):
+    (tmp_path / "out").write_text("x")
+    assert_error(tileflow("reproduce", "--out", str(tmp_path / "out")), "--out", "not a folder")
+
+
+def test_plot_writes_what_it_reports(tmp_path):
+    proc = tileflow("compare", "--arch", "edge", "--workload", "G4", "--plot", "chart.svg",
+                    cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "chart written to chart.svg" in proc.stdout
+    assert os.listdir(tmp_path) == ["chart.svg"]
+    assert (tmp_path / "chart.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_closed_stdout_exits_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "tileflow.cli", "compare", "--arch", "edge",
+                             "--workload", "attention", "--json", "--no-plot"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    proc.stdout.close()  # like `| true`: the reader is gone before the output comes
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
+
+
+def test_ctrl_c_exits_130_without_traceback():
+    proc = subprocess.Popen([sys.executable, "-m", "tileflow.cli", "bench", "--arch", "edge",
+                             "--workload", "attention", "--seconds", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert err == "tileflow: interrupted\n"
+
+
+def test_interrupted_report_leaves_only_complete_files(tmp_path, monkeypatch):
+    """Ctrl-C while the second plot is being written: the CSV and the first plot are
+    complete, the second plot and the report are absent, and no temporary file is left."""
+    import matplotlib.figure
+
+    from tileflow.experiments import run_studies, write_report
+
+    frame = run_studies([("edge", ["G4"]), ("cloud", ["G4"])], progress=False)
+    real_savefig = matplotlib.figure.Figure.savefig
+    calls = []
+
+    def savefig(self, handle, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            handle.write(b"\x89PNG half")
+            raise KeyboardInterrupt
+        return real_savefig(self, handle, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    with pytest.raises(KeyboardInterrupt):
+        write_report(frame, tmp_path, "test")
+    files = sorted(os.listdir(tmp_path))
+    assert files == ["reference-edge-attention.png", "reference-experiments.csv"]
+    assert (tmp_path / "reference-edge-attention.png").read_bytes()[:4] == b"\x89PNG"
+    assert len((tmp_path / "reference-experiments.csv").read_text().splitlines()) == \
+        len(frame) + 1
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0"])
+def test_bench_seconds_must_be_sane(seconds):
+    assert_error(tileflow("bench", "--arch", "edge", "--workload", "G4", "--seconds", seconds),
+                 "--seconds must be a number of seconds")
+
+
+def test_usage_errors_are_one_paragraph():
+    assert_error(tileflow("compare", "--arch", "edge", "--workload", "G4", "--double-buffer"),
+                 "unrecognized arguments: --double-buffer", "--help")

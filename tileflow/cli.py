@@ -61,8 +61,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one paragraph, exit 2, like every other bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"tileflow: error: {' '.join(message.split())} (see '{self.prog} "
+                     "--help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tileflow",
         description="What does this fused dataflow cost on this chip? Data movement per "
                     "memory level, footprint, latency and energy of tile-tree dataflows.",
@@ -147,17 +155,18 @@ def _run_title(args, workload, arch) -> str:
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
     from tileflow import resources
     from tileflow.interop.files import load_dataflow_any
-    from tileflow.specs.dataflow import check_operators
+    from tileflow.specs.dataflow import check_against
+    from tileflow.specs.yamlfile import given
 
     path = Path(name)
-    shipped = None if path.suffix in (".yaml", ".yml") or path.exists() else \
-        resources.find("dataflows", name)
-    if shipped is not None or path.suffix in (".yaml", ".yml") or path.exists():
+    explicit = path.suffix in (".yaml", ".yml") or given(path)
+    shipped = None if explicit else resources.find("dataflows", name)
+    if shipped is not None or explicit:
         if tiles:
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
         flow = load_dataflow_any(shipped or path, workload, arch)
-        check_operators(flow, [op.name for op in workload.ops])
+        check_against(flow, [op.name for op in workload.ops], workload.sizes)
         return flow
     for dim in tiles:
         if dim not in workload.sizes:
@@ -307,6 +316,9 @@ def cmd_compare(args) -> int:
 def cmd_bench(args) -> int:
     from tileflow.bench import run_bench
 
+    if not (math.isfinite(args.seconds) and 0 < args.seconds <= 3600):
+        raise InputError(f"--seconds must be a number of seconds from 0 to 3600, got "
+                         f"{args.seconds}")
     workload, arch = _load(args)
     if not 1 <= args.batch_rows <= 1_000_000:
         raise InputError(f"--batch-rows must be between 1 and 1,000,000, got {args.batch_rows}")

@@ -47,6 +47,9 @@ def check_output_folder(folder: str | Path, flag: str, create: bool = True) -> P
         info = folder.stat()
     except FileNotFoundError:
         raise InputError(f"cannot write into '{folder}': no such folder", where=flag) from None
+    except FileExistsError:
+        raise InputError(f"cannot write into '{folder}': it is not a folder", where=flag) \
+            from None
     except OSError as exc:
         raise InputError(f"cannot write into '{folder}' ({exc.strerror})", where=flag) from None
     if not stat.S_ISDIR(info.st_mode):

@@ -31,7 +31,10 @@ from tileflow.tree import Dataflow
 def _foreign(name_or_path: str | Path) -> Field | None:
     """The parsed document when the name is an existing YAML file of another tool."""
     path = Path(name_or_path)
-    if not path.is_file():
+    try:
+        if not path.is_file():
+            return None
+    except (OSError, ValueError):  # too long, no permission: the project's loader says why
         return None
     data = load_yaml(path)
     if is_arch(data) or is_timeloop_problem(data) or is_tileflow_problem(data) or \

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tileflow.outputs import save_figure, write_text_atomic
 from tileflow.rtl.study import (
     PARAMETERS,
     TRANSFERS,
@@ -70,7 +71,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
         ax.set_title(TITLES[kind], fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "cycles.png", dpi=100)
+    save_figure(fig, out / "cycles.png", flag="--out", dpi=100)
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -84,7 +85,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
         ax.set_title(TITLES[kind], fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "error-distribution.png", dpi=100)
+    save_figure(fig, out / "error-distribution.png", flag="--out", dpi=100)
     plt.close(fig)
 
     fig, axes = plt.subplots(2, 3, figsize=(14, 7))
@@ -98,7 +99,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
             ax.set_ylabel(f"{kind} cycle error (%)")
             ax.tick_params(axis="x", rotation=90, labelsize=7)
     fig.tight_layout()
-    fig.savefig(out / "error-vs-tiling.png", dpi=100)
+    save_figure(fig, out / "error-vs-tiling.png", flag="--out", dpi=100)
     plt.close(fig)
 
     fused = results["fused"].frame
@@ -112,7 +113,7 @@ def _plots(results: dict[str, SetResult], out: Path) -> None:
         ax.set_xlabel("measured words")
         ax.set_ylabel("predicted words")
     fig.tight_layout()
-    fig.savefig(out / "transfers.png", dpi=100)
+    save_figure(fig, out / "transfers.png", flag="--out", dpi=100)
     plt.close(fig)
 
 
@@ -149,9 +150,10 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     numbers = summary(results)
-    (out / "summary.json").write_text(json.dumps(numbers, indent=2) + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(numbers, indent=2) + "\n", "--out")
     for kind, res in results.items():
-        res.frame.to_csv(out / f"predictions-{kind}.csv", index=False)
+        write_text_atomic(out / f"predictions-{kind}.csv", res.frame.to_csv(index=False),
+                          "--out")
     _plots(results, out)
     s = numbers
     gemm, fused = results["gemm"].frame, results["fused"].frame
@@ -229,7 +231,7 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     lines += _worst(fused, "fused", "error")
     lines += EXPLANATION.splitlines()
     path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n", "--out")
     return path
 
 

@@ -18,7 +18,7 @@ from tileflow.specs.arch_components import (
     with_component,
 )
 from tileflow.specs.components import ARITHMETIC
-from tileflow.specs.yamlfile import MIN_POSITIVE, Field, load_mapping
+from tileflow.specs.yamlfile import MIN_POSITIVE, Field, given, load_mapping, shown
 
 
 @dataclass(frozen=True)
@@ -237,16 +237,16 @@ def load_arch(name_or_path: str) -> Architecture:
         except OSError:
             name_or_path = "cpu"
     path = Path(name_or_path)
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+    if not (path.suffix in (".yaml", ".yml") or given(path)):
         found = resources.find("accelerators", name_or_path)
         if found is None:
             names = list(resources.shipped("accelerators"))
-            raise InputError(f"unknown accelerator '{name_or_path}': give a YAML file or one "
-                             f"of {', '.join(names)}")
+            raise InputError(f"unknown accelerator '{shown(name_or_path)}': give a YAML file "
+                             f"or one of {', '.join(names)}")
         path = found
-    elif not path.exists():
-        raise InputError(f"no such accelerator file '{name_or_path}'")
+    elif not given(path):
+        raise InputError(f"no such accelerator file '{shown(name_or_path)}'")
     try:
         return parse_arch(load_mapping(path))
     except InputError as exc:
-        raise exc.located(str(path)) from None
+        raise exc.located(shown(path)) from None

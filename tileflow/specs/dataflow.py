@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from tileflow.errors import InputError
 from tileflow.specs import keys
-from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping
+from tileflow.specs.yamlfile import MAX_COUNT, Field, given, load_mapping, shown
 from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, parse_loop, walk
 
 
@@ -53,8 +54,10 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
                       f"{', '.join(PRIMITIVES)}", "primitive")
     loops: list[Loop] = []
     if f.has("loops"):
-        for item in f.child("loops").elements():
+        for i, item in enumerate(f.child("loops").elements()):
             loops.append(_loop(item))
+            if item.line is not None:
+                lines[f"{path}.loops[{i}]"] = item.line + 1
     children = tuple(_node(c, f"{path}.{i}", lines)
                      for i, c in enumerate(f.child("children").elements()))
     if not children:
@@ -78,21 +81,29 @@ def _loop(f: Field) -> Loop:
 
 def load_dataflow_file(path: str | Path) -> Dataflow:
     path = Path(path)
-    if not path.exists():
-        raise InputError(f"no such dataflow file '{path}'")
+    if not given(path):
+        raise InputError(f"no such dataflow file '{shown(path)}'")
     try:
         return parse_dataflow(load_mapping(path))
     except InputError as exc:
-        raise exc.located(str(path)) from None
+        raise exc.located(shown(path)) from None
 
 
-def check_operators(flow: Dataflow, operators: list[str] | tuple[str, ...]) -> None:
-    """Every leaf names an operator of the workload, and every operator has exactly one leaf
-    (an error names the leaf's line, or the root's, and the operators that exist)."""
+def check_against(flow: Dataflow, operators: list[str] | tuple[str, ...],
+                  sizes: Mapping[str, int]) -> None:
+    """What a file can be checked for against the workload before any analysis: every leaf
+    names an operator, every operator has exactly one leaf, and no temporal loop has more
+    steps than its dimension has elements (a spatial loop may: its clipped instances idle,
+    and the fan-out checks bound it). Errors name the line and what exists."""
     known = set(operators)
     seen: dict[str, str] = {}
     for path, node in walk(flow.root):
-        if not isinstance(node, Op):
+        if isinstance(node, Tile):
+            for i, lp in enumerate(node.loops):
+                if not lp.spatial and lp.dim in sizes and lp.factor > sizes[lp.dim]:
+                    raise _at(flow, f"{path}.loops[{i}]",
+                              f"loop '{lp}' has more steps than dimension '{lp.dim}' has "
+                              f"elements ({sizes[lp.dim]:,})")
             continue
         if node.op not in known:
             raise _at(flow, path, f"leaf '{node.op}' is not an operator of the workload; "

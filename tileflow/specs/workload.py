@@ -18,7 +18,15 @@ from tileflow.specs.expressions import (
     eval_size,
     parse_statement,
 )
-from tileflow.specs.yamlfile import MAX_COUNT, Field, load_mapping, load_yaml, type_name
+from tileflow.specs.yamlfile import (
+    MAX_COUNT,
+    Field,
+    given,
+    load_mapping,
+    load_yaml,
+    shown,
+    type_name,
+)
 
 MATRIX = "matrix"
 VECTOR = "vector"
@@ -155,13 +163,14 @@ def parse_workload(
             known = ", ".join(presets) or "none"
             raise data.error(f"unknown preset '{preset}'; this workload has: {known}",
                              "presets" if presets else None)
-        flags = {k: f"preset {preset}" for k in presets[preset]}
+        entry = data.child("presets").child(preset)
+        flags = {k: (f"preset {preset}", entry) for k in presets[preset]}
     for key in overrides or {}:
         if key not in declared:
             raise InputError(
                 f"cannot set '{key}': the workload has no dimension or parameter of that name "
                 f"(known: {', '.join(sorted(declared))})", data.source, "--set")
-        flags[key] = "--set"
+        flags[key] = ("--set", None)
     overrides = {**(presets.get(preset, {}) if preset else {}), **(overrides or {})}
     params = _eval_sizes(params_field, overrides, {}, flags, -MAX_COUNT) if params_field else {}
     sizes = _eval_sizes(dims_field, overrides, params, flags, 1)
@@ -210,22 +219,24 @@ def _presets(data: Field, declared: set[str]) -> dict[str, dict[str, int | str]]
 
 
 def _eval_sizes(f: Field, overrides: Mapping[str, int | str], known: Mapping[str, int],
-                flags: Mapping[str, str], minimum: int) -> dict[str, int]:
-    """Sizes in declaration order, each within [minimum, MAX_COUNT]; an error names the key's
-    line, and the flag or preset when the value came from one."""
+                flags: Mapping[str, tuple[str, Field | None]], minimum: int) -> dict[str, int]:
+    """Sizes in declaration order, each within [minimum, MAX_COUNT]; an error names the line
+    of the value (the preset's when a preset set it), and the flag when --set did."""
     values: dict[str, int] = {}
     kind = "dimension" if minimum >= 1 else "parameter"
     for key, raw in f.require_mapping().data.items():
         raw = overrides.get(key, raw)
-        origin = f" (set by {flags[key]})" if key in flags else ""
+        label, entry = flags.get(key, ("", None))
+        origin = f" (set by {label})" if label else ""
+        place = (entry, key) if entry is not None and key in entry.data else (f, key)
         try:
             value = eval_size(raw, {**known, **values})
         except ExpressionError as exc:
-            raise f.error(f"{exc}{origin}", key) from None
+            raise place[0].error(f"{exc}{origin}", place[1]) from None
         if not minimum <= value <= MAX_COUNT:
             low = "at least 1" if minimum >= 1 else f"at least {minimum:,}"
-            raise f.error(f"{kind} '{key}' must be {low} and at most {MAX_COUNT:,} "
-                          f"(2**31), got {value:,}{origin}", key)
+            raise place[0].error(f"{kind} '{key}' must be {low} and at most {MAX_COUNT:,} "
+                                 f"(2**31), got {value:,}{origin}", place[1])
         values[key] = value
     return values
 
@@ -304,14 +315,14 @@ def load_workload(
     try:
         return parse_workload(load_mapping(path), overrides, preset)
     except InputError as exc:
-        raise exc.located(str(path)) from None
+        raise exc.located(shown(path)) from None
 
 
 def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path, str | None]:
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.exists():
-            raise InputError(f"no such workload file '{name_or_path}'")
+    if path.suffix in (".yaml", ".yml") or given(path):
+        if not given(path):
+            raise InputError(f"no such workload file '{shown(name_or_path)}'")
         return path, preset
     shipped = resources.find("workloads", name_or_path)
     if shipped is not None:
@@ -326,5 +337,5 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
                                  where="--preset")
             return candidate, name_or_path.upper()
     names = list(resources.shipped("workloads"))
-    raise InputError(f"unknown workload '{name_or_path}': give a YAML file, one of "
+    raise InputError(f"unknown workload '{shown(name_or_path)}': give a YAML file, one of "
                      f"{', '.join(names)}, or a preset such as G1 or C1")

@@ -29,6 +29,25 @@ MAX_NUMBER = 1e15  # any real-valued field (capacities, bandwidths, energies, cl
 MIN_POSITIVE = 1e-9  # the smallest value of a field that must be positive (we divide by it)
 
 
+def given(path: str | Path) -> bool:
+    """Whether a name on the command line points at something in the file system: it exists,
+    or looking at it fails for another reason than absence (too long, no permission); then
+    reading it reports the reason."""
+    try:
+        Path(path).stat()
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
+def shown(path: str | Path) -> str:
+    """A path as messages show it (a very long one shortened)."""
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:100]}...{text[-60:]}"
+
+
 def read_text(path: str | Path) -> str:
     """The text of a spec file, read defensively: a regular file of at most MAX_FILE_BYTES,
     UTF-8 without control characters. Errors name the file (and the line of a bad byte)."""
@@ -36,30 +55,30 @@ def read_text(path: str | Path) -> str:
     try:
         info = path.stat()
         if stat.S_ISDIR(info.st_mode):
-            raise InputError("expected a YAML file, got a folder", str(path))
+            raise InputError("expected a YAML file, got a folder", shown(path))
         if not stat.S_ISREG(info.st_mode):
             raise InputError("expected a YAML file, got a special file (a device or a pipe)",
-                             str(path))
+                             shown(path))
         if info.st_size > MAX_FILE_BYTES:
             raise InputError(f"the file is {info.st_size:,} bytes; spec files are limited to "
-                             f"{MAX_FILE_BYTES:,}", str(path))
+                             f"{MAX_FILE_BYTES:,}", shown(path))
         with path.open("rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path)) from None
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", shown(path)) from None
     if len(raw) > MAX_FILE_BYTES:
-        raise InputError(f"the file is larger than {MAX_FILE_BYTES:,} bytes", str(path))
+        raise InputError(f"the file is larger than {MAX_FILE_BYTES:,} bytes", shown(path))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise InputError(f"byte 0x{raw[exc.start]:02x} is not UTF-8 text; spec files are "
-                         "UTF-8", str(path), f"line {line}") from None
+                         "UTF-8", shown(path), f"line {line}") from None
     bad = CONTROL.search(text)
     if bad:
         line = text[: bad.start()].count("\n") + 1
         raise InputError(f"control character {ord(bad.group()):#04x} in the text; spec files "
-                         "hold printable text, tabs and newlines only", str(path), f"line {line}")
+                         "hold printable text, tabs and newlines only", shown(path), f"line {line}")
     return text
 
 
@@ -127,12 +146,14 @@ class Field:
                 line = self.data.lc.item(key)[0]
             else:
                 line = lc.line
-        except (KeyError, IndexError, TypeError):
+        except (KeyError, IndexError, TypeError, AttributeError):
             line = lc.line
-        return f"line {line + 1}"
+        if not isinstance(line, int):  # tagged values may carry no position
+            line = lc.line if isinstance(lc.line, int) else self.line
+        return f"line {line + 1}" if isinstance(line, int) else None
 
     def where(self, key: Any = None) -> str:
-        name = self._child_path(key) if key is not None else self.path or "(top level)"
+        name = self._child_path(key) if key is not None else self.path or "top level"
         line = self._line(key)
         return f"{line} ({name})" if line else name
 
@@ -176,6 +197,8 @@ class Field:
                 line = self.data.lc.item(key)[0]
         except (KeyError, IndexError, TypeError, AttributeError):
             line = None
+        if not isinstance(line, int):
+            line = self.line if self.line is not None else None
         return Field(self.data[key], self.source, self._child_path(key), line)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -287,4 +310,4 @@ def type_name(value: Any) -> str:
 
 def load_mapping(path: str | Path) -> Field:
     """A spec file whose top level must be a mapping (an empty file is an error at line 1)."""
-    return Field(load_yaml(path), str(path), line=0).require_mapping()
+    return Field(load_yaml(path), shown(path), line=0).require_mapping()

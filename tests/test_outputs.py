@@ -1,0 +1,74 @@
+"""Outputs are checked before any work starts and written atomically: an interrupted or
+failed write leaves the final name untouched (absent, or its previous content) and no
+temporary file behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tileflow.errors import InputError
+from tileflow.outputs import (
+    PLOT_SUFFIXES,
+    check_output_file,
+    check_output_folder,
+    write_atomic,
+    write_text_atomic,
+)
+
+
+def test_a_write_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "out.csv"
+    write_text_atomic(path, "a,b\n1,2\n")
+    write_text_atomic(path, "a,b\n3,4\n")
+    assert path.read_text() == "a,b\n3,4\n"
+    assert os.listdir(tmp_path) == ["out.csv"]
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, OSError])
+def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path, interrupt):
+    path = tmp_path / "out.csv"
+    path.write_text("old\n")
+
+    def half_then_stop(handle):
+        handle.write("new, but only half")
+        raise interrupt(28, "No space left on device")
+
+    with pytest.raises(KeyboardInterrupt if interrupt is KeyboardInterrupt else InputError):
+        write_atomic(path, half_then_stop)
+    assert path.read_text() == "old\n"
+    assert os.listdir(tmp_path) == ["out.csv"]
+
+
+def test_a_full_device_is_an_input_error(tmp_path):
+    with pytest.raises(InputError, match="cannot write"):
+        write_atomic(Path("/proc/no-such-folder/out.png"), lambda h: h.write(b"x"), binary=True)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("chart", "must end in .png or .pdf or .svg"),
+    ("chart.jpeg", "must end in .png or .pdf or .svg"),
+    ("missing/chart.png", "no such folder"),
+    ("file.txt/chart.png", "(?i)not a (folder|directory)"),
+])
+def test_output_file_checks(tmp_path, name, message):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(InputError, match=message):
+        check_output_file(tmp_path / name, PLOT_SUFFIXES, "--plot")
+
+
+def test_special_files_and_folders_are_not_outputs(tmp_path):
+    (tmp_path / "dir.png").mkdir()
+    with pytest.raises(InputError, match="not a regular file"):
+        check_output_file(tmp_path / "dir.png", PLOT_SUFFIXES, "--plot")
+    with pytest.raises(InputError, match="not a regular file"):
+        check_output_file("/dev/null", ("",), "--plot")
+
+
+def test_output_folder_is_created_or_refused(tmp_path):
+    assert check_output_folder(tmp_path / "a" / "b", "--out").is_dir()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="--out"):
+        check_output_folder(tmp_path / "file" / "sub", "--out")
