@@ -38,23 +38,23 @@ def _loop(dim: str, n: int, stride: int) -> VLoop:
     return VLoop(dim, np.array([n], dtype=I64), np.array([stride], dtype=I64))
 
 
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=400, deadline=None, derandomize=True)
 @given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 4),
        st.integers(1, 3), st.integers(-2, 0), st.integers(1, 3), st.integers(1, 3),
-       st.booleans())
+       st.booleans(), st.integers(1, 2), st.integers(0, 1))
 def test_window_axis_sums(coef, extent, inner, outer, kernel, offset, instances, spread,
-                          with_union) -> None:
+                          with_union, gap, shift) -> None:
     """A window axis coef * p + r + offset: the piecewise closed forms equal the grid of
     every step (slice lengths, overlaps between consecutive steps, unions of instances)."""
-    size_p = extent * inner * outer - 1
+    size_p = max(extent * inner * outer - 1, 1)
     axis = AxisRec((("p", coef), ("r", 1)), offset, coef * (size_p - 1) + kernel)
-    dims = {"p": VDim(size_p, np.array([extent]), np.array([0])),
+    dims = {"p": VDim(size_p, np.array([extent]), np.array([-shift])),
             "r": VDim(kernel, np.array([kernel]), np.array([0]))}
     loops = [_loop("p", outer, extent * inner * spread), _loop("p", inner, extent * spread)]
-    union = [_loop("p", instances, extent)] if with_union and spread == 1 else []
+    union = [_loop("p", instances, extent * gap)] if with_union and spread == 1 else []
     if union:
-        loops = [_loop("p", outer, extent * inner * instances),
-                 _loop("p", inner, extent * instances)]
+        loops = [_loop("p", outer, extent * gap * inner * instances),
+                 _loop("p", inner, extent * gap * instances)]
     got, ok = window_volume(axis, dims, loops, union, 1)
     if ok[0]:
         assert got[0] == _grid_volume(axis, dims, loops, union, 1)[0]

@@ -74,9 +74,10 @@ class Window:
 
 
 def _joined(extent, union: Sequence[VLoop], coef: int, width, empty) -> np.ndarray:
-    """Per row, whether the windows of the spatial instances along the primary dim abut or
-    overlap (sorted by stride, each instance's window reaches the next one's), so that their
-    union is the window of the widened extent. `width`: the other terms' span - 1."""
+    """Per row, whether the spatial instances along the primary dim abut or overlap in that
+    dim (sorted by stride, each reaches the next) and their windows do too (the stride times
+    the coefficient does not exceed the window; `width`: the other terms' span - 1). Then,
+    clipped or not, the union of their windows is the window of the widened extent."""
     ok = np.ones(extent.shape, dtype=bool)
     for k, lp in enumerate(union):
         reach = extent
@@ -85,8 +86,9 @@ def _joined(extent, union: Sequence[VLoop], coef: int, width, empty) -> np.ndarr
                 first = (other.n > 1) & ((other.stride < lp.stride)
                                          | ((other.stride == lp.stride) & (m < k)))
                 reach = reach + np.where(first, (other.n - 1) * other.stride, 0)
-        fits = coef * lp.stride[:, None] <= coef * (reach[:, None] - 1) + width + 1
-        ok &= ((lp.n <= 1)[:, None] | fits | empty).all(axis=1)
+        windows = coef * lp.stride[:, None] <= coef * (reach[:, None] - 1) + width + 1
+        windows = (windows | empty).all(axis=1)
+        ok &= (lp.n <= 1) | ((lp.stride <= reach) & windows)
     return ok
 
 
