@@ -107,7 +107,7 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
     """Per tensor of the operator: its axes, Seq drop positions, no-reuse positions and which
     loops start a new epoch of it (shape-only: kept in the shape's memo)."""
     memo = plan.shape.memo if plan.shape is not None else {}
-    key = ("tensor_info", path.op.name)
+    key = ("tensor_info", path.op.name, _signature(path))
     if key in memo:
         return memo[key]
     op = path.op
@@ -124,6 +124,12 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
         info[t] = (_axes(plan, access), drops, no_reuse, epoch)
     memo[key] = info
     return info
+
+
+def _signature(path: OpPath) -> tuple:
+    """Which loops the path holds (the memo's entries index them): the same for every
+    factor choice of a shape as long as the path keeps every loop."""
+    return tuple((lp.dim, lp.spatial, lp.node) for lp in path.loops)
 
 
 def _count_path(plan: Plan, path: OpPath, counts: Counts) -> None:
@@ -256,7 +262,7 @@ class _ExactTiling:
     def _flagged(self, tensor: str, drops: list[int], no_reuse: set[int], epoch: list[bool]):
         """The temporal loops above the boundary with their drop and epoch marks."""
         memo = self.memo
-        key = ("flagged", self.path.op.name, self.j, tensor)
+        key = ("flagged", self.path.op.name, self.j, tensor, _signature(self.path))
         flags = memo.get(key)
         if flags is None:
             flags = [(i, _drops(lp, self.j, drops, no_reuse), e)
