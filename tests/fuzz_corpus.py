@@ -19,6 +19,7 @@ Anything else — a traceback, another exit status, a hang, NaN or Infinity — 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -77,6 +78,7 @@ BYTES = [b"\x00", b"\x07", b"\x1b", b"\x7f", b"\xff", b"\xfe", b"\xc3", b"\xc2\x
          b"\xef\xbb\xbf", b"\t", b"\r", b"\xe2\x80\xa8"]
 
 
+@functools.cache
 def _read(rel: str) -> str:
     return (REPO / rel).read_text()
 
@@ -102,6 +104,7 @@ BASELINES = {"attention": ["layerwise", "flat-rgran", "chimera", "tileflow-pipe"
 
 # ---- the operation count, derived from the sizes without TileFlow ---------------------------
 
+@functools.cache
 def _yaml(rel: str):
     return YAML(typ="safe").load(_read(rel))
 
@@ -300,8 +303,11 @@ def _flag_case(rng: random.Random, n: int) -> Case:
         args.append("--no-plot")
     args.append("--json")
     if rng.random() < 0.05:
-        args[args.index("--dataflow") + 1 if "--dataflow" in args else 0] = \
-            rng.choice(["flat-xgran", "LAYERWISE", "missing.yaml", "fused-layer"])
+        name = rng.choice(["flat-xgran", "LAYERWISE", "missing.yaml", "fused-layer"])
+        if "--dataflow" in args:
+            args[args.index("--dataflow") + 1] = name
+        else:
+            args[0] = name  # a command that does not exist
     workload_data = data["dims"]
     known = set(workload_data) | set(data.get("params") or {})
     macs = None
@@ -400,8 +406,12 @@ def judge(case: Case, code: int, out: str, err: str) -> tuple[str, str]:
     if code == 2:
         if not err.startswith("tileflow: error: ") or err.count("\n") != 1 or out:
             return "bad-exit", f"not one paragraph: {err[:300]!r}"
-        places = case.places + ([] if case.kind in ("accelerator", "workload", "dataflow")
-                                else list(FLAGS))
+        places = case.places
+        if case.kind not in ("accelerator", "workload", "dataflow"):
+            # a flag case may name the flag or the value it is about (argparse names both)
+            named = [a for a in case.args if a.startswith("--")] + case.args[:1] + \
+                [v for f, v in zip(case.args, case.args[1:], strict=False) if f in FLAGS]
+            places = places + list(FLAGS) + [a for a in named if len(a) > 1]
         if not any(p and p in err for p in places):
             return "unlocated", err.strip()[:300]
         return "error", err.strip()
@@ -460,8 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=6)
     parser.add_argument("--every", type=int, default=1, help="run every n-th case only")
     parser.add_argument("--log", help="write one line per case (JSON) to this file")
+    parser.add_argument("--rerun", metavar="LOG",
+                        help="run only the cases that did not pass in this earlier log")
     args = parser.parse_args(argv)
     corpus = generate(args.cases, args.seed)[:: args.every]
+    if args.rerun:
+        with open(args.rerun) as handle:
+            failed = {json.loads(line)["case"] for line in handle
+                      if json.loads(line)["outcome"] not in ("ok", "error")}
+        corpus = [c for c in corpus if c.ident in failed]
     outcomes: Counter[str] = Counter()
     kinds: Counter[tuple[str, str]] = Counter()
     failures = []

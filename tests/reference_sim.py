@@ -1,200 +1,406 @@
-"""An enumerating reference simulator for the tile-tree rules of DESIGN.md section 2.
+"""An enumerating reference simulator (the oracle) for the tile-tree rules of DESIGN.md
+section 2, independent of the analytic model.
 
-It executes every operator's loop nest step by step on small sizes, holds explicit sets of
-tensor elements per buffer instance, and counts fills, reads and updates. It shares only the
-tree's structure (paths, strides, homes) with the analytic model, never its counting."""
+It reads only the YAML-level description (the Dataflow tree, the Workload's expressions and
+the levels' order) and derives everything else itself: every loop's stride, a windowed
+producer's start offset, where intermediates live. It then executes every operator's loop
+nest step by step on small sizes, holding explicit sets of tensor elements per buffer
+instance, and counts fills, reads and updates per level and tensor, the operations, and
+each level's footprint (the largest set resident in one instance). Nothing is imported from
+`tileflow.analysis`.
+
+The rules, as executed here:
+* A buffer instance holds, at each step of the loops above it, the slice its subtree needs
+  for that step (a box per tensor axis: the loops below it run in full, clipped to the
+  tensor). What it did not hold before is filled. The parent reads, per parent instance and
+  step, the union of what the child instances under it are filled with (multicast; an
+  element that one instance held is never passed to another).
+* Output elements leaving an instance are written back; the parent is updated once per
+  element and step (spatial reduction). An output element entering an instance is filled
+  only if that instance touched it before in the current epoch (a partial sum coming back).
+  Epochs are the values of the loops over dimensions the operator does not use (each
+  repetition of a recomputed operator accumulates on its own) and, for an intermediate, of
+  the loops of its producer's and consumers' lowest common ancestor and above (it is
+  produced afresh at every such step).
+* A Seq tile whose next child (wrapping, only with two children or more) does not use a
+  tensor drops it from every buffer below it after each of its steps; `no_reuse` drops it
+  below its tile at every step of that tile's loops.
+* An intermediate moves only at and below its home level. Compute reads each operand and
+  updates the result once per valid iteration at the innermost level, and does not read an
+  accumulator on its first touch per spatial instance and epoch.
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
 
-from tileflow.analysis.prepare import Plan
-from tileflow.tree import Op, ops_under
+from tileflow.specs.workload import Workload
+from tileflow.tree import Dataflow, Op, Tile
+
+FILL, READ, UPDATE = 0, 1, 2
 
 
-def _slice(access, shape, sizes, shift, pos, extent):
-    """The set of elements of a tensor that a box of iterations touches."""
-    ranges = []
-    for axis, size in zip(access.axes, shape, strict=True):
-        lo = hi = axis.offset
-        for d, c in axis.terms:
-            x = shift.get(d, 0) + pos.get(d, 0)
-            dlo, dhi = max(x, 0), min(x + extent[d], sizes[d])
-            if dhi <= dlo:
+class Oracle:
+    """Executes one dataflow: `traffic` {(level name, tensor): [fill, read, update]}, `ops`
+    {operator: operations}, `footprints` {level name: words}."""
+
+    def __init__(self, w: Workload, level_names: list[str], flow: Dataflow):
+        self.w = w
+        self.flow = flow
+        self.names = list(level_names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.paths: dict[str, list[tuple[str, Tile]]] = {}
+        self._leaf_paths(flow.root, "root", [])
+        self.tiles = {p: t for chain in self.paths.values() for p, t in chain}
+        self.stride: dict[tuple[str, int], int] = {}
+        self._strides(flow.root, "root")
+        self.lca = {t: self._lca([w.producer[t], *w.consumers[t]]) for t in self._intermediates()}
+        self.shift = self._shifts()
+        self.home = {t: self._home(t) for t in self.lca}
+        self.traffic: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self.ops: dict[str, int] = {}
+        for op in w.ops:
+            self._run(op.name)
+        self.footprints = {name: self._footprint(i) for i, name in enumerate(self.names)
+                           if i > 0}
+
+    # ---- structure, derived from the tree -------------------------------------------
+
+    def _intermediates(self) -> list[str]:
+        w = self.w
+        return [t for t in w.tensors if t in w.producer and t in w.consumers]
+
+    def _leaf_paths(self, node: Tile, path: str, chain: list) -> None:
+        chain = [*chain, (path, node)]
+        for i, child in enumerate(node.children):
+            if isinstance(child, Op):
+                self.paths[child.op] = chain
+            else:
+                self._leaf_paths(child, f"{path}.{i}", chain)
+
+    def _ops_below(self, node) -> list[str]:
+        if isinstance(node, Op):
+            return [node.op]
+        return [o for c in node.children for o in self._ops_below(c)]
+
+    def _strides(self, node: Tile, path: str) -> dict[str, dict[str, int]]:
+        """A loop moves each operator below by the extent the loops inside it cover; when
+        operators cover different extents, by the smallest. Returns, per operator below,
+        the extent of every dimension this tile and its subtree cover."""
+        covered: dict[str, dict[str, int]] = {}
+        for i, child in enumerate(node.children):
+            if isinstance(child, Op):
+                covered[child.op] = {d: 1 for d in self.w.op_by_name[child.op].dims}
+            else:
+                covered.update(self._strides(child, f"{path}.{i}"))
+        for i in range(len(node.loops) - 1, -1, -1):
+            lp = node.loops[i]
+            users = [c for c in covered.values() if lp.dim in c]
+            step = min((c[lp.dim] for c in users), default=1)
+            self.stride[(path, i)] = step
+            for c in users:
+                c[lp.dim] += (lp.factor - 1) * step
+        return covered
+
+    def loops(self, op: str):
+        """(depth on the path, tile path, loop index, loop) for every loop, outermost first."""
+        return [(k, p, i, lp) for k, (p, t) in enumerate(self.paths[op])
+                for i, lp in enumerate(t.loops)]
+
+    def _lca(self, ops: list[str]) -> int:
+        chains = [[p for p, _ in self.paths[o]] for o in ops]
+        depth = 0
+        while all(len(c) > depth + 1 for c in chains) and \
+                len({c[depth + 1] for c in chains}) == 1:
+            depth += 1
+        return depth
+
+    def _shifts(self) -> dict[str, dict[str, int]]:
+        """A producer tiled along d in the common ancestor with a consumer that reads its
+        output through a window (A[p+t-1]) computes, per step, from the window's offset."""
+        w = self.w
+        out: dict[str, dict[str, int]] = defaultdict(dict)
+        for t, depth in self.lca.items():
+            producer = w.op_by_name[w.producer[t]]
+            for consumer in w.consumers[t]:
+                axes = w.op_by_name[consumer].access(t).axes
+                for mine, theirs in zip(producer.output.axes, axes, strict=True):
+                    d = mine.terms[0][0]
+                    tiled = any(lp.dim == d and lp.factor > 1 and k <= depth
+                                for k, _, _, lp in self.loops(producer.name))
+                    if tiled and (len(theirs.terms) > 1 or theirs.offset):
+                        out[producer.name][d] = min(out[producer.name].get(d, 0),
+                                                    theirs.offset)
+        return out
+
+    def _home(self, t: str) -> int:
+        """Named by the dataflow; else the common ancestor's level when on chip; else the
+        outermost on-chip level that every operator's path passes through below it."""
+        if t in self.flow.homes:
+            return self.index[self.flow.homes[t]]
+        w = self.w
+        ops = [w.producer[t], *w.consumers[t]]
+        depth = self.lca[t]
+        here = self.index[self.paths[ops[0]][depth][1].level]
+        if here > 0:
+            return here
+        below = [{self.index[tl.level] for _, tl in self.paths[o][depth + 1:]} - {0}
+                 for o in ops]
+        common = set.intersection(*below)
+        return min(common) if common else here
+
+    # ---- slices -------------------------------------------------------------------------
+
+    def _box(self, op: str, tensor: str, start: dict[str, int], extent: dict[str, int]):
+        """The elements of `tensor` the operator touches over a box of its iterations."""
+        w = self.w
+        access = w.op_by_name[op].access(tensor)
+        ranges = []
+        for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
+            lo = hi = axis.offset
+            for d, c in axis.terms:
+                a, b = max(start[d], 0), min(start[d] + extent[d], w.sizes[d])
+                if b <= a:
+                    return frozenset()
+                lo += c * a
+                hi += c * (b - 1)
+            lo, hi = max(lo, 0), min(hi + 1, size)
+            if hi <= lo:
                 return frozenset()
-            lo += c * dlo
-            hi += c * (dhi - 1)
-        lo, hi = max(lo, 0), min(hi + 1, size)
-        if hi <= lo:
-            return frozenset()
-        ranges.append(range(lo, hi))
-    return frozenset(itertools.product(*ranges))
+            ranges.append(range(lo, hi))
+        return frozenset(itertools.product(*ranges))
 
-
-def _drop_nodes(plan: Plan, path, tensor):
-    """Path positions of Seq tiles whose next child (wrapping) does not use the tensor."""
-    w = plan.workload
-    out = []
-    for k, (_node_path, tile) in enumerate(path.tiles):
-        if tile.primitive != "Seq" or len(tile.children) < 2:
-            continue
-        if k + 1 < len(path.tiles):
-            index = int(path.tiles[k + 1][0].rsplit(".", 1)[1])
-        else:
-            index = next(i for i, c in enumerate(tile.children)
-                         if isinstance(c, Op) and c.op == path.op.name)
-        nxt = tile.children[(index + 1) % len(tile.children)]
-        if not any(tensor in w.op_by_name[o].tensors for o in ops_under(nxt)):
-            out.append(k)
-    return out
-
-
-def simulate(plan: Plan):
-    """Return ({(level name, tensor): [fill, read, update]}, {op: operations})."""
-    traffic = defaultdict(lambda: [0, 0, 0])
-    ops_done = {}
-    for path in plan.paths.values():
-        _simulate_path(plan, path, traffic, ops_done)
-    names = [lv.name for lv in plan.arch.levels]
-    return {(names[x], t): v for (x, t), v in traffic.items()}, ops_done
-
-
-def _simulate_path(plan, path, traffic, ops_done):
-    w = plan.workload
-    op = path.op
-    sizes = w.sizes
-    loops = path.loops
-    temporal = [i for i, lp in enumerate(loops) if not lp.spatial]
-    spatial = [i for i, lp in enumerate(loops) if lp.spatial]
-    levels = path.levels
-    n_nodes = len(path.tiles)
-    boundaries = [j for j in range(n_nodes - 1) if levels[j] != levels[j + 1]]
-    accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
-
-    info = {}
-    for access, _ in accesses:
-        t = access.tensor
-        no_reuse = {k for k, (_, tile) in enumerate(path.tiles) if t in tile.no_reuse}
-        if t in plan.lca:
-            depth = plan.lca[t].count(".")
-            epoch = {i for i, lp in enumerate(loops) if lp.node <= depth}
-        else:
-            epoch = {i for i, lp in enumerate(loops) if lp.dim not in op.dims}
-        info[t] = (_drop_nodes(plan, path, t), no_reuse, epoch)
-
-    def extent_below(j):
-        return {d: 1 + sum((lp.n - 1) * lp.stride for lp in loops
-                           if lp.node > j and lp.dim == d) for d in op.dims}
-
-    # per boundary, per tensor: buffers keyed by instance
-    state = {}
-    for j in boundaries:
-        run_start = j
-        while run_start > 0 and levels[run_start - 1] == levels[j]:
-            run_start -= 1
-        inst_y = [i for i in spatial if loops[i].node <= j]
-        inst_x = [i for i in spatial if loops[i].node < run_start]
-        state[j] = dict(inst_y=inst_y, inst_x=inst_x, ext_y=extent_below(j),
-                        held_y=defaultdict(frozenset), held_x=defaultdict(frozenset),
-                        seen_y=defaultdict(set), seen_x=defaultdict(set))
-
-    compute_seen = defaultdict(set)
-    ops = 0
-    x_last = levels[-1]
-    prev = None
-    for tvals in itertools.product(*(range(loops[i].n) for i in temporal)):
-        values = dict(zip(temporal, tvals, strict=True))
-        changed = set() if prev is None else {i for i in temporal if values[i] != prev[i]}
-        for j in boundaries:
-            st = state[j]
-            x, y = levels[j], levels[j + 1]
-            for access, is_out in accesses:
-                t = access.tensor
-                if t in plan.homes and x < plan.homes[t]:
-                    continue
-                drops, no_reuse, epoch = info[t]
-                dropping = any(
-                    loops[i].node in no_reuse or any(loops[i].node <= k <= j for k in drops)
-                    for i in changed if loops[i].node <= j)
-                new_epoch = any(i in epoch for i in changed)
-                for side in ("y", "x"):
-                    inst_idx = st[f"inst_{side}"]
-                    held, seen = st[f"held_{side}"], st[f"seen_{side}"]
-                    # every instance of y below the boundary gets its slice; x sees, per
-                    # instance of x, the union of the slices of the y instances under it
-                    groups = defaultdict(frozenset)
-                    sp_all = [i for i in spatial if loops[i].node <= j]
-                    for svals in itertools.product(*(range(loops[i].n) for i in sp_all)):
-                        sv = dict(zip(sp_all, svals, strict=True))
-                        pos = defaultdict(int)
-                        for i, lp in enumerate(loops):
-                            if lp.node <= j:
-                                pos[lp.dim] += (sv[i] if lp.spatial else values[i]) * lp.stride
-                        key = tuple(sv[i] for i in inst_idx)
-                        groups[key] = groups[key] | _slice(access, w.shapes[t], sizes,
-                                                           path.shift, pos, st["ext_y"])
-                    for key, now in groups.items():
-                        key = (t, key)
-                        if dropping:
-                            _leave(traffic, x, y, t, side, is_out, held[key])
-                            held[key] = frozenset()
-                        if new_epoch:
-                            seen[key] = set()
-                        old = held[key]
-                        _leave(traffic, x, y, t, side, is_out, old - now)
-                        entering = now - old
-                        if is_out:
-                            # a partial sum comes back only if touched before in this epoch
-                            moved = len(entering & seen[key])
-                            seen[key] |= now
-                        else:
-                            moved = len(entering)
-                        if side == "y":
-                            traffic[(y, t)][0] += moved
-                        else:
-                            traffic[(x, t)][1] += moved
-                        held[key] = now
-        # compute: operands read from the innermost level, accumulators not read on first touch
-        if any(i in info[op.output.tensor][2] for i in changed):
-            compute_seen.clear()
-        for svals in itertools.product(*(range(loops[i].n) for i in spatial)):
-            sv = dict(zip(spatial, svals, strict=True))
-            pos = defaultdict(int)
-            for i, lp in enumerate(loops):
-                v = values[i] if not lp.spatial else sv[i]
-                pos[lp.dim] += v * lp.stride
-            point = {d: path.shift.get(d, 0) + pos[d] for d in op.dims}
-            if any(not 0 <= point[d] < sizes[d] for d in op.dims):
+    def _slice(self, op: str, tensor: str, loops, values: dict, depth: int):
+        """The slice below path position `depth`: loops at or above it at `values`, the
+        loops below it in full."""
+        dims = {d: 0 for d in self.w.op_by_name[op].dims}
+        start = {d: self.shift.get(op, {}).get(d, 0) for d in dims}
+        extent = dict.fromkeys(dims, 1)
+        for key, (k, p, i, lp) in enumerate(loops):
+            if lp.dim not in dims:
                 continue
-            ops += 1
-            for access in op.inputs:
-                traffic[(x_last, access.tensor)][1] += 1
-            out = op.output.tensor
-            traffic[(x_last, out)][2] += 1
-            if op.accumulates:
-                key = tuple(svals)
-                element = tuple(point[d] for d in op.output.dims)
-                if element in compute_seen[key]:
-                    traffic[(x_last, out)][1] += 1
-                else:
-                    compute_seen[key].add(element)
-        prev = values
-    # drain what is still held
-    for j in boundaries:
-        st = state[j]
-        for access, is_out in accesses:
-            t = access.tensor
-            for key, held in st["held_x"].items():
-                if key[0] == t:
-                    _leave(traffic, levels[j], levels[j + 1], t, "x", is_out, held)
-    ops_done[op.name] = ops
+            if k <= depth:
+                start[lp.dim] += values[key] * self.stride[(p, i)]
+            else:
+                extent[lp.dim] += (lp.factor - 1) * self.stride[(p, i)]
+        return self._box(op, tensor, start, extent)
 
+    # ---- execution of one operator ------------------------------------------------------
 
-def _leave(traffic, x, y, t, side, is_out, elements):
-    """Output elements leaving a buffer are written back: counted once per element at the
-    parent (the union side), after spatial reduction."""
-    if is_out and side == "x" and elements:
-        traffic[(x, t)][2] += len(elements)
+    def _run(self, name: str) -> None:
+        w = self.w
+        op = w.op_by_name[name]
+        chain = self.paths[name]
+        levels = [self.index[t.level] for _, t in chain]
+        loops = self.loops(name)
+        temporal = [n for n, (_, _, _, lp) in enumerate(loops) if not lp.spatial]
+        spatial = [n for n, (_, _, _, lp) in enumerate(loops) if lp.spatial]
+        tensors = [(a.tensor, False) for a in op.inputs] + [(op.output.tensor, True)]
+        drops = {t: self._drop_depths(name, chain, t) for t, _ in tensors}
+        fresh = {t: self._epoch_loops(op, loops, t) for t, _ in tensors}
+        buffers = []
+        for j in range(len(chain) - 1):
+            if levels[j] == levels[j + 1]:
+                continue
+            start = j
+            while start > 0 and levels[start - 1] == levels[j]:
+                start -= 1
+            child_inst = [n for n in spatial if loops[n][0] <= j]
+            parent_inst = [n for n in spatial if loops[n][0] < start]
+            buffers.append((j, levels[j], levels[j + 1], child_inst, parent_inst))
+        held = defaultdict(frozenset)  # (j, tensor, child instance) -> elements
+        # output elements touched per (boundary, tensor, child instance, epoch): an epoch is
+        # a value of the loops that start the tensor afresh
+        seen = defaultdict(set)
+        touched = defaultdict(set)  # compute: (spatial instance, epoch) -> elements
+        ops = 0
+        previous = None
+        out = op.output.tensor
+        for tvals in itertools.product(*(range(loops[n][3].factor) for n in temporal)):
+            now = dict(zip(temporal, tvals, strict=True))
+            moved = set() if previous is None else {n for n in temporal
+                                                    if now[n] != previous[n]}
+            for j, x, y, child_inst, parent_inst in buffers:
+                for t, is_out in tensors:
+                    if t in self.home and x < self.home[t]:
+                        continue
+                    drop = any(loops[n][0] <= j and self._dropping(loops[n], j, drops[t])
+                               for n in moved)
+                    epoch = tuple(now[n] for n in sorted(fresh[t]) if n in now)
+                    entering: dict = defaultdict(set)
+                    leaving: dict = defaultdict(set)
+                    for svals in itertools.product(*(range(loops[n][3].factor)
+                                                     for n in child_inst)):
+                        values = {**now, **dict(zip(child_inst, svals, strict=True))}
+                        key = (j, t, svals)
+                        mark = (*key, epoch)
+                        group = tuple(values[n] for n in parent_inst)
+                        want = self._slice(name, t, loops, values, j)
+                        have = frozenset() if drop else held[key]
+                        if drop:
+                            leaving[group] |= held[key]
+                        leaving[group] |= have - want
+                        new = want - have
+                        if is_out:
+                            new = new & seen[mark]
+                            seen[mark] |= want
+                        self.traffic[(self.names[y], t)][FILL] += len(new)
+                        entering[group] |= new
+                        held[key] = want
+                    parent = self.traffic[(self.names[x], t)]
+                    parent[READ] += sum(len(v) for v in entering.values())
+                    if is_out:
+                        parent[UPDATE] += sum(len(v) for v in leaving.values())
+            # compute at the innermost level, one point per spatial instance
+            epoch = tuple(now[n] for n in sorted(fresh[out]) if n in now)
+            inner = self.names[levels[-1]]
+            for svals in itertools.product(*(range(loops[n][3].factor) for n in spatial)):
+                values = {**now, **dict(zip(spatial, svals, strict=True))}
+                point = {d: self.shift.get(name, {}).get(d, 0) for d in op.dims}
+                for n, (_, p, i, lp) in enumerate(loops):
+                    if lp.dim in point:
+                        point[lp.dim] += values[n] * self.stride[(p, i)]
+                if any(not 0 <= point[d] < w.sizes[d] for d in op.dims):
+                    continue
+                ops += 1
+                for a in op.inputs:
+                    self.traffic[(inner, a.tensor)][READ] += 1
+                self.traffic[(inner, out)][UPDATE] += 1
+                if op.accumulates:
+                    element = tuple(point[d] for d in op.output.dims)
+                    if element in touched[(svals, epoch)]:
+                        self.traffic[(inner, out)][READ] += 1
+                    touched[(svals, epoch)].add(element)
+            previous = now
+        for j, x, _y, _child, parent_inst in buffers:  # what is still held leaves at the end
+            if out in self.home and x < self.home[out]:
+                continue
+            groups: dict = defaultdict(set)
+            for (jj, t, svals), elements in held.items():
+                if jj == j and t == out:
+                    values = dict(zip(_child, svals, strict=True))
+                    groups[tuple(values[n] for n in parent_inst)] |= elements
+            self.traffic[(self.names[x], out)][UPDATE] += sum(len(v) for v in groups.values())
+        self.ops[name] = ops
 
+    def _drop_depths(self, name: str, chain, tensor: str) -> set[int]:
+        """Path positions of Seq tiles (two children or more) whose next child, wrapping,
+        does not use the tensor; and of tiles that name it `no_reuse` (as -depth - 1)."""
+        out = set()
+        for k, (_, tile) in enumerate(chain):
+            if tensor in tile.no_reuse:
+                out.add(-k - 1)
+            if tile.primitive != "Seq" or len(tile.children) < 2:
+                continue
+            if k + 1 < len(chain):
+                mine = int(chain[k + 1][0].rsplit(".", 1)[1])
+            else:
+                mine = next(i for i, c in enumerate(tile.children)
+                            if isinstance(c, Op) and c.op == name)
+            nxt = tile.children[(mine + 1) % len(tile.children)]
+            if not any(tensor in self.w.op_by_name[o].tensors for o in self._ops_below(nxt)):
+                out.add(k)
+        return out
+
+    @staticmethod
+    def _dropping(loop, j: int, depths: set[int]) -> bool:
+        """Advancing this loop drops the tensor from the buffer below path position j: a
+        Seq tile between (at or below the loop, at or above j) finishes a step, or the
+        loop's own tile says no_reuse."""
+        k = loop[0]
+        return any(k <= d <= j for d in depths if d >= 0) or (-k - 1) in depths
+
+    def _epoch_loops(self, op, loops, tensor: str) -> set[int]:
+        """Loops whose advance starts the tensor afresh (see the module's rules)."""
+        marks = {n for n, (_, _, _, lp) in enumerate(loops) if lp.dim not in op.dims}
+        if tensor in self.lca:
+            marks |= {n for n, (k, _, _, _) in enumerate(loops) if k <= self.lca[tensor]}
+        return marks
+
+    # ---- footprints ---------------------------------------------------------------------
+
+    def _footprint(self, level: int) -> int:
+        return self._fp("root", self.flow.root, level, {})[0]
+
+    def _fp(self, path: str, node, level: int, above: dict) -> tuple[int, dict]:
+        """(words, {tensor: words}) resident in one instance of `level` for the subtree at
+        the loop values `above` (tile path, loop index) -> value, the largest over the
+        subtree's own steps. Seq: the largest child; Shar: every tensor once, at the largest
+        of the children's slices of it (the model's rule: the union of the slices would be
+        larger where the children's slices of a tensor differ); Para and Pipe: the sum,
+        unless each child spreads over instances of the level of its own."""
+        if isinstance(node, Op):
+            return 0, {}
+        mine = self.index[node.level]
+        if mine > level:
+            return 0, {}
+        group = (mine == level and len(node.children) > 1
+                 and not any(lp.factor > 1 for lp in node.loops)
+                 and all(isinstance(c, Tile) and c.level == node.level for c in node.children))
+        if mine == level and not group:
+            return self._own(path, node, level, above)
+        best: tuple[int, dict] = (0, {})
+        for values in itertools.product(*(range(lp.factor) for lp in node.loops)):
+            here = {**above, **{(path, i): v for i, v in enumerate(values)}}
+            kids = [self._fp(f"{path}.{i}", c, level, here) for i, c in enumerate(node.children)]
+            sizes: dict = {}
+            if node.primitive == "Seq" or (node.primitive in ("Para", "Pipe")
+                                           and self._disjoint(path, node, level)):
+                sizes = dict(max(kids, key=lambda k: k[0])[1])
+            elif node.primitive == "Shar":  # a shared tensor once, at its largest slice
+                for _, k in kids:
+                    for t, n in k.items():
+                        sizes[t] = max(sizes.get(t, 0), n)
+            else:  # each child on its own resources
+                for _, k in kids:
+                    for t, n in k.items():
+                        sizes[t] = sizes.get(t, 0) + n
+            for t, depth in self.lca.items():
+                if self.home[t] == level and self._depth(path) == depth and \
+                        self.paths[self.w.producer[t]][depth][0] == path:
+                    sizes[t] = sizes.get(t, 0) + len(self._tensor_set(t, here, depth))
+            words = sum(sizes.values())
+            if words > best[0]:
+                best = (words, sizes)
+        return best
+
+    def _depth(self, path: str) -> int:
+        return path.count(".")
+
+    def _disjoint(self, path: str, node: Tile, level: int) -> bool:
+        depth = self._depth(path)
+        return all(any(lp.spatial and lp.factor > 1 and k > depth
+                       and self.index[self.paths[o][k][1].level] < level
+                       for k, _, _, lp in self.loops(o))
+                   for o in self._ops_below(node))
+
+    def _tensor_set(self, t: str, values: dict, depth: int):
+        """The intermediate's elements its producer and consumers touch in one step of
+        their common ancestor (the loops at or above it at `values`)."""
+        w = self.w
+        found: frozenset = frozenset()
+        for o in (w.producer[t], *w.consumers[t]):
+            loops = self.loops(o)
+            keyed = {n: values.get((p, i), 0) for n, (_, p, i, _) in enumerate(loops)}
+            found |= self._slice(o, t, loops, keyed, depth)
+        return found
+
+    def _own(self, path: str, node: Tile, level: int, above: dict) -> tuple[int, dict]:
+        """A tile at the level holds, for one step of the loops above it, every tensor its
+        operators touch under its loops (intermediates counted at their common ancestor's
+        step instead, or above their home level not at all)."""
+        depth = self._depth(path)
+        sets: dict = {}
+        for o in self._ops_below(node):
+            loops = self.loops(o)
+            keyed = {n: above.get((p, i), 0) for n, (_, p, i, _) in enumerate(loops)}
+            for t in self.w.op_by_name[o].tensors:
+                if t in self.home:
+                    home = self.home[t]
+                    if home > level or (home == level and self.lca[t] < depth):
+                        continue
+                sets[t] = sets.get(t, frozenset()) | self._slice(o, t, loops, keyed, depth - 1)
+        sizes = {t: len(s) for t, s in sets.items()}
+        return sum(sizes.values()), sizes
 

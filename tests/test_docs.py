@@ -160,7 +160,7 @@ def test_latency_example_overlap_and_fill_drain():
     root_load, root_store = 64 / 2, 16 / 2  # DRAM: 64 words read, 16 written, 2 words/cycle
     root = max(root_load, l1, root_store) + (root_load + l1 + root_store - root_load) / 1
     assert l1 == 23.125 and r["cycles"] == pytest.approx(root) == pytest.approx(63.125)
-    assert r["bottleneck"].startswith("DRAM read bandwidth")
+    assert (r["bottleneck"]["kind"], r["bottleneck"]["level"]) == ("read", "DRAM")
 
 
 def test_latency_example_step_overhead_and_latency(tmp_path):
@@ -204,8 +204,9 @@ def test_seq_drops_shar_keeps_and_homes():
     # union (A, B, C, D, E: 32); in the registers, Shar needs 5 words and tiny-npu has 4
     assert seq["footprint_words"]["L1"] == 20 and shar["footprint_words"]["L1"] == 32
     assert seq["valid"] and not shar["valid"]
-    assert shar["violations"] == [
-        "capacity: level Reg needs 5 words but holds 4 (over by 1; largest: A 1, B 1, C 1)"]
+    [v] = shar["violations"]
+    assert (v["kind"], v["level"], v["needed"], v["available"], v["unit"]) == \
+        ("capacity", "Reg", 5, 4, "words")
 
 
 def test_pipe_example():
@@ -227,16 +228,17 @@ def test_vector_example_lanes():
     compute = (2 * 2) * 4  # temporal steps per core (m:2, l:2) x cycles per exp
     assert r["vector_ops"] == 32 and r["macs"] == 0
     assert r["cycles"] == 16 + (16 + compute + 16 - 16)  # DRAM loads S, stores E: 16 each
-    assert r["bottleneck"] == "vector unit ('exp')"
+    assert (r["bottleneck"]["kind"], r["bottleneck"]["unit"]) == ("compute", "vector")
 
 
 def test_vector_example_too_many_lanes(tmp_path):
     text = (EXAMPLES / "rowexp-lanes.yaml").read_text()
     (tmp_path / "wide.yaml").write_text(text.replace("[m:2, l:2, l:4:Sp]", "[m:2, l:8:Sp]"))
     r = _evaluate("rowexp.yaml", str(tmp_path / "wide.yaml"))
-    assert not r["valid"] and r["violations"] == [
-        "fan-out: tile at L1 (root.0) spreads 'exp' over 8 vector units but there are 4 "
-        "(vector units per L1 instance)"]
+    assert not r["valid"]
+    [v] = r["violations"]
+    assert (v["kind"], v["node"], v["level"], v["needed"], v["available"], v["unit"]) == \
+        ("fanout", "root.0", "L1", 8, 4, "vector units")
 
 
 def test_no_reuse_example(tmp_path):

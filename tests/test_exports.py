@@ -52,7 +52,7 @@ def test_compare_csv_has_one_row_per_dataflow_matching_the_json(tmp_path):
     base = results[0]["cycles"]
     for row, res in zip(rows, results, strict=True):
         assert row["valid"] == str(res["valid"])
-        assert row["violations"] == "; ".join(res["violations"])
+        assert row["violations"] == "; ".join(v["message"] for v in res["violations"])
         for key in ("cycles", "dram_words", "energy_pj", "utilization"):
             assert float(row[key]) == pytest.approx(res[key])
         assert float(row["speedup"]) == pytest.approx(base / res["cycles"])

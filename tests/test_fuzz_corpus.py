@@ -52,3 +52,10 @@ CASE = Case("judge", "accelerator", ["evaluate"], {}, ["arch.yaml, line "], macs
 ])
 def test_the_judge(code, out, err, outcome):
     assert judge(CASE, code, out, err)[0] == outcome
+
+
+def test_a_usage_error_names_the_flag():
+    case = Case("usage", "flags", ["compare", "--arch", "edge", "--double-buffer"], {}, [])
+    err = "tileflow: error: unrecognized arguments: --double-buffer (see 'tileflow --help')\n"
+    assert judge(case, 2, "", err)[0] == "error"
+    assert judge(case, 2, "", "tileflow: error: something is wrong\n")[0] == "unlocated"

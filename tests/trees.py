@@ -4,12 +4,14 @@ grouping under shared tiles, and producers grown by a windowed consumer's halo."
 from __future__ import annotations
 
 import math
+import random
+from dataclasses import replace
 
 from helpers import small_arch
 from hypothesis import strategies as st
 
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Loop, Op, Tile
+from tileflow.tree import Dataflow, Loop, Op, Tile, map_tiles, walk
 
 ARCH = small_arch()
 LEVELS = ("DRAM", "L1", "Reg")
@@ -68,11 +70,20 @@ def _extent(node, d: str) -> int:
 
 @st.composite
 def trees(draw, w: Workload):
+    """A random tree for `w`: root loops over dims every operator uses and, now and then,
+    over a dim only some use (the others are repeated); a root dim split into a temporal
+    and a spatial loop (on a window axis: instances that overlap and move); optionally a
+    group tile; random chains below; now and then factor-1 loops anywhere."""
     data = draw(st.data())
     ops = [o.name for o in w.ops]
-    common = set.intersection(*(set(o.dims) for o in w.ops)) - _illegal_dims(w, set(ops))
+    illegal = _illegal_dims(w, set(ops))
+    common = set.intersection(*(set(o.dims) for o in w.ops)) - illegal
+    partial = set(w.sizes) - common - illegal
+    chosen = sorted(common)
+    if partial and data.draw(st.integers(0, 3)) == 0:
+        chosen.append(data.draw(st.sampled_from(sorted(partial))))
     root_loops, per_step = [], {}
-    for d in sorted(common):
+    for d in chosen:
         if data.draw(st.booleans()):
             e = data.draw(st.integers(1, w.sizes[d]))
             n = -(-w.sizes[d] // e)
@@ -111,6 +122,29 @@ def trees(draw, w: Workload):
         head = Tile(group_level, (), tuple(children[:cut]), inner_primitive)
         children = [head, *children[cut:]] if len(children[:cut]) > 1 else children
     root = Tile("DRAM", tuple(root_loops), tuple(children), primitive)
-    return Dataflow(root, "random")
+    flow = Dataflow(root, "random")
+    if data.draw(st.integers(0, 5)) == 0:  # a program that refetches a tensor at every step
+        tensor = data.draw(st.sampled_from(sorted(w.tensors)))
+        chosen_path = data.draw(st.sampled_from(
+            [p for p, n in walk(flow.root) if isinstance(n, Tile)]))
+        flow = replace(flow, root=map_tiles(flow.root, lambda p, t: replace(
+            t, no_reuse=(tensor,)) if p == chosen_path else t))
+    if data.draw(st.integers(0, 3)) == 0:
+        flow = with_unit_loops(flow, data.draw(st.integers(0, 2**31)), sorted(w.sizes))
+    return flow
 
 
+
+
+def with_unit_loops(flow: Dataflow, seed: int, dims: list[str]) -> Dataflow:
+    """The same tree with a factor-1 loop (spatial or temporal, over any dimension of the
+    workload, used below or not) inserted at a random place of every tile."""
+    rng = random.Random(seed)
+
+    def add(_path: str, t: Tile) -> Tile:
+        loops = list(t.loops)
+        for _ in range(rng.randint(1, 2)):
+            loops.insert(rng.randint(0, len(loops)), Loop(rng.choice(dims), 1, rng.random() < .5))
+        return replace(t, loops=tuple(loops))
+
+    return replace(flow, root=map_tiles(flow.root, add))

@@ -108,14 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
     rp.add_argument("--json", action="store_true", help="print every result as JSON")
     va = sub.add_parser("validate", help="model accuracy against measurements")
-    va.add_argument("target", choices=["rtl"],
-                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains)")
+    va.add_argument("target", choices=["rtl", "cpu", "gpu"],
+                    help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains); "
+                         "cpu, gpu: measure real kernels on this machine (out: validate/cpu)")
     va.add_argument("--data", metavar="DIR",
                     help="folder with gemm_1152.csv and gemm_chain_131.csv, the RTL "
                          "measurements published with the TileFlow paper's artifact "
                          "(default: ../shared/datasets/rtl-systolic beside the repository)")
     va.add_argument("--out", default="validate/rtl-systolic", help="output folder")
     va.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _campaign_options(va)
     im = sub.add_parser("import", help="write TileFlow YAML for Timeloop / original TileFlow "
                         "architecture, problem and mapping files")
     im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
@@ -155,7 +157,7 @@ def _run_title(args, workload, arch) -> str:
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
     from tileflow import resources
     from tileflow.interop.files import load_dataflow_any
-    from tileflow.specs.dataflow import check_against
+    from tileflow.specs.dataflow import check_operators
     from tileflow.specs.yamlfile import given
 
     path = Path(name)
@@ -166,7 +168,7 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
         flow = load_dataflow_any(shipped or path, workload, arch)
-        check_against(flow, [op.name for op in workload.ops], workload.sizes)
+        check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
         if dim not in workload.sizes:
@@ -206,9 +208,14 @@ def _evaluate(flow, workload, arch, **kw):
         raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
                          source, where) from None
     except InputError as exc:  # a size bound of the model (tileflow.workbound)
-        raise InputError(f"dataflow '{flow.name}': {exc.message}",
-                         flow.source or workload.source or None,
-                         workload.place("dims") if not flow.source else None) from None
+        if exc.source:
+            raise
+        if flow.source:
+            located = locate(exc, flow)
+            raise InputError(f"dataflow '{flow.name}': {located.message}", located.source,
+                             located.where) from None
+        raise InputError(f"dataflow '{flow.name}': {exc.message}", workload.source or None,
+                         workload.place("dims")) from None
     _check_finite(result.to_dict(), f"dataflow '{flow.name}'", workload, arch)
     return result
 
@@ -265,13 +272,14 @@ def cmd_evaluate(args) -> int:
     else:
         if args.tree:
             print(render(flow.root))
-        print(summary(result, arch.name, workload.name))
+        print(summary(result, arch.name, workload.name, flow.source, flow.lines))
         if args.detail:
             print("\nper level and tensor (words, pJ):")
             print(result.frame().to_string(index=False))
-            print("\nper tile (cycles if alone: loads, children, stores):")
+            print("\nper tile (cycles if alone: loads, children, stores; fill and drain):")
             print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
-                                          "store_cycles", "cycles"]].to_string(index=False))
+                                          "store_cycles", "fill_drain_cycles",
+                                          "cycles"]].to_string(index=False))
             from tileflow.cost_components import components_table
 
             print("\nper component (energy; area where the file names technology_nm):")
@@ -336,7 +344,17 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _campaign_options(parser) -> None:
+    from tileflow.calibrate.command import add_campaign_options
+
+    add_campaign_options(parser)
+
+
 def cmd_validate(args) -> int:
+    if args.target != "rtl":
+        from tileflow.calibrate.command import run
+
+        return run(args)
     from tileflow.outputs import check_output_folder
     from tileflow.rtl import report, study
 
@@ -384,7 +402,7 @@ def cmd_import(args) -> int:
 
 def cmd_export_timeloop(args) -> int:
     from tileflow.interop.export import timeloop_mapping
-    from tileflow.interop.files import dump_yaml, write_yaml_atomically
+    from tileflow.outputs import write_yaml, yaml_text
 
     workload, arch = _load(args)
     flow = _dataflow(args.dataflow, workload, arch, {})
@@ -392,9 +410,9 @@ def cmd_export_timeloop(args) -> int:
     if args.json:
         print(json.dumps(mapping, indent=2))
     elif args.out:
-        print(f"wrote {write_yaml_atomically(Path(args.out), mapping)}")
+        print(f"wrote {write_yaml(Path(args.out), mapping)}")
     else:
-        print(dump_yaml(mapping), end="")
+        print(yaml_text(mapping), end="")
     return 0
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tileflow.analysis.prepare import Plan, prepare
+from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import (
     Footprint,
     capacity_violations,
@@ -38,7 +39,8 @@ class Movement:
 @dataclass(frozen=True)
 class NodeLatency:
     """Cycles of one tile: the time its loads, its children and its stores would take alone;
-    the tile takes the largest (overlapped, double-buffered)."""
+    the tile takes the largest (overlapped, double-buffered) plus what its first load and
+    last store add (`fill_drain_cycles`, with a level's first-word latency)."""
 
     path: str
     label: str
@@ -46,10 +48,13 @@ class NodeLatency:
     load_cycles: float
     inner_cycles: float
     store_cycles: float
+    fill_drain_cycles: float = 0.0  # the first load and last store, not hidden by overlap
+    shared_port_cycles: float = 0.0  # root only: children at once share a one-instance port
 
     @property
     def cycles(self) -> float:
-        return max(self.load_cycles, self.inner_cycles, self.store_cycles)
+        return max(self.load_cycles, self.inner_cycles, self.store_cycles) + \
+            self.fill_drain_cycles + self.shared_port_cycles
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class Result:
 
     dataflow: str
     valid: bool
-    violations: tuple[str, ...]
+    violations: tuple[Violation, ...]
     cycles: float
     clock_ghz: float
     energy_pj: float
@@ -69,7 +74,7 @@ class Result:
     footprints: tuple[Footprint, ...]
     energy_by_level_pj: Mapping[str, Mapping[str, float]]
     compute_energy_pj: float
-    bottleneck: str
+    bottleneck: Bottleneck
     utilization: float  # MACs / (cycles x matrix units on the chip)
     levels: tuple[str, ...] = field(default=())
     latency_breakdown: tuple[NodeLatency, ...] = field(default=())
@@ -98,7 +103,7 @@ class Result:
         return {
             "dataflow": self.dataflow,
             "valid": self.valid,
-            "violations": list(self.violations),
+            "violations": [v.to_dict() for v in self.violations],
             "cycles": self.cycles,
             "latency_ms": self.latency_ms,
             "energy_pj": self.energy_pj,
@@ -106,7 +111,7 @@ class Result:
             "vector_ops": self.vector_ops,
             "ops": dict(self.ops),
             "utilization": self.utilization,
-            "bottleneck": self.bottleneck,
+            "bottleneck": self.bottleneck.to_dict(),
             "dram_words": self.dram_words,
             "levels": {
                 lv: {
@@ -130,13 +135,17 @@ class Result:
         }
 
     def latency_frame(self):
-        """Per-tile latency breakdown (loads, children, stores) as a pandas DataFrame."""
+        """Per-tile latency (loads, children, stores, fill and drain) as a pandas DataFrame:
+        the root's `cycles` is the result's; a Seq or Shar tile's `inner_cycles` is the sum
+        of its child tiles' `cycles`."""
         import pandas as pd
 
         return pd.DataFrame([
             {"path": n.path, "tile": n.label, "depth": n.depth, "load_cycles": n.load_cycles,
              "inner_cycles": n.inner_cycles, "store_cycles": n.store_cycles,
-             "cycles": n.cycles} for n in self.latency_breakdown])
+             "fill_drain_cycles": n.fill_drain_cycles,
+             "shared_port_cycles": n.shared_port_cycles, "cycles": n.cycles}
+            for n in self.latency_breakdown])
 
     def frame(self):
         """Per-level, per-tensor breakdown as a pandas DataFrame."""
@@ -153,10 +162,11 @@ class Result:
 
 def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
              double_buffer: bool = False, fill_drain: bool = True) -> Result:
-    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Structural
-    errors raise InvalidDataflow; resource overruns come back as `valid=False` with the
-    violations named. `fill_drain=False` gives the published model's perfect overlap of
-    loads, compute and stores."""
+    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Malformed
+    trees (unknown operators, levels, tensors) raise InvalidDataflow; whatever is a property
+    of the dataflow (capacity, fan-out, array shape, coverage, dependences, windows) comes
+    back as `valid=False` with Violation records. `fill_drain=False` gives the published
+    model's perfect overlap of loads, compute and stores."""
     if isinstance(flow, Tile):
         flow = Dataflow(flow, flow.name or "dataflow")
     elif not isinstance(flow, Dataflow):
@@ -170,7 +180,7 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
     arch, w = plan.arch, plan.workload
     counts = count(plan)
     fps = footprints(plan, double_buffer)
-    violations = capacity_violations(plan, fps) + spatial_violations(plan)
+    violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
     traffic: dict[str, dict[str, Movement]] = defaultdict(dict)
     energy: dict[str, dict[str, float]] = defaultdict(dict)
     for (index, tensor), (fill, read, update) in sorted(counts.traffic.items()):
@@ -199,25 +209,25 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
 
 
 def _transfer_time(arch: Architecture, transfers: list[Transfer],
-                   steps: int) -> tuple[float, str, float]:
+                   steps: int) -> tuple[float, int, float]:
     """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins.
-    A level read at every step adds its per-step overhead; also returns the latency before
-    the first word arrives."""
+    A level read at every step adds its per-step overhead. Returns the time, the busiest
+    level's index and the latency before the first word arrives."""
     busy: dict[tuple[int, str], float] = defaultdict(float)
     for tr in transfers:
         lv = arch.levels[tr.level]
         rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
         busy[(tr.level, tr.kind)] += tr.words / (max(tr.instances, 1) * rate)
     if not busy:
-        return 0.0, "", 0.0
+        return 0.0, 0, 0.0
     latency = 0.0
     for (index, kind), time in list(busy.items()):
         lv = arch.levels[index]
         if kind == "read" and time > 0:
             busy[(index, kind)] = time + lv.step_overhead_cycles * steps
             latency = max(latency, lv.latency_cycles)
-    (index, kind), time = max(busy.items(), key=lambda kv: kv[1])
-    return time, f"{arch.levels[index].name} {kind} bandwidth", latency
+    (index, _kind), time = max(busy.items(), key=lambda kv: kv[1])
+    return time, index, latency
 
 
 def latency(plan: Plan, counts: Counts, fill_drain: bool = True) -> float:
@@ -227,10 +237,17 @@ def latency(plan: Plan, counts: Counts, fill_drain: bool = True) -> float:
 
 
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
-             fill_drain: bool = True) -> tuple[float, str]:
+             fill_drain: bool = True) -> tuple[float, Bottleneck]:
+    """Cycles of the tree and what bounds them. Each tile's bound is carried as a tuple
+    (kind, level index, unit, node path, tile) and made a record once, at the end."""
     arch = plan.arch
+    leaf_paths = {}
+    for path, tile in plan.tiles.items():
+        for i, c in enumerate(tile.children):
+            if isinstance(c, Op):
+                leaf_paths[c.op] = f"{path}.{i}"
 
-    def leaf(op: str) -> tuple[float, str]:
+    def leaf(op: str) -> tuple[float, tuple]:
         lf = counts.leaves[op]
         unit = arch.unit(lf.unit)
         compute = lf.steps * unit.cycles(lf.function)
@@ -238,12 +255,12 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         inst = max(lf.instances, 1)
         reads = lf.operand_reads / (inst * lv.read_words_per_cycle)
         writes = lf.result_updates / (inst * lv.write_words_per_cycle)
-        best = max((compute, f"{unit.kind} unit ('{op}')"),
-                   (reads, f"{lv.name} read bandwidth feeding '{op}'"),
-                   (writes, f"{lv.name} write bandwidth from '{op}'"), key=lambda x: x[0])
-        return best
+        where = leaf_paths[op]
+        return max((compute, ("compute", None, unit.kind, where, op)),
+                   (reads, ("read", lf.level, None, where, op)),
+                   (writes, ("write", lf.level, None, where, op)), key=lambda x: x[0])
 
-    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, str]:
+    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, tuple]:
         steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
         kids = [leaf(c.op) if isinstance(c, Op) else node(f"{path}.{i}", c, steps)
                 for i, c in enumerate(tile.children)]
@@ -255,16 +272,54 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             stages = [k[0] / steps for k in kids]
             inner = sum(stages) + (steps - 1) * max(stages)
         slowest = max(kids, key=lambda k: k[0])[1]
-        load, load_what, latency = _transfer_time(arch, counts.loads.get(path, []), steps)
-        store, store_what, _ = _transfer_time(arch, counts.stores.get(path, []), steps)
-        where = label(path, tile)
-        breakdown.append(NodeLatency(path, where, path.count("."), load, inner, store))
-        cycles, what = max((inner, slowest), (load, f"{load_what} (loads of {where})"),
-                           (store, f"{store_what} (stores of {where})"), key=lambda x: x[0])
+        load, load_level, latency = _transfer_time(arch, counts.loads.get(path, []), steps)
+        store, store_level, _ = _transfer_time(arch, counts.stores.get(path, []), steps)
+        cycles, what = max((inner, slowest), (load, ("read", load_level, None, path, tile)),
+                           (store, ("write", store_level, None, path, tile)),
+                           key=lambda x: x[0])
+        extra = 0.0
         if fill_drain and (load or store):
             # double-buffered steps overlap (also across the parents' steps), but the first
             # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
-            cycles += (load + inner + store - cycles) / steps + latency
-        return cycles, what
+            extra = (load + inner + store - cycles) / steps + latency
+        breakdown.append(NodeLatency(path, label(path, tile), path.count("."), load, inner,
+                                     store, extra))
+        return cycles + extra, what
 
-    return node("root", plan.flow.root, 1)
+    cycles, what = node("root", plan.flow.root, 1)
+    # children that run at once (Para, Pipe) each take a single-instance level's port at
+    # its full bandwidth above; together they can move no more than the port allows
+    port, words_time = _busiest_shared_port(arch, counts)
+    if words_time > cycles:
+        root = breakdown[-1]
+        breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
+        cycles, what = words_time, (port[1], port[0], None, "root", plan.flow.root)
+    return cycles, _bottleneck(arch, *what)
+
+
+def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int, str], float]:
+    """The time the busiest port of a level with one instance (DRAM) needs for everything
+    the tree moves through it: a lower bound on the cycles."""
+    busy: dict[tuple[int, str], float] = defaultdict(float)
+    for transfers in (*counts.loads.values(), *counts.stores.values()):
+        for tr in transfers:
+            lv = arch.levels[tr.level]
+            if lv.instances == 1 and tr.words:
+                rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
+                busy[(tr.level, tr.kind)] += tr.words / rate
+    if not busy:
+        return (0, "read"), 0.0
+    return max(busy.items(), key=lambda kv: kv[1])
+
+
+def _bottleneck(arch: Architecture, kind: str, level: int | None, unit: str | None,
+                node: str, where: Tile | str) -> Bottleneck:
+    if kind == "compute":
+        return Bottleneck(kind, None, unit, node, f"{unit} unit ('{where}')")
+    name = arch.levels[level].name
+    if isinstance(where, str):  # a leaf's operands or results at its innermost level
+        what = "feeding" if kind == "read" else "from"
+        return Bottleneck(kind, name, None, node, f"{name} {kind} bandwidth {what} '{where}'")
+    side = "loads" if kind == "read" else "stores"
+    return Bottleneck(kind, name, None, node,
+                      f"{name} {kind} bandwidth ({side} of {label(node, where)})")

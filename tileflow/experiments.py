@@ -68,7 +68,7 @@ def run_studies(studies: Iterable[tuple[str, list[str]]] = STUDIES,
                                                                   {}).values()),
                 "l1_fills": sum(m.fill for m in r.traffic.get(arch.levels[-2].name,
                                                               {}).values()),
-                "bottleneck": r.bottleneck,
+                "bottleneck": r.bottleneck.message,
             })
     frame = pd.DataFrame(rows)
     base = frame[frame.dataflow == "layerwise"].set_index(["arch", "preset"])

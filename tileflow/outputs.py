@@ -4,6 +4,7 @@ leaves a partial file under its final name."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import tempfile
@@ -90,6 +91,28 @@ def write_atomic(path: str | Path, write: Callable[[IO], None], binary: bool = F
 
 def write_text_atomic(path: str | Path, text: str, flag: str | None = None) -> Path:
     return write_atomic(path, lambda handle: handle.write(text), flag=flag)
+
+
+def yaml_text(data) -> str:
+    """Plain data as block-style YAML with flow-style leaves, as the shipped files are written."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.default_flow_style = None
+    yaml.width = 100
+    buffer = io.StringIO()
+    yaml.dump(data, buffer)
+    return buffer.getvalue()
+
+
+def write_yaml(path: str | Path, data, header: str = "", flag: str | None = None) -> Path:
+    """`data` as YAML (after an optional comment header), written atomically."""
+    return write_text_atomic(path, header + yaml_text(data), flag=flag)
+
+
+def write_csv(frame, path: str | Path, flag: str | None = None) -> Path:
+    """A pandas DataFrame as CSV (no index), written atomically."""
+    return write_atomic(path, lambda handle: frame.to_csv(handle, index=False), flag=flag)
 
 
 def save_figure(fig, path: str | Path, flag: str | None = None, **kw) -> Path:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tileflow.cost import Result
-from tileflow.outputs import save_figure, write_atomic
+from tileflow.outputs import save_figure, write_atomic, write_csv  # noqa: F401 (re-export)
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 
@@ -19,17 +19,22 @@ def _si(x: float) -> str:
     return f"{x:.0f}"
 
 
-def summary(result: Result, arch_name: str, workload_name: str) -> str:
-    """A readable summary of one evaluation: totals, bottleneck, per-level table."""
+def summary(result: Result, arch_name: str, workload_name: str, source: str = "",
+            lines_of: Mapping[str, int] | None = None) -> str:
+    """A readable summary of one evaluation: totals, bottleneck, per-level table. With the
+    dataflow's file and node lines, each violation names the line of its node."""
     r = result
     lines = [
         f"dataflow {r.dataflow} on {arch_name}, workload {workload_name}",
         f"  valid        {'yes' if r.valid else 'NO'}",
     ]
-    lines += [f"  violation    {v}" for v in r.violations]
+    for v in r.violations:
+        line = (lines_of or {}).get(v.node or "")
+        place = f"  [{source}, line {line}]" if source and line else ""
+        lines.append(f"  violation    {v.message}{place}")
     lines += [
         f"  cycles       {r.cycles:,.0f}  ({r.latency_ms:.4f} ms at {r.clock_ghz:g} GHz)",
-        f"  bottleneck   {r.bottleneck}",
+        f"  bottleneck   {r.bottleneck.message}",
         f"  energy       {r.energy_pj / 1e6:,.2f} uJ  "
         f"(compute {r.compute_energy_pj / 1e6:,.2f} uJ)",
         f"  operations   {r.macs:,} MACs, {r.vector_ops:,} vector ops",
@@ -68,7 +73,7 @@ def comparison_rows(results: Sequence[Result]) -> list[dict]:
             "dram_reduction": 1 - r.dram_words / base.dram_words if base.dram_words else 0.0,
             "energy_pj": r.energy_pj,
             "utilization": r.utilization,
-            "bottleneck": r.bottleneck,
+            "bottleneck": r.bottleneck.message,
             "footprint_words": {f.level: f.words for f in r.footprints},
         })
     return rows
@@ -84,14 +89,9 @@ def comparison_frame(results: Sequence[Result]):
         row = dict(row)
         for level, words in row.pop("footprint_words").items():
             row[f"footprint_words_{level}"] = words
-        row["violations"] = "; ".join(r.violations)
+        row["violations"] = "; ".join(v.message for v in r.violations)
         flat.append(row)
     return pd.DataFrame(flat)
-
-
-def write_csv(frame, path: str | Path) -> Path:
-    """A table as CSV, written atomically (a reader never sees half a file)."""
-    return write_atomic(path, lambda handle: frame.to_csv(handle, index=False), flag="--csv")
 
 
 def _sizes_text(workload: Workload, overrides: Mapping[str, int], sep: str, eq: str) -> str:

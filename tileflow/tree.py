@@ -11,14 +11,21 @@ PRIMITIVES = ("Seq", "Shar", "Para", "Pipe")
 
 @dataclass(frozen=True)
 class Loop:
-    """One loop of a tile: `factor` iterations over `dim`, spatial (Sp) or temporal (Tp)."""
+    """One loop of a tile: `factor` iterations over `dim`, spatial (Sp) or temporal (Tp).
+
+    A spatial loop may name the axis of a two-dimensional array of instances it spreads
+    over (`axis` 'x': the PE rows or a mesh's first axis, written `:SpX`; 'y': the columns
+    or second axis, `:SpY`); without one, the first spatial loop (of more than one
+    iteration) over a 2-D array takes x and the later ones y, in the order written."""
 
     dim: str
     factor: int
     spatial: bool = False
+    axis: str = ""
 
     def __str__(self) -> str:
-        return f"{self.dim}:{self.factor}" + (":Sp" if self.spatial else "")
+        kind = (":Sp" + self.axis.upper()) if self.spatial else ""
+        return f"{self.dim}:{self.factor}{kind}"
 
 
 @dataclass(frozen=True)
@@ -64,15 +71,17 @@ def loops(spec: str) -> tuple[Loop, ...]:
     return tuple(parse_loop(token) for token in spec.split())
 
 
-LOOP_TEXT = re.compile(r"^([A-Za-z_]\w*):(\d+)(?::(Sp|Tp))?$")
+LOOP_TEXT = re.compile(r"^([A-Za-z_]\w*):(\d+)(?::(Sp|SpX|SpY|Tp))?$")
 
 
 def parse_loop(text: str) -> Loop:
     match = LOOP_TEXT.match(text.strip())
     if not match:
-        raise ValueError(f"cannot read loop '{text}': expected DIM:FACTOR or DIM:FACTOR:Sp")
+        raise ValueError(f"cannot read loop '{text}': expected DIM:FACTOR, DIM:FACTOR:Sp "
+                         "(or :SpX, :SpY for an axis of a 2-D array)")
     dim, factor, kind = match.groups()
-    return Loop(dim, int(factor), kind == "Sp")
+    spatial = bool(kind) and kind.startswith("Sp")
+    return Loop(dim, int(factor), spatial, kind[2:].lower() if spatial else "")
 
 
 def tile(level: str, spec: str = "", *children: Node | str, primitive: str = "Seq",

@@ -26,11 +26,14 @@ def check_enumeration(plan) -> None:
                 dims = set(axis.dims)
                 if axis.is_plain and dims <= exact:
                     continue
-                steps = math.prod(lp.n for lp in path.loops if lp.dim in dims and lp.n > 1)
+                moving = [lp for lp in path.loops if lp.dim in dims and lp.n > 1]
+                steps = math.prod(lp.n for lp in moving)
                 if steps > MAX_ENUMERATED_STEPS:
+                    largest = max(moving, key=lambda lp: lp.n)
+                    tile = path.tiles[largest.node][0]
                     raise InputError(
                         f"operator '{name}': the loops along axis '{axis}' of {access.tensor} "
                         f"make {steps:,} steps and do not tile it exactly (a clipped last "
                         f"tile or a window), so its count is a sum over the steps; at most "
                         f"{MAX_ENUMERATED_STEPS:,} are supported. Choose tile sizes that "
-                        "divide the dimension, or smaller sizes")
+                        "divide the dimension, or smaller sizes", where=f"tile ({tile})")

@@ -84,12 +84,13 @@ def test_strided_convolution_reuses_the_window_overlap_over_time(tmp_path, arch)
 
 def test_overlapping_windows_on_two_instances_are_read_once(tmp_path, arch):
     """Buffer steps (c, k, po), outputs 2po and 2po + 1 on two PEs: windows [4po, 4po + 2]
-    and [4po + 2, 4po + 4]. TileFlow reads their union (5 rows) and, at each step, only the
-    rows new to the union: per channel the unions [0,4], [4,8], [0,4], [4,8] cost
-    5 + 4 + 4 + 4. Timeloop's convention (each instance's window counted separately) would
-    read 2 PEs x 3 rows x 8 steps = 48, which is what the registers are filled with."""
+    and [4po + 2, 4po + 4]. Each step moves both windows past what either PE held, so each
+    PE is filled with its 3 rows, and the Buffer reads the union of those fills once
+    (5 rows, the shared row multicast): 5 rows x 4 steps per channel. Timeloop's convention
+    (each instance's window counted separately) would read 2 PEs x 3 rows x 8 steps = 48,
+    which is what the registers are filled with."""
     _, _, r = run(tmp_path, arch, CONV_PROBLEM, CONV_MAPPING_SPATIAL)
-    assert r.traffic["Buffer"]["Inputs"].read == 2 * (5 + 4 + 4 + 4)
+    assert r.traffic["Buffer"]["Inputs"].read == 2 * (5 + 5 + 5 + 5)
     assert r.traffic["Reg"]["Inputs"].fill == 2 * 3 * 8
     assert r.traffic["Buffer"]["Weights"].read == 2 * 2 * 3  # multicast to both PEs
     assert r.traffic["Reg"]["Weights"].fill == 2 * (2 * 2 * 3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from math import ceil
@@ -75,6 +76,20 @@ def test_report_regenerates_from_the_dataset(tmp_path):
         assert (tmp_path / name).exists()
     assert summary["fused_dram_exact_rows"] == 131
     assert summary["fused_mape"] < 0.03 and summary["fused_r2"] >= 0.99  # the targets
+    # every parameter that ended at one of its declared bounds is reported, and only those
+    from tileflow.rtl.study import DECLARED
+
+    for kind in ("gemm", "fused"):
+        expected = set()
+        for half, values in enumerate(summary[f"{kind}_calibrated_dram_parameters"], 1):
+            for p in DECLARED.parameters:
+                v = values[p.name]
+                scale = (lambda x: math.log(x)) if p.log_scale else (lambda x: x)
+                span = scale(p.upper) - scale(p.lower)
+                for side, bound in (("lower", p.lower), ("upper", p.upper)):
+                    if abs(scale(v) - scale(bound)) <= 1e-3 * span:
+                        expected.add(f"{p.name} ({side}, half {half})")
+        assert set(summary[f"{kind}_bound_hits"]) == expected
 
 
 def test_missing_dataset_says_where_to_put_it(tmp_path):

@@ -3,6 +3,7 @@ what was expected, exit status 2, and no traceback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -86,25 +87,40 @@ def _dataflow(tmp_path, loops: str) -> str:
     return write(tmp_path, "flow.yaml", DATAFLOW.format(loops=loops))
 
 
-@pytest.mark.parametrize("loops, message", [
-    ("b:8, m:4, q:2", "loop over 'q', which no operator below this tile"),
-    ("b:8, m:2", "the factors of 'm' on its path (2 x 128) cover 256 of 512"),
-])
-def test_invalid_trees_name_the_node_and_the_constraint(tmp_path, capsys, loops, message):
-    flow = _dataflow(tmp_path, loops)
+def test_a_loop_over_an_unknown_dimension_names_the_node(tmp_path, capsys):
+    flow = _dataflow(tmp_path, "b:8, m:4, q:2")
     code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
                     "--dataflow", flow)
     assert code == 2
-    assert message in err, err
+    assert "loop over 'q', which no operator below this tile" in err, err
     assert "flow.yaml, line" in err
 
 
-def test_dependency_on_partial_sums_is_rejected(tmp_path, capsys):
-    text = DATAFLOW.format(loops="b:8, m:4, k:2").replace("k:64", "k:32")
+@pytest.mark.parametrize("text, expected", [
+    (DATAFLOW.format(loops="b:8, m:2"),
+     {"kind": "coverage", "node": "root.0", "level": "L1", "tensor": None, "needed": 512,
+      "available": 256, "unit": "iterations of m"}),
+    (DATAFLOW.format(loops="b:8, m:4, k:2").replace("k:64", "k:32"),
+     {"kind": "dependency", "node": "root", "level": "DRAM", "tensor": "C", "needed": None,
+      "available": None, "unit": None}),
+])
+def test_a_dataflow_that_breaks_a_rule_is_an_invalid_result(tmp_path, capsys, text, expected):
+    """Not covering a dimension, or a producer's reduction (k of gemm1) in the common
+    ancestor of gemm1 and gemm2: evaluated, `valid: false`, the violation as a record."""
     flow = write(tmp_path, "flow.yaml", text)
-    code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
-                    "--dataflow", flow)
-    assert code == 2 and "'k:2' is a reduction of 'gemm1'" in err and "partial values" in err
+    code = main(["evaluate", "--arch", "edge", "--workload", "gemm-chain", "--dataflow", flow,
+                 "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["valid"] is False
+    violation, *others = result["violations"]  # gemm2 falls short of m as gemm1 does
+    assert [v["node"] for v in others] == (["root.1"] if expected["kind"] == "coverage" else [])
+    message = violation.pop("message")
+    assert violation == expected
+    assert expected["kind"] != "dependency" or "'k:2' is a reduction of 'gemm1'" in message
+    assert main(["evaluate", "--arch", "edge", "--workload", "gemm-chain", "--dataflow",
+                 flow]) == 0
+    assert "flow.yaml, line" in capsys.readouterr().out
 
 
 def test_unknown_tensor_in_no_reuse(tmp_path, capsys):

@@ -9,6 +9,12 @@ and the events t >= 1 are grouped by the loop i that advanced (inner loops reset
 Each axis depends only on the loops over its own dimensions, so both sums factor into a
 product over axes of small one-dimensional sums (exact under clipping, halos and offsets).
 When an axis is tiled exactly (no clipping, no offset) its sums have closed forms.
+
+Seen from the parent of spatial instances, the slice is the union of the instances' slices
+and an element is new at a step when some instance did not hold it before (instances do not
+pass data to each other): per axis, the union minus what every instance holding it now also
+held before (`_kept`). Where the instances abut and the other loops step by whole multiples
+of their union, no element ever changes instance and the union is one wider slice.
 """
 
 from __future__ import annotations
@@ -118,7 +124,8 @@ def _common(a: Spans, b: Spans) -> int:
     return total
 
 
-def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec]):
+def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec],
+                 loops: Sequence[LoopRec] = ()):
     """Spatial instances under one parent instance see the union of their slices. On a plain
     axis that union is an interval: widen the dimension's extent. On a strided axis it may
     have gaps: keep the union loops for that axis."""
@@ -129,7 +136,7 @@ def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec]):
     for axis in axes:
         names = {d for d, _ in axis.terms}
         mine = tuple(lp for lp in union if lp.dim in names and lp.n > 1)
-        if len(axis.terms) == 1 and axis.terms[0][1] == 1 and _contiguous(dims, mine):
+        if len(axis.terms) == 1 and axis.terms[0][1] == 1 and _contiguous(dims, mine, loops):
             d = axis.terms[0][0]
             rec = widened[d]
             widened[d] = DimRec(rec.size, rec.extent + sum((lp.n - 1) * lp.stride
@@ -140,16 +147,20 @@ def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec]):
     return widened, per_axis
 
 
-def _contiguous(dims: Dims, union: Sequence[LoopRec]) -> bool:
-    """The instances' slices of one dimension abut or overlap (no gaps between them)."""
+def _contiguous(dims: Dims, union: Sequence[LoopRec], loops: Sequence[LoopRec]) -> bool:
+    """The instances' slices of one dimension abut, without gaps or overlaps, and the other
+    loops over it step by whole multiples of their union: every element then belongs to one
+    instance only, at every step (none ever moves from one instance to another), and the
+    union behaves as one wider slice."""
     if not union:
         return True
-    extent = dims[union[0].dim].extent
+    d = union[0].dim
+    extent = dims[d].extent
     for lp in sorted(union, key=lambda lp: lp.stride):
-        if lp.stride > extent:
+        if lp.stride != extent:
             return False
         extent += (lp.n - 1) * lp.stride
-    return True
+    return all(lp.stride % extent == 0 for lp in loops if lp.dim == d and lp.n > 1)
 
 
 def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict[str, int]:
@@ -200,9 +211,38 @@ def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int,
             before.append((loops[i], v))
             after.append((loops[i], v + 1))
         before += [(loops[j], loops[j].n - 1) for j in inner]
-        total += _common(_spans(axis, dims, _pair_positions(before), union),
-                         _spans(axis, dims, _pair_positions(after), union))
+        pos_before, pos_after = _pair_positions(before), _pair_positions(after)
+        if union:
+            total += _kept(axis, dims, pos_before, pos_after, union)
+        else:
+            total += _common(_spans(axis, dims, pos_before, ()), _spans(axis, dims, pos_after, ()))
     return total
+
+
+def _kept(axis: AxisRec, dims: Dims, before: Mapping[str, int], after: Mapping[str, int],
+          union: Sequence[LoopRec]) -> int:
+    """Of the union of the instances' slices after a step, the elements that need no read
+    from the parent: every instance holding them now held them before. (An element that
+    moves from one instance's window into another's is read again: no sibling transfer.)"""
+    covered: Spans = []
+    new: Spans = []
+    for values in product(*(range(lp.n) for lp in union)):
+        shift = _positions(union, values)
+        now = _interval(axis, dims, {d: after.get(d, 0) + shift.get(d, 0)
+                                     for d in {*after, *shift}})
+        if now[1] <= now[0]:
+            continue
+        old = _interval(axis, dims, {d: before.get(d, 0) + shift.get(d, 0)
+                                     for d in {*before, *shift}})
+        covered.append(now)
+        if old[1] <= old[0] or old[1] <= now[0] or now[1] <= old[0]:
+            new.append(now)
+            continue
+        if now[0] < old[0]:
+            new.append((now[0], old[0]))
+        if old[1] < now[1]:
+            new.append((old[1], now[1]))
+    return _union_length(covered) - _union_length(new)
 
 
 def _pair_positions(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
@@ -212,7 +252,7 @@ def _pair_positions(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
 def iteration_count(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
                     union: Sequence[LoopRec] = ()) -> int:
     """Sum over all steps of the slice size (the operation count, for the op's own axes)."""
-    dims, unions = _split_union(axes, dims, union)
+    dims, unions = _split_union(axes, dims, union, loops)
     return _iteration_count(axes, dims, loops, unions)
 
 
@@ -232,7 +272,7 @@ def words_moved(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
     union of their slices. With `fresh` given, elements still resident when a marked loop
     advances count as entering again (an accumulation that restarts touches them anew)."""
     tensor_dims = {d for a in axes for d, _ in a.terms}
-    dims, unions = _split_union(axes, dims, union)
+    dims, unions = _split_union(axes, dims, union, loops)
     total = _iteration_count(axes, dims, loops, unions)
     for i, lp in enumerate(loops):
         if lp.n <= 1 or _dropped(loops, i) or (fresh is not None and _restarts(loops, fresh, i)):
@@ -267,7 +307,7 @@ def first_touches(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
     `guards` are further dimensions of the work: an iteration of the marked loops whose
     range of a guard dimension is clipped empty does no work and touches nothing."""
     tensor_dims = {d for a in axes for d, _ in a.terms} | set(guards)
-    dims, unions = _split_union(axes, dims, union)
+    dims, unions = _split_union(axes, dims, union, loops)
     total = math.prod(lp.n for lp, e in zip(loops, epoch, strict=True)
                       if e and lp.dim not in tensor_dims)
     for g in guards:

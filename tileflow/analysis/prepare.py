@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
+from tileflow.analysis.records import Violation
 from tileflow.analysis.shape import Shape, shape_of
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
@@ -26,6 +27,7 @@ class PathLoop(NamedTuple):
     spatial: bool
     node: int  # index of the tile on the op's path (0 = root)
     level: int  # level index of that tile
+    axis: str = ""  # the 2-D array axis a spatial loop names ('x', 'y' or none)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class Plan:
     homes: Mapping[str, int]  # intermediate -> level index
     lca: Mapping[str, str]  # intermediate -> node path of the lowest common ancestor
     shape: Shape | None = None  # the factor-independent part, shared between plans
+    violations: tuple[Violation, ...] = ()  # structural: dependency, coverage, window
 
     @cached_property
     def tiles(self) -> dict[str, Tile]:
@@ -96,8 +99,11 @@ class Plan:
 
 
 def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
-    """Validate the tree's structure and build the per-operator paths (raises InvalidDataflow).
-    What depends only on the tree's shape comes from a cache (`shape_of`)."""
+    """Check the tree and build the per-operator paths. Malformed input (an unknown operator,
+    level, primitive or tensor, a missing operator) raises InvalidDataflow; what is a property
+    of the dataflow (dependences, coverage, windows) becomes the plan's violations. What
+    depends only on the tree's shape (structure checks, chains, homes) comes from a cache
+    (`shape_of`)."""
     root = flow.root
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
@@ -107,32 +113,34 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         for lp in t.loops:
             if lp.factor < 1:
                 raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=label(p, t))
-    strides = _strides(workload, root)
+    found: list[Violation] = list(shape.violations)
+    strides = loop_strides(workload, root)
     paths: dict[str, OpPath] = {}
     for op in workload.ops:
         tile_list = tuple((p, tiles[p]) for p in shape.chains[op.name])
         levels = shape.levels[op.name]
         loop_list = tuple(
-            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k])
+            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k], lp.axis)
             for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
+            if lp.factor > 1  # a loop of one iteration moves, repeats and spreads nothing
         )
         paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
     for name, shift in _halo_shifts(workload, paths, shape.lca).items():
         paths[name] = replace(paths[name], shift=shift)
     plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
-    _check_dependences(plan)
-    _check_coverage(plan)
-    return plan
+    found += _check_dependences(plan)
+    found += _check_coverage(plan)
+    return replace(plan, violations=tuple(found)) if found else plan
 
 
-def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
+def _check_nodes(w: Workload, arch: Architecture, root: Tile, found: list[Violation]) -> None:
     seen_ops: dict[str, str] = {}
     below_of = _ops_below(root)
     for path, node in walk(root):
         if isinstance(node, Op):
             if node.op not in w.op_by_name:
-                raise InvalidDataflow(f"unknown operator '{node.op}'; the workload has "
-                                      f"{', '.join(w.op_by_name)}", where=path)
+                raise InvalidDataflow(f"unknown operator '{node.op}'; the workload "
+                                      f"'{w.name}' has {', '.join(w.op_by_name)}", where=path)
             if node.op in seen_ops:
                 raise InvalidDataflow(f"operator '{node.op}' appears twice (also at "
                                       f"{seen_ops[node.op]})", where=path)
@@ -148,13 +156,15 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
         if not node.children:
             raise InvalidDataflow("a tile needs at least one child", where=where)
         below = below_of[id(node)]
-        dims_below = {d for o in below for d in w.op_by_name[o].dims if o in w.op_by_name}
+        dims_below = {d for o in below if o in w.op_by_name for d in w.op_by_name[o].dims}
         for lp in node.loops:
             if lp.factor < 1:
                 raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=where)
-            if lp.dim not in dims_below:
+            if lp.dim not in dims_below and lp.dim not in w.sizes:
                 raise InvalidDataflow(f"loop over '{lp.dim}', which no operator below this "
-                                      f"tile ({', '.join(below)}) uses", where=where)
+                                      f"tile ({', '.join(below)}) uses and the workload does "
+                                      f"not have (dimensions: {', '.join(w.sizes)})",
+                                      where=where)
         for name in node.no_reuse:
             if name not in w.tensors:
                 raise InvalidDataflow(f"no_reuse names unknown tensor '{name}'", where=where)
@@ -164,10 +174,11 @@ def _check_nodes(w: Workload, arch: Architecture, root: Tile) -> None:
                 raise InvalidDataflow(f"child tile at {child.level} sits above its parent's "
                                       f"level {node.level}", where=where)
         if node.primitive == "Para":
-            _check_independent(w, node, where)
+            found += _check_independent(w, node, path, where)
     missing = [o.name for o in w.ops if o.name not in seen_ops]
     if missing:
-        raise InvalidDataflow(f"operators missing from the tree: {', '.join(missing)}")
+        raise InvalidDataflow(f"operators missing from the tree: {', '.join(missing)} (every "
+                              f"operator of workload '{w.name}' needs a leaf)", where="root")
 
 
 def _ops_below(root: Tile) -> dict[int, tuple[str, ...]]:
@@ -186,17 +197,21 @@ def _ops_below(root: Tile) -> dict[int, tuple[str, ...]]:
     return out
 
 
-def _check_independent(w: Workload, node: Tile, where: str) -> None:
+def _check_independent(w: Workload, node: Tile, path: str, where: str) -> list[Violation]:
     groups = [set(ops_under(c)) for c in node.children]
+    out = []
     for i, a in enumerate(groups):
         for b in groups[i + 1 :]:
-            for o in a:
-                for t in w.op_by_name[o].tensors:
-                    if t in w.producer and (w.producer[t] in b) != (w.producer[t] in a) and \
-                            any(c in b for c in w.consumers.get(t, ())):
-                        raise InvalidDataflow(f"Para children must be independent, but '{t}' "
-                                              "flows between them (use Pipe or Seq)",
-                                              where=where)
+            for t in sorted({t for o in a | b for t in w.op_by_name[o].tensors}):
+                producer = w.producer.get(t)
+                consumers = set(w.consumers.get(t, ()))
+                if producer is not None and ((producer in a and consumers & b)
+                                             or (producer in b and consumers & a)):
+                    out.append(Violation(
+                        "dependency", path, node.level, t, None, None, None,
+                        f"{where}: Para children must be independent, but '{t}' flows between "
+                        "them (use Pipe or Seq)"))
+    return out
 
 
 def _leaf_paths(root: Tile) -> dict[str, tuple[str, ...]]:
@@ -214,7 +229,7 @@ def _leaf_paths(root: Tile) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
+def loop_strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
     """A loop's stride is the extent its inner loops cover; where operators under a shared
     loop cover different extents (a producer grown by a halo), the smallest one."""
     strides: dict[tuple[str, int], int] = {}
@@ -229,7 +244,7 @@ def _strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
         for i in reversed(range(len(node.loops))):
             lp = node.loops[i]
             spans = [e[lp.dim] for e in extents.values() if lp.dim in e]
-            stride = min(spans)
+            stride = min(spans, default=1)  # a dim no operator below uses: a repetition
             strides[(path, i)] = stride
             for e in extents.values():
                 if lp.dim in e:
@@ -295,8 +310,9 @@ def _home(w: Workload, arch: Architecture, flow: Dataflow, t: str, lca: str,
     return min(common) if common else lca_level
 
 
-def _check_coverage(plan: Plan) -> None:
+def _check_coverage(plan: Plan) -> list[Violation]:
     w = plan.workload
+    out = []
     for name, path in plan.paths.items():
         for d in path.op.dims:
             size = w.sizes[d]
@@ -304,18 +320,22 @@ def _check_coverage(plan: Plan) -> None:
             covered = shift + path.extent_below(-1, d)
             if covered < size:
                 factors = [str(lp.n) for lp in path.loops if lp.dim == d]
-                raise InvalidDataflow(
-                    f"operator '{name}': the factors of '{d}' on its path "
-                    f"({' x '.join(factors) or 'none'}) cover {covered - shift} of {size - shift}"
-                    f" (the product of a dimension's factors must reach its size)",
-                    where=label(*path.tiles[-1]))
+                node_path, tile = path.tiles[-1]
+                out.append(Violation(
+                    "coverage", node_path, tile.level, None, size - shift, covered - shift,
+                    f"iterations of {d}",
+                    f"{label(node_path, tile)}: operator '{name}': the factors of '{d}' on its "
+                    f"path ({' x '.join(factors) or 'none'}) cover {covered - shift} of "
+                    f"{size - shift} (the product of a dimension's factors must reach its size)"))
+    return out
 
 
-def _check_dependences(plan: Plan) -> None:
+def _check_dependences(plan: Plan) -> list[Violation]:
     """An intermediate lives within one step of the producer's and consumers' common
     ancestor: loops there over the producer's reductions would hand over partial results,
     and the producer's tile must cover the consumer's window."""
     w = plan.workload
+    out = []
     for t, lca in plan.lca.items():
         producer = w.op_by_name[w.producer[t]]
         path = plan.paths[producer.name]
@@ -323,19 +343,22 @@ def _check_dependences(plan: Plan) -> None:
         for lp in path.loops:
             if lp.node <= depth and lp.dim in producer.reduction_dims and lp.n > 1:
                 node_path, tile = path.tiles[lp.node]
-                raise InvalidDataflow(
-                    f"loop '{lp.dim}:{lp.n}' is a reduction of '{producer.name}' but sits in a "
-                    f"common ancestor of '{producer.name}' and its consumers "
-                    f"{', '.join(w.consumers[t])}: they would read partial values of '{t}'",
-                    where=label(node_path, tile))
+                out.append(Violation(
+                    "dependency", node_path, tile.level, t, None, None, None,
+                    f"{label(node_path, tile)}: loop '{lp.dim}:{lp.n}' is a reduction of "
+                    f"'{producer.name}' but sits in a common ancestor of '{producer.name}' and "
+                    f"its consumers {', '.join(w.consumers[t])}: they would read partial values "
+                    f"of '{t}'"))
         for consumer in w.consumers[t]:
-            _check_window(plan, t, producer, w.op_by_name[consumer], depth)
+            out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
+    return out
 
 
 def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,
-                  depth: int) -> None:
+                  depth: int) -> list[Violation]:
     w = plan.workload
     cpath, ppath = plan.paths[consumer.name], plan.paths[producer.name]
+    out = []
     for out_axis, axis in zip(producer.output.axes, consumer.access(t).axes, strict=True):
         if len(axis.terms) < 2:
             continue
@@ -343,10 +366,13 @@ def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,
         window = sum(c * (w.sizes[x] - 1) for x, c in axis.terms if x != d)
         need = cpath.extent_below(depth, d) + window
         has = ppath.extent_below(depth, d)
-        tiled_above = any(lp.dim == d and lp.node <= depth and lp.n > 1 for lp in ppath.loops)
+        tiled_above = any(lp.dim == d and lp.n > 1 and lp.node <= depth for lp in ppath.loops)
         if tiled_above and has < need:
-            raise InvalidDataflow(
-                f"'{consumer.name}' reads '{t}' through a window along '{d}': per step of their "
-                f"common ancestor it needs {need} rows of '{t}' but '{producer.name}' produces "
-                f"{has}; give '{producer.name}' factors of '{d}' covering {need}",
-                where=label(*ppath.tiles[-1]))
+            node_path, tile = ppath.tiles[-1]
+            out.append(Violation(
+                "window", node_path, tile.level, t, need, has, f"rows of {d}",
+                f"{label(node_path, tile)}: '{consumer.name}' reads '{t}' through a window "
+                f"along '{d}': per step of their common ancestor it needs {need} rows of '{t}' "
+                f"but '{producer.name}' produces {has}; give '{producer.name}' factors of "
+                f"'{d}' covering {need}"))
+    return out

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import product
 
 from tileflow.analysis.prepare import OpPath, Plan
+from tileflow.analysis.records import Violation
 from tileflow.tree import Op, Tile, label, ops_under
 
 
@@ -19,17 +21,42 @@ class Footprint:
 
 
 def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
-    """Words of `tensor` in the tile at path position `position` (its loops and below)."""
+    """Words of `tensor` in the tile at path position `position` (its loops and below): per
+    axis, the largest slice over the positions of the loops above (clipped to the tensor;
+    the full extent for an axis tiled plainly)."""
     w = plan.workload
     access = path.op.access(tensor)
     words = 1.0
     extents = path.extents_from[position]
     for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
-        span = 1
-        for d, c in axis.terms:
-            span += c * (min(extents[d], w.sizes[d]) - 1)
-        words *= min(span, size)
+        if axis.is_plain and size == w.sizes[axis.terms[0][0]] and \
+                not path.shift.get(axis.terms[0][0]):
+            words *= min(extents[axis.terms[0][0]], size)
+            continue
+        words *= _largest_span(w, path, axis, size, extents, position)
     return words
+
+
+def _largest_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
+    """The longest clipped interval an affine axis covers over the steps above `position`."""
+    names = {d for d, _ in axis.terms}
+    above = [lp for lp in path.loops if lp.node < position and lp.dim in names and lp.n > 1]
+    best = 0
+    for values in product(*(range(lp.n) for lp in above)):
+        pos = dict.fromkeys(names, 0)
+        for lp, v in zip(above, values, strict=True):
+            pos[lp.dim] += v * lp.stride
+        lo = hi = axis.offset
+        for d, c in axis.terms:
+            x = path.shift.get(d, 0) + pos[d]
+            a, b = max(x, 0), min(x + extents[d], w.sizes[d])
+            if b <= a:
+                break
+            lo += c * a
+            hi += c * (b - 1)
+        else:
+            best = max(best, min(hi + 1, size) - max(lo, 0))
+    return best
 
 
 def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:
@@ -78,10 +105,12 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int) -> dict[str, float]:
 
 def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:
     """Para/Pipe children that spread over instances of `level` with spatial loops of their
-    own sit on disjoint instances: per instance, only one child's data is resident."""
+    own (of more than one iteration: a factor-1 loop spreads over nothing) sit on disjoint
+    instances: per instance, only one child's data is resident."""
     depth = path.count(".")
     return all(
-        any(lp.spatial and lp.node > depth and lp.level < level for lp in plan.paths[o].loops)
+        any(lp.spatial and lp.n > 1 and lp.node > depth and lp.level < level
+            for lp in plan.paths[o].loops)
         for o in _ops(plan, path, node)
     )
 
@@ -113,23 +142,37 @@ def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
     return max(_box(plan, plan.paths[o], tensor, depth + 1) for o in ops)
 
 
-def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[str]:
+def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[Violation]:
     out = []
     for fp in fps:
         if fp.words > fp.capacity_words:
             worst = sorted(fp.by_tensor.items(), key=lambda kv: -kv[1])[:3]
             detail = ", ".join(f"{t} {v:,.0f}" for t, v in worst)
-            out.append(f"capacity: level {fp.level} needs {fp.words:,.0f} words but holds "
-                       f"{fp.capacity_words:,.0f} (over by {fp.words - fp.capacity_words:,.0f}; "
-                       f"largest: {detail})")
+            node = _peak_node(plan, plan.arch.level_index[fp.level])
+            out.append(Violation(
+                "capacity", node, fp.level, None, fp.words, fp.capacity_words, "words",
+                f"capacity: level {fp.level} needs {fp.words:,.0f} words but holds "
+                f"{fp.capacity_words:,.0f} (over by {fp.words - fp.capacity_words:,.0f}; "
+                f"largest: {detail}; at {label(node, plan.tiles[node])})"))
     return out
 
 
-def spatial_violations(plan: Plan) -> list[str]:
+def _peak_node(plan: Plan, level: int) -> str:
+    """The deepest tile whose subtree alone holds the level's peak (where an overrun shows)."""
+    peak = sum(_fp(plan, "root", plan.flow.root, level).values())
+    best = "root"
+    for path, tile in plan.tiles.items():
+        if plan.arch.level_index[tile.level] <= level and path.count(".") > best.count(".") \
+                and sum(_fp(plan, path, tile, level).values()) >= peak:
+            best = path
+    return best
+
+
+def spatial_violations(plan: Plan) -> list[Violation]:
     """Spatial loops must fit the fan-out of each level and the compute units; Para and Pipe
     children split the instances of their tile's level between them."""
     arch = plan.arch
-    out: list[str] = []
+    out: list[Violation] = []
     for path in plan.paths.values():
         levels = path.levels
         for j, (node_path, tile) in enumerate(path.tiles):
@@ -140,20 +183,87 @@ def spatial_violations(plan: Plan) -> list[str]:
             used = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node in run)
             if last:
                 limit, what = _compute_limit(plan, path)
+                level = arch.unit(path.op.unit).level
+                unit = f"{arch.unit(path.op.unit).kind} units"
             else:
-                inner = arch.levels[levels[j + 1]].name
-                limit = arch.fanout_between(tile.level, inner)
-                what = f"{inner} instances per {tile.level} instance"
+                level = arch.levels[levels[j + 1]].name
+                limit = arch.fanout_between(tile.level, level)
+                what = f"{level} instances per {tile.level} instance"
+                unit = f"{level} instances"
             if used > limit:
-                out.append(f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
-                           f"{used} {what.split(' per ')[0]} but there are {limit} ({what})")
+                out.append(Violation(
+                    "fanout", node_path, level, None, used, limit, unit,
+                    f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
+                    f"{used} {what.split(' per ')[0]} but there are {limit} ({what})"))
+            mesh = _compute_mesh(plan, path) if last else _level_mesh(arch, levels[j],
+                                                                      levels[j + 1])
+            if mesh:
+                run_loops = [lp for lp in path.loops if lp.spatial and lp.node in run]
+                out += _array_violations(plan, path, run_loops, mesh, level)
     for node_path, node in plan.tiles.items():
         if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
             out += _split_violations(plan, node_path, node)
     return list(dict.fromkeys(out))
 
 
-def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[str]:
+def _level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
+    """The x-by-y layout of a level's instances under one instance of its parent: declared
+    (`mesh`), or the matrix unit's rows x cols for a register level of one per PE."""
+    if child != parent + 1:
+        return ()
+    lv = arch.levels[child]
+    if lv.mesh:
+        return lv.mesh
+    m = arch.matrix
+    if lv.name == m.level and m.parallelism == 1 and m.rows * m.cols == lv.fanout > 1:
+        return (m.rows, m.cols)
+    return ()
+
+
+def _compute_mesh(plan: Plan, path: OpPath) -> tuple[int, ...]:
+    """An array inside one instance of its level (parallelism rows x cols): the spatial loops
+    of the innermost tile spread over its rows and columns."""
+    arch = plan.arch
+    unit = arch.unit(path.op.unit)
+    if unit.kind != "matrix" or arch.levels[path.levels[-1]].name != unit.level:
+        return ()
+    if unit.parallelism == unit.rows * unit.cols > 1 and unit.cols > 1:
+        return (unit.rows, unit.cols)
+    return ()
+
+
+AXIS_NAMES = {"x": "rows (x)", "y": "columns (y)"}
+
+
+def _array_violations(plan: Plan, path: OpPath, loops, mesh: tuple[int, ...],
+                      level: str) -> list[Violation]:
+    """Spatial loops onto a 2-D array: a loop marked x or y takes that axis; the others, in
+    the order written, the first x and the later ones y (loops of one iteration claim
+    nothing). Each axis must hold its loops."""
+    spread = {"x": 1, "y": 1}
+    where = {"x": 0, "y": 0}
+    unmarked = "x"
+    for lp in loops:
+        axis = lp.axis
+        if lp.n == 1:  # spreads over nothing, claims no axis
+            continue
+        if not axis:
+            axis, unmarked = unmarked, "y"
+        spread[axis] *= lp.n
+        where[axis] = max(where[axis], lp.node)
+    out = []
+    for axis, size in zip("xy", mesh, strict=True):
+        if spread[axis] > size:
+            node_path, tile = path.tiles[where[axis]]
+            out.append(Violation(
+                "array", node_path, level, None, spread[axis], size, AXIS_NAMES[axis],
+                f"array: {label(node_path, tile)} spreads '{path.op.name}' over "
+                f"{spread[axis]} {AXIS_NAMES[axis]} of {level} but the array has {size} "
+                f"({mesh[0]} x {mesh[1]})"))
+    return out
+
+
+def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]:
     """Para and Pipe children run at once on disjoint units: per kind of compute unit, the
     units they spread over must add up to no more than the tile has."""
     arch = plan.arch
@@ -175,11 +285,11 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[str]:
         limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
                                     if start < feed else 1)
         if units > limit:
-            out.append(f"fan-out: the {node.primitive} children of {label(node_path, node)} "
-                       f"spread over {units} {kind} units together but the tile has {limit}")
+            out.append(Violation(
+                "fanout", node_path, unit.level, None, units, limit, f"{kind} units",
+                f"fan-out: the {node.primitive} children of {label(node_path, node)} "
+                f"spread over {units} {kind} units together but the tile has {limit}"))
     return out
-
-
 def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
     arch = plan.arch
     unit = arch.unit(path.op.unit)

@@ -26,6 +26,7 @@ class Shape:
     homes: Mapping[str, int]  # intermediate -> level index
     ops_below: Mapping[str, tuple[str, ...]]  # node path -> operators under it
     drops: Mapping[tuple[str, str], tuple[int, ...]]  # (op, tensor) -> Seq drop positions
+    violations: tuple = ()  # structural violation records (Para children that depend)
     memo: dict = field(default_factory=dict)  # further shape-only facts, filled on first use
 
 
@@ -34,7 +35,7 @@ def node_key(node: Node) -> tuple:
     if isinstance(node, Op):
         return ("op", node.op)
     return (node.level, node.name, node.primitive, node.no_reuse,
-            tuple((lp.dim, lp.spatial) for lp in node.loops),
+            tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
             tuple(node_key(c) for c in node.children))
 
 
@@ -53,8 +54,8 @@ _CACHE_SIZE = 512
 
 
 def shape_of(workload: Workload, arch: Architecture, flow: Dataflow) -> Shape:
-    """The cached shape analysis of a dataflow (raises InvalidDataflow for a tree whose
-    structure is wrong; nothing is cached then)."""
+    """The cached shape analysis of a dataflow (raises InvalidDataflow for a malformed
+    tree, nothing cached then; structural violations are kept in the shape)."""
     key = (spec_key(workload), spec_key(arch), node_key(flow.root),
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
@@ -72,7 +73,8 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
     from tileflow.analysis import prepare as p
 
     root = flow.root
-    p._check_nodes(w, arch, root)
+    found: list = []
+    p._check_nodes(w, arch, root, found)
     for tensor in flow.homes:
         if tensor not in w.intermediates:
             raise p.InvalidDataflow(
@@ -97,7 +99,7 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
                for path, ops in ops_below.items()}
     drops = {(op.name, t): _drop_depths(tiles, chains[op.name], op.name, t, tensors)
              for op in w.ops for t in op.tensors}
-    return Shape(chains, levels, lca, homes, ops_below, drops)
+    return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found))
 
 
 def _drop_depths(tiles: Mapping[str, Tile], chain: tuple[str, ...], op: str, tensor: str,

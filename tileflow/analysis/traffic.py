@@ -250,7 +250,7 @@ class _ExactTiling:
         # boundary up; the spatial instances under one parent must also abut (no temporal
         # loop above the boundary striding between them)
         self.regular = set(path.exact_dims)
-        for d in {lp.dim for lp in union_sp}:
+        for d in {lp.dim for lp in union_sp} & self.extent_y.keys():
             span = self.extent_y[d]
             for stride, n in sorted((lp.stride, lp.n) for lp in union_sp
                                     if lp.dim == d and lp.n > 1):

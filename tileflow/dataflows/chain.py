@@ -75,7 +75,8 @@ def _standalone(w: Workload, hw: Hardware, op: str, row_tile: int | None = None,
     batch = "b" if "b" in opx.output.dims else None
     rows, cols = _rows(w, op), _cols(w, op)
     loops, ext = core_split(w, hw, batch, rows, row_tile)
-    if cols and col_tile and col_tile < w.sizes[cols]:
+    if cols:
+        col_tile = min(col_tile or w.sizes[cols], w.sizes[cols])
         loops += (Loop(cols, -(-w.sizes[cols] // col_tile)),)
         ext[cols] = col_tile
     ext = {d: ext.get(d, w.sizes[d]) for d in opx.dims}
@@ -143,7 +144,7 @@ def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = 
     hw, r = Hardware.of(arch), Roles.of(w)
     ext = dict(w.sizes)
     loops: tuple[Loop, ...] = ()
-    if r.batch and w.sizes[r.batch] > 1:
+    if r.batch:
         loops = (Loop(r.batch, w.sizes[r.batch]),)
         ext[r.batch] = 1
     stages = [compute_tile(w, hw, r.first, ext, shared=_shared(r))]
@@ -224,7 +225,7 @@ def _grid(w: Workload, r: Roles, hw: Hardware, tiles: Mapping[str, int] | None):
                                       else hw.cores))
     tms = [tiles[r.rows]] if r.rows in tiles else halvings(per_core, min(8, per_core))[:6]
     tls = [tiles[r.inner]] if r.inner in tiles else \
-        [t for t in divisors_desc(w.sizes[r.inner]) if t >= 16][:6]
+        ([t for t in divisors_desc(w.sizes[r.inner]) if t >= 16][:6] or [w.sizes[r.inner]])
     return [(tm, tl) for tm in tms for tl in tls]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.analysis.resources import capacity_violations, footprints, spatial_violations
+from tileflow.analysis.resources import footprints, spatial_violations
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile
@@ -50,11 +50,12 @@ def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, 
                  array: tuple[int, int] | None = None, shared: Iterable[str] = ()) -> Tile:
     """The buffer-level tile of one operator covering `extents` per step: spatial loops over
     its largest output dims (PE rows x cols, or vector lanes), temporal loops over the rest
-    with reductions innermost (output stationary)."""
+    with reductions innermost (output stationary). Every loop is kept, factor 1 included,
+    so that trees for other sizes differ only in their factors."""
     op = w.op_by_name[op_name]
     on_array = op.unit == MATRIX or hw.vector_on_matrix
     rows, cols = array or (hw.rows, hw.cols)
-    outs = sorted((d for d in op.output.dims if extents[d] > 1), key=lambda d: -extents[d])
+    outs = sorted(op.output.dims, key=lambda d: -extents[d])
     limits = [rows, cols] if on_array else [hw.lanes]
     # along dims `shared` with other operators by a loop above, spatial factors divide the
     # extent: every operator then covers exactly the step's rows (a larger cover would
@@ -64,8 +65,9 @@ def compute_tile(w: Workload, hw: Hardware, op_name: str, extents: Mapping[str, 
                for d, limit in zip(outs, limits, strict=False)}
     order = list(op.output.dims) + list(op.reduction_dims)
     loops = [Loop(d, ceil_div(extents[d], spatial.get(d, 1))) for d in order]
-    loops = [lp for lp in loops if lp.factor > 1]
-    spread = tuple(Loop(d, f, True) for d, f in spatial.items() if f > 1)
+    axes = ("x", "y") if on_array else ("",)  # PE rows and columns, or the lanes
+    spread = tuple(Loop(d, f, True, axis)
+                   for (d, f), axis in zip(spatial.items(), axes, strict=False))
     leaf = Op(op_name)
     if not (on_array and hw.reg):
         return Tile(hw.buffer, (*loops, *spread), (leaf,), name=op_name)
@@ -84,16 +86,15 @@ def outer_loops(w: Workload, op_dims: Iterable[str], tiles: Mapping[str, int],
     out = []
     for d in op_dims:
         if d in tiles:
-            n = ceil_div(covered.get(d, w.sizes[d]), tiles[d])
-            if n > 1:
-                out.append(Loop(d, n))
+            out.append(Loop(d, ceil_div(covered.get(d, w.sizes[d]), tiles[d])))
     return tuple(out)
 
 
 def core_split(w: Workload, hw: Hardware, batch: str | None, rows: str,
                row_tile: int | None) -> tuple[tuple[Loop, ...], dict[str, int]]:
     """Root loops that spread the work over the cores (batch when large enough, else rows),
-    and the extent of every dim that one step of them leaves to the children."""
+    and the extent of every dim that one step of them leaves to the children. Loops of one
+    iteration stay loops: the tree's shape does not depend on the sizes."""
     sizes = dict(w.sizes)
     c = hw.cores
     ext = dict(sizes)
@@ -101,31 +102,29 @@ def core_split(w: Workload, hw: Hardware, batch: str | None, rows: str,
     if batch and sizes[batch] >= c:
         loops += [Loop(batch, ceil_div(sizes[batch], c)), Loop(batch, c, True)]
         ext[batch] = 1
-        if row_tile and row_tile < sizes[rows]:
-            loops.append(Loop(rows, ceil_div(sizes[rows], row_tile)))
-            ext[rows] = row_tile
+        tile_rows = min(row_tile or sizes[rows], sizes[rows])
+        loops.append(Loop(rows, ceil_div(sizes[rows], tile_rows)))
+        ext[rows] = tile_rows
     else:
-        if batch and sizes[batch] > 1:
+        if batch:
             loops.append(Loop(batch, sizes[batch]))
             ext[batch] = 1
         per_core = ceil_div(sizes[rows], c)
         tile_rows = min(row_tile or per_core, per_core)
-        steps = ceil_div(per_core, tile_rows)
-        if steps > 1:
-            loops.append(Loop(rows, steps))
-        if c > 1:
-            loops.append(Loop(rows, c, True))
+        loops += [Loop(rows, ceil_div(per_core, tile_rows)), Loop(rows, c, True)]
         ext[rows] = tile_rows
     return tuple(loops), ext
 
 
 def fits(w: Workload, arch: Architecture, flow: Dataflow) -> bool:
-    """True when the tree is well formed and within capacity and fan-out."""
+    """True when the tree is well formed, respects the dependences and covers every
+    dimension, within capacity and fan-out."""
     try:
         plan = prepare(w, arch, flow)
     except InvalidDataflow:
         return False
-    return not capacity_violations(plan, footprints(plan)) and not spatial_violations(plan)
+    return not plan.violations and all(f.words <= f.capacity_words for f in footprints(plan)) \
+        and not spatial_violations(plan)
 
 
 def largest_fitting(candidates: Iterable[int], make: Callable[[int], Dataflow],

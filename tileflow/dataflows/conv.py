@@ -41,9 +41,7 @@ def _fused(w: Workload, arch: Architecture, tp: int, tq: int, name: str) -> Data
     first, second, p, q = _check(w)
     sizes = w.sizes
     loops, ext = core_split(w, hw, None, p, tp)
-    steps_q = -(-sizes[q] // tq)
-    if steps_q > 1:
-        loops += (Loop(q, steps_q),)
+    loops += (Loop(q, -(-sizes[q] // tq)),)
     ext[q] = min(tq, sizes[q])
     ext1 = {d: ext[d] for d in w.op_by_name[first].dims}
     ext2 = {d: ext[d] for d in w.op_by_name[second].dims}

@@ -3,11 +3,8 @@ workload or dataflow, and `tileflow import`: the TileFlow YAML written beside it
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-
-from ruamel.yaml import YAML
 
 from tileflow.analysis.prepare import prepare
 from tileflow.errors import InputError
@@ -20,7 +17,7 @@ from tileflow.interop.problems import (
 from tileflow.interop.tileflow_mapping import convert_tileflow_mapping, is_tileflow_mapping
 from tileflow.interop.timeloop_arch import convert_arch, is_arch
 from tileflow.interop.timeloop_mapping import convert_timeloop_mapping, is_timeloop_mapping
-from tileflow.outputs import write_text_atomic
+from tileflow.outputs import write_yaml
 from tileflow.specs.arch import Architecture, load_arch, parse_arch
 from tileflow.specs.dataflow import load_dataflow_file, parse_dataflow
 from tileflow.specs.workload import Workload, load_workload, parse_workload
@@ -155,19 +152,5 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
     written = []
     for target, data, header in planned:  # everything converted and checked: now write
         target.parent.mkdir(parents=True, exist_ok=True)
-        written.append(write_yaml_atomically(target, data, header))
+        written.append(write_yaml(target, data, header))
     return written
-
-
-def dump_yaml(data: dict) -> str:
-    yaml = YAML()
-    yaml.default_flow_style = None
-    yaml.width = 100
-    buffer = io.StringIO()
-    yaml.dump(data, buffer)
-    return buffer.getvalue()
-
-
-def write_yaml_atomically(path: Path, data: dict, header: str = "") -> Path:
-    """Write YAML atomically (a temporary file beside `path`, then a rename)."""
-    return write_text_atomic(path, header + dump_yaml(data))

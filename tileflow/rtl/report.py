@@ -39,6 +39,10 @@ def summary(results: dict[str, SetResult]) -> dict:
             dict(zip(PARAMETERS, values, strict=True)) for values in res.params_by_half]
         rho = spearman_by_shape(f, SHAPES[kind]).spearman.dropna()
         out[f"{kind}_spearman_within_shape_mean"] = float(rho.mean())
+        out[f"{kind}_bound_hits"] = [f"{h['parameter']} ({h['bound']}, half {h['half']})"
+                                     for h in res.bound_hits]
+    out["bound_hits"] = [f"{kind}: {hit}" for kind in results
+                         for hit in out[f"{kind}_bound_hits"]]
     fused = results["fused"].frame
     exact = np.ones(len(fused), dtype=bool)
     for column in ("dram_to_buffer", "buffer_to_dram"):
@@ -127,18 +131,20 @@ def _worst(frame: pd.DataFrame, kind: str, column: str, n: int = 6) -> list[str]
         error = getattr(r, column)
         lines.append("| " + " | ".join(str(getattr(r, c)) for c in cols)
                      + f" | {r.rtl_cycles:,} | {predicted:,.0f} | {error:+.1%} "
-                     f"| {r.bottleneck.split(' (')[0]} | {_why(r.bottleneck, error)} |")
+                     f"| {r.bottleneck} "
+                     f"| {_why(r.bottleneck_kind, r.bottleneck_level, error)} |")
     return lines
 
 
-def _why(bottleneck: str, error: float) -> str:
-    """The mechanism behind a large error, from what bounds the row in the model."""
-    if "DRAM write" in bottleneck and error > 0:
+def _why(kind: str, level: str, error: float) -> str:
+    """The mechanism behind a large error, from what bounds the row in the model (the kind
+    and level of its bottleneck record)."""
+    if (kind, level) == ("write", "DRAM") and error > 0:
         return "write-back bound: the README's write bandwidth is below what the RTL sustains"
-    if "DRAM read" in bottleneck and error < 0:
+    if (kind, level) == ("read", "DRAM") and error < 0:
         return ("load bound: per-step request overhead and a lower effective read bandwidth "
                 "than the README's")
-    if "Buffer read" in bottleneck and error < 0:
+    if (kind, level) == ("read", "Buffer") and error < 0:
         return ("buffer-read bound, and the hardware reads more from the buffer than the "
                 "stated mapping implies (zero partial sums, C twice: see data movement)")
     if error < 0:
@@ -185,9 +191,11 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
         f"| rows with DRAM traffic equal to the measurement | | "
         f"{s['fused_dram_exact_rows']} / {len(fused)} | all |",
         "",
-        "Calibration fits four DRAM timing parameters (read and write words per cycle, cycles"
-        " of overhead per DRAM-level step, latency before the first word) by least squares on"
-        " the relative error of a random half of the rows, and is tested on the other half,"
+        "Calibration (`tileflow.calibrate`) fits four DRAM timing parameters (read and write"
+        " words per cycle, cycles of overhead per DRAM-level step, latency before the first"
+        " word) within declared physical bounds (rates 0.5-64 words per cycle, overhead"
+        " 0-1,000 cycles, latency 0-10,000 cycles) by least squares on the log of predicted"
+        " over measured cycles of a random half of the rows, and is tested on the other half,"
         " then the reverse; the table pools both held-out halves. Fitted values:",
         "",
         "| set | half | " + " | ".join(PARAMETERS) + " |",
@@ -196,6 +204,15 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     for kind, res in results.items():
         for half, values in enumerate(res.params_by_half, 1):
             lines.append(f"| {kind} | {half} | " + " | ".join(f"{v:.3g}" for v in values) + " |")
+    hits = s["bound_hits"]
+    lines += ["", "Parameters that ended at a bound (the data cannot pin them within the "
+              "physical range; the fit is flat there): " + ("; ".join(hits) if hits else
+                                                            "none") + "."]
+    loose = [f"{kind}: {name} ({a:.3g} and {b:.3g})" for kind, res in results.items()
+             for name, a, b in zip(PARAMETERS, *res.params_by_half, strict=True)
+             if max(a, b) > 1.25 * min(a, b) and max(a, b) > 1e-6]
+    lines += ["", "Parameters whose two halves disagree by more than 25 % (inside the bounds "
+              "but not determined by the data): " + ("; ".join(loose) or "none") + "."]
     lines += [
         "",
         "![predicted vs measured cycles](cycles.png)",
@@ -255,9 +272,9 @@ EXPLANATION = """
 * **Uncalibrated GEMM error (worst rows).** Two mechanisms, both visible in the worst rows
   and in the calibrated parameters: (1) rows bound by C's write-back are over-predicted
   (up to +36 %): the README's DRAM write bandwidth of 2.9 words/cycle is below what the RTL
-  sustains when write-bound (calibration finds 3.6-3.7); (2) rows bound by operand loads
-  are under-predicted (down to -33 %): every DRAM step costs about 12-20 cycles of request
-  overhead and the read bandwidth is about 4.0 rather than 4.3 words/cycle. The README
+  sustains when write-bound (calibration finds 3.4-3.6); (2) rows bound by operand loads
+  are under-predicted (down to -33 %): every DRAM step costs about 19-21 cycles of request
+  overhead and the read bandwidth is about 3.9 rather than 4.3 words/cycle. The README
   gives neither, so the uncalibrated model cannot have them; calibration recovers them
   (held-out error about 3 %). What remains after calibration is partial serialisation: when
   a C tile is written back after several k steps, the RTL overlaps that write-back with the

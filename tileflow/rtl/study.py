@@ -10,11 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 from scipy.stats import spearmanr
 
 from tileflow.analysis.prepare import Plan, prepare
 from tileflow.analysis.traffic import Counts, count
+from tileflow.calibrate import metrics
+from tileflow.calibrate.fit import fit, halves
+from tileflow.calibrate.parameters import Parameter, ParameterSet
 from tileflow.cost import evaluate_plan, latency
 from tileflow.errors import InputError
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
@@ -30,9 +32,17 @@ TRANSFERS = {  # measured column (bits) -> what the model counts, in words
     "reg_to_buffer": "Buffer updates",
 }
 BITS_PER_WORD = 16
-# the free timing parameters calibration fits, all of the DRAM level
-PARAMETERS = ("read_words_per_cycle", "write_words_per_cycle", "step_overhead_cycles",
-              "latency_cycles")
+# the free timing parameters calibration fits, all of the DRAM level, with physical bounds
+# (a 16 x 16 array at 400 MHz cannot take more than 64 words per cycle from one DRAM port)
+DECLARED = ParameterSet((
+    Parameter("read_words_per_cycle", "DRAM read bandwidth", 0.5, 64.0, 1.0, "words/cycle"),
+    Parameter("write_words_per_cycle", "DRAM write bandwidth", 0.5, 64.0, 1.0, "words/cycle"),
+    Parameter("step_overhead_cycles", "DRAM request overhead per step", 0.0, 1e3, 0.0,
+              "cycles", log_scale=False),
+    Parameter("latency_cycles", "DRAM latency before the first word", 0.0, 1e4, 0.0,
+              "cycles", log_scale=False),
+))
+PARAMETERS = DECLARED.names
 
 
 COLUMNS = {  # file -> the columns the study reads
@@ -121,27 +131,33 @@ def dram_values(arch: Architecture) -> list[float]:
     return [getattr(arch.levels[0], p) for p in PARAMETERS]
 
 
-def calibrate(rows: Sequence[Row], arch: Architecture) -> list[float]:
-    """Fit the DRAM timing parameters to minimise the relative cycle error on `rows`."""
+def parameters_for(arch: Architecture) -> ParameterSet:
+    """The declared DRAM parameters, starting from the accelerator's own values."""
+    start = dram_values(arch)
+    return ParameterSet(tuple(replace(p, default=min(max(v, p.lower), p.upper))
+                              for p, v in zip(DECLARED.parameters, start, strict=True)))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    values: list[float]
+    bound_hits: list[dict]
+
+
+def calibrate(rows: Sequence[Row], arch: Architecture) -> Calibration:
+    """Fit the DRAM timing parameters (tileflow.calibrate: log-scale error, deterministic)."""
     measured = np.array([r.measured_cycles for r in rows])
+    params = parameters_for(arch)
 
-    def residual(x: np.ndarray) -> np.ndarray:
-        return predict(rows, with_dram(arch, x)) / measured - 1
+    def cost(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return predict([rows[i] for i in index], with_dram(arch, values))
 
-    start = np.array(dram_values(arch), dtype=float)
-    fit = least_squares(residual, start, bounds=([0.5, 0.5, 0.0, 0.0], [64, 64, 1e3, 1e4]),
-                        x_scale=[1, 1, 10, 100], diff_step=1e-3, max_nfev=60)
-    return [float(v) for v in fit.x]
-
-
-def mape(predicted: np.ndarray, measured: np.ndarray) -> float:
-    return float(np.mean(np.abs(predicted - measured) / measured))
+    result = fit(params, cost, measured, np.arange(len(rows)), max_evaluations=60)
+    return Calibration([float(v) for v in result.values], list(result.bound_hits))
 
 
-def r2_identity(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """R^2 of the line y = x (no fit)."""
-    residual = np.sum((measured - predicted) ** 2)
-    return float(1 - residual / np.sum((measured - measured.mean()) ** 2))
+mape = metrics.mape
+r2_identity = metrics.r2_identity
 
 
 def transfers(rows: Sequence[Row], arch: Architecture) -> pd.DataFrame:
@@ -159,9 +175,7 @@ def transfers(rows: Sequence[Row], arch: Architecture) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def split_halves(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[: n // 2]), np.sort(order[n // 2 :])
+split_halves = halves
 
 
 @dataclass(frozen=True)
@@ -169,6 +183,7 @@ class SetResult:
     frame: pd.DataFrame  # the dataset plus predictions and errors
     params_by_half: tuple[list[float], list[float]]
     heldout_mape: float
+    bound_hits: tuple[dict, ...] = ()  # parameters that ended at a bound, either half
 
 
 def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> SetResult:
@@ -176,14 +191,18 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
     rows = analyse(kind, frame, arch)
     frame = frame.copy()
     frame["predicted"] = predict(rows, arch)
-    frame["bottleneck"] = [evaluate_plan(row.plan).bottleneck for row in rows]
+    bounds = [evaluate_plan(row.plan).bottleneck for row in rows]
+    frame["bottleneck"] = [b.message.split(" (")[0] for b in bounds]
+    frame["bottleneck_kind"] = [b.kind for b in bounds]
+    frame["bottleneck_level"] = [b.level or "" for b in bounds]
     first, second = split_halves(len(rows), seed)
     calibrated = np.empty(len(rows))
-    params = []
-    for train, test in ((first, second), (second, first)):
-        values = calibrate([rows[i] for i in train], arch)
-        params.append(values)
-        calibrated[test] = predict([rows[i] for i in test], with_dram(arch, values))
+    params, hits = [], []
+    for half, (train, test) in enumerate(((first, second), (second, first)), 1):
+        result = calibrate([rows[i] for i in train], arch)
+        params.append(result.values)
+        hits += [{**h, "half": half} for h in result.bound_hits]
+        calibrated[test] = predict([rows[i] for i in test], with_dram(arch, result.values))
     frame["calibrated_heldout"] = calibrated
     frame["error"] = frame.predicted / frame.rtl_cycles - 1
     frame["error_calibrated"] = frame.calibrated_heldout / frame.rtl_cycles - 1
@@ -193,7 +212,7 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
             frame[f"{column}_words"] = frame[f"{column}_bits"] / BITS_PER_WORD
             frame[f"{column}_predicted"] = model[column].to_numpy()
     held = mape(calibrated, frame.rtl_cycles.to_numpy())
-    return SetResult(frame, (params[0], params[1]), held)
+    return SetResult(frame, (params[0], params[1]), held, tuple(hits))
 
 
 def spearman_by_shape(frame: pd.DataFrame, shape: Sequence[str]) -> pd.DataFrame:

@@ -38,6 +38,7 @@ class Level:
     latency_cycles: float = 0.0  # before the first word of a run of transfers arrives
     area_mm2: float | None = None  # per instance, from the component model (technology_nm)
     component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
+    mesh: tuple[int, ...] = ()  # the instances under one parent instance as x by y
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,22 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
     energy = _energies(f, outermost, capacity_words * word_bytes, word_bytes)
     return Level(name, capacity_words, fanout, parent_instances * fanout, rates[0], rates[1],
                  *energy, f.number("step_overhead_cycles", 0.0, positive=False),
-                 f.number("latency_cycles", 0.0, positive=False))
+                 f.number("latency_cycles", 0.0, positive=False), mesh=_mesh(f, fanout))
+
+
+def _mesh(f: Field, fanout: int) -> tuple[int, ...]:
+    """`mesh: [x, y]`: how the fan-out is laid out (its spatial loops map onto the axes)."""
+    if not f.has("mesh"):
+        return ()
+    m = f.child("mesh")
+    values = m.data
+    if not isinstance(values, list) or len(values) != 2 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        raise f.error(f"'mesh' must be two positive integers [x, y], got {values!r}", "mesh")
+    if values[0] * values[1] != fanout:
+        raise f.error(f"'mesh' {values[0]} x {values[1]} must multiply to the fan-out "
+                      f"{fanout}", "mesh")
+    return (values[0], values[1])
 
 
 def _energies(f: Field, outermost: bool, capacity_bytes: float,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from tileflow.errors import InputError
@@ -76,7 +75,11 @@ def _loop(f: Field) -> Loop:
             raise f.error(f"the factor of loop '{f.data}' must be from 1 to {MAX_COUNT:,}")
         return loop
     keys.LOOP.check(f)
-    return Loop(f.string("dim"), f.integer("factor"), f.boolean("spatial", False))
+    axis = f.string("axis", "") if f.has("axis") else ""
+    if axis not in ("", "x", "y"):
+        raise f.error(f"'axis' must be x or y, got '{axis}'", "axis")
+    spatial = f.boolean("spatial", False) or bool(axis)
+    return Loop(f.string("dim"), f.integer("factor"), spatial, axis)
 
 
 def load_dataflow_file(path: str | Path) -> Dataflow:
@@ -89,21 +92,13 @@ def load_dataflow_file(path: str | Path) -> Dataflow:
         raise exc.located(shown(path)) from None
 
 
-def check_against(flow: Dataflow, operators: list[str] | tuple[str, ...],
-                  sizes: Mapping[str, int]) -> None:
-    """What a file can be checked for against the workload before any analysis: every leaf
-    names an operator, every operator has exactly one leaf, and no temporal loop has more
-    steps than its dimension has elements (a spatial loop may: its clipped instances idle,
-    and the fan-out checks bound it). Errors name the line and what exists."""
+def check_operators(flow: Dataflow, operators: list[str] | tuple[str, ...]) -> None:
+    """Every leaf names an operator of the workload, and every operator has exactly one leaf
+    (an error names the leaf's line, or the root's, and the operators that exist)."""
     known = set(operators)
     seen: dict[str, str] = {}
     for path, node in walk(flow.root):
-        if isinstance(node, Tile):
-            for i, lp in enumerate(node.loops):
-                if not lp.spatial and lp.dim in sizes and lp.factor > sizes[lp.dim]:
-                    raise _at(flow, f"{path}.loops[{i}]",
-                              f"loop '{lp}' has more steps than dimension '{lp.dim}' has "
-                              f"elements ({sizes[lp.dim]:,})")
+        if not isinstance(node, Op):
             continue
         if node.op not in known:
             raise _at(flow, path, f"leaf '{node.op}' is not an operator of the workload; "
@@ -142,12 +137,7 @@ def locate(error: InputError, flow: Dataflow) -> InputError:
 
 def save_dataflow(flow: Dataflow, path: str | Path) -> Path:
     """Write a dataflow as YAML that `load_dataflow_file` reads back."""
-    from ruamel.yaml import YAML
-
-    from tileflow.outputs import write_atomic
+    from tileflow.outputs import write_yaml
     from tileflow.tree import to_dict
 
-    yaml = YAML()
-    yaml.default_flow_style = None
-    return write_atomic(path, lambda handle: yaml.dump(to_dict(flow), handle),
-                        flag="--save-dataflow")
+    return write_yaml(path, to_dict(flow), flag="--save-dataflow")

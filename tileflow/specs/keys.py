@@ -102,6 +102,10 @@ LEVEL = Section("level", "each item of `levels`", (
         "reads from this level (request setup)", "0", "cycles"),
     Key("latency_cycles", "number >= 0", "cycles before the first word arrives: added once "
         "to every tile whose loads read from this level", "0", "cycles"),
+    Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
+        "one parent instance are laid out; spatial loops onto this level map to x first, then "
+        "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
+        "none: only the fan-out is checked"),
     Key("memory", "sram, regfile or dram", "kind of memory for the component model (needs "
         "`technology_nm` unless dram)", "dram for the outermost level, regfile up to 1 KB, "
         "else sram"),
@@ -193,7 +197,8 @@ TILE = Section("tile", "`root` and every tile among `children`", (
     Key("level", "level name", "the storage level that holds the tile's working set", None),
     Key("name", "text", "a label for reports and error messages", "empty"),
     Key("loops", "list of loops", "the tile's loops, outermost first: `DIM:FACTOR` "
-        "(temporal), `DIM:FACTOR:Sp` (spatial, across instances of the children's level) or "
+        "(temporal), `DIM:FACTOR:Sp` (spatial, across instances of the children's level; "
+        "`:SpX` / `:SpY` pick the array or mesh axis) or "
         "a mapping (see `loop`)", "none"),
     Key("primitive", "`Seq`, `Shar`, `Para` or `Pipe`", "how the children share the tile's "
         "steps: one after another dropping data (`Seq`), one after another keeping data "
@@ -215,6 +220,9 @@ LOOP = Section("loop", "an item of `loops` written as a mapping", (
     Key("factor", "integer >= 1", "trip count of the loop", None),
     Key("spatial", "boolean", "iterations go to different instances at once (`Sp`) instead "
         "of one after another", "false"),
+    Key("axis", "x or y", "for a spatial loop onto the PE array or a level with a `mesh`: the "
+        "axis it spreads over (`:SpX` / `:SpY` in the compact form); implies `spatial`",
+        "the next free axis, x (rows) first, in the order the loops are written"),
 ))
 
 ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)

@@ -1,0 +1,108 @@
+"""The CPU campaign adapter: measured kernels (a CSV from `tileflow.kernels.campaign`) ->
+the fit of the latency parameters with held-out validation, traffic and latency metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tileflow.calibrate import latency, metrics
+from tileflow.calibrate.fit import Fit, fit, split
+from tileflow.calibrate.parameters import ParameterSet
+from tileflow.specs.arch import Architecture
+
+HELDOUT_FRACTION = 0.3
+# the fastest of the repetitions: on a shared machine the median carries other processes'
+# load (the campaign records both, and the spread)
+MEASURED = "min_s"
+TRAFFIC = {"first_level": ("model_first_level_bytes", "measured_first_level_bytes"),
+           "last_level": ("model_last_level_bytes", "measured_last_level_bytes")}
+
+
+@dataclass(frozen=True)
+class CpuStudy:
+    frame: pd.DataFrame  # measurements plus predictions: default, calibrated; heldout flag
+    parameters: ParameterSet
+    fit: Fit
+    summary: dict
+
+
+def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> CpuStudy:
+    """Fit on a seeded 70 % of the rows, validate on the other 30 %."""
+    frame = frame.reset_index(drop=True).copy()
+    params = latency.parameter_set(arch)
+    features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
+    clock_hz = arch.clock_ghz * 1e9
+
+    def predict(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return latency.cycles({k: v[rows] for k, v in features.items()}, values, arch) / clock_hz
+
+    frame["latency_s"] = frame[MEASURED]
+    measured = frame.latency_s.to_numpy(float)
+    train, test = split(len(frame), HELDOUT_FRACTION, seed)
+    result = fit(params, predict, measured, train)
+    every = np.arange(len(frame))
+    frame["default_s"] = predict(params.defaults, every)
+    frame["calibrated_s"] = predict(result.values, every)
+    frame["heldout"] = False
+    frame.loc[test, "heldout"] = True
+    frame["corrected_s"] = learned_correction(frame, arch, train)
+    return CpuStudy(frame, params, result, _summary(frame, result))
+
+
+def learned_correction(frame: pd.DataFrame, arch: Architecture, train: np.ndarray,
+                       ridge: float = 10.0) -> np.ndarray:
+    """The calibrated prediction times exp(a learned residual): ridge regression of
+    log(measured / calibrated) on the log of the counts the analysis computes (operations,
+    innermost steps, words per boundary), fitted on the training rows only."""
+    columns = latency.feature_columns(arch)
+    x = np.log1p(frame[columns].to_numpy(float))
+    x = np.column_stack([x, np.log(frame.calibrated_s.to_numpy(float)), np.ones(len(frame))])
+    y = np.log(frame.latency_s.to_numpy(float) / frame.calibrated_s.to_numpy(float))
+    a = x[train]
+    weights = np.linalg.solve(a.T @ a + ridge * np.eye(a.shape[1]), a.T @ y[train])
+    return frame.calibrated_s.to_numpy(float) * np.exp(x @ weights)
+
+
+def _summary(frame: pd.DataFrame, result: Fit) -> dict:
+    held = frame[frame.heldout]
+    out: dict = {"points": {str(k): int(v) for k, v in frame.groupby("workload").size().items()}}
+    traffic = {}
+    for name, (model, measured) in TRAFFIC.items():
+        if measured in frame and frame[measured].notna().any():
+            f = frame.dropna(subset=[measured])
+            traffic[name] = metrics.r2_identity(f[model], f[measured])
+            out.setdefault("traffic_spearman", {})[name] = metrics.spearman(f[model],
+                                                                            f[measured])
+    out["traffic_r2"] = traffic
+    out["latency_spearman_heldout"] = metrics.spearman(held.calibrated_s, held.latency_s)
+    out["latency_mape_heldout"] = metrics.mape(held.calibrated_s, held.latency_s)
+    out["latency_kendall_heldout"] = metrics.kendall(held.calibrated_s, held.latency_s)
+    out["latency_r2_heldout"] = metrics.r2_identity(held.calibrated_s, held.latency_s)
+    out["top1_regret"] = {str(w): metrics.top1_regret(g.calibrated_s, g.latency_s)
+                          for w, g in frame.groupby("workload")}
+    out["top1_regret_uncalibrated"] = {str(w): metrics.top1_regret(g.model_s, g.latency_s)
+                                       for w, g in frame.groupby("workload")}
+    out["uncalibrated"] = {"model_mape": metrics.mape(frame.model_s, frame.latency_s),
+                           "model_spearman": metrics.spearman(frame.model_s, frame.latency_s),
+                           "default_parameters_mape": metrics.mape(frame.default_s,
+                                                                   frame.latency_s)}
+    corrected = {"mape_heldout": metrics.mape(held.corrected_s, held.latency_s),
+                 "spearman_heldout": metrics.spearman(held.corrected_s, held.latency_s)}
+    corrected["beats_calibrated"] = bool(corrected["mape_heldout"] < out["latency_mape_heldout"] and
+                             corrected["spearman_heldout"] > out["latency_spearman_heldout"])
+    out["learned_correction"] = corrected
+    out["parameters"] = result.as_dict()
+    out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in result.bound_hits]
+    out["fit_rms_log_error_train"] = result.rms_log_error
+    return out
+
+
+def worst_cases(frame: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The held-out rows the calibrated model misses most (by log ratio)."""
+    held = frame[frame.heldout].copy()
+    held["ratio"] = held.calibrated_s / held.latency_s
+    held["miss"] = np.abs(np.log(held.ratio))
+    return held.sort_values("miss", ascending=False).head(n)
