@@ -7,14 +7,15 @@ model (`tileflow.cost.evaluate`, the reference) row by row."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tileflow.explore.compiled import Compiled, compiled_for
 from tileflow.explore.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
 from tileflow.explore.limits import Violations, check, footprints
 from tileflow.explore.structure import Structure
-from tileflow.tree import Op, Tile
+from tileflow.tree import Dataflow, Op, Tile, map_tiles, walk
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,56 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
                          f"got {factors.shape}")
     if factors.size and factors.min() < 1:
         raise ValueError("every factor must be at least 1")
-    c = structure.compiled
-    r = Rows(c, structure.all_loop_factors(factors))
+    full = structure.all_loop_factors(factors)
+    ones = full == 1
+    if not ones.any() or not len(full):
+        return _evaluate(structure.compiled, full)
+    # loops of one iteration are neutral (the model leaves them out of the paths): rows are
+    # grouped by which loops are 1 and each group evaluated on the tree without them
+    masks, group = np.unique(ones, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    parts = []
+    for k, mask in enumerate(masks):
+        rows = np.flatnonzero(group == k)
+        flow = _without(structure.template, mask)
+        c = compiled_for(structure.workload, structure.arch, flow)
+        parts.append((rows, _evaluate(c, full[rows][:, ~mask])))
+    return _gather(len(full), parts)
+
+
+def _without(flow: Dataflow, mask: np.ndarray) -> Dataflow:
+    """The dataflow without the loops `mask` marks (tree walk order, loops outermost
+    first)."""
+    index = iter(range(len(mask)))
+    keep = {}
+    for p, t in walk(flow.root):
+        if isinstance(t, Tile):
+            keep[p] = tuple(lp for lp in t.loops if not mask[next(index)])
+    return replace(flow, root=map_tiles(flow.root, lambda p, t: replace(t, loops=keep[p])))
+
+
+def _gather(count: int, parts) -> BatchResult:
+    """One result from the results of groups of rows (`parts`: (row indices, result))."""
+    def merge(get) -> np.ndarray:
+        out = np.zeros(count, dtype=np.result_type(*(get(res) for _, res in parts)))
+        for rows, res in parts:
+            out[rows] = get(res)
+        return out
+
+    levels = dict.fromkeys(lv for _, res in parts for lv in res.footprint_words)
+    kinds = dict.fromkeys(kd for _, res in parts for kd in res.violations)
+    return BatchResult(
+        merge(lambda x: x.cycles), merge(lambda x: x.energy_pj),
+        merge(lambda x: x.dram_words), merge(lambda x: x.ops),
+        {lv: merge(lambda x, lv=lv: x.footprint_words.get(lv, np.zeros(len(x))))
+         for lv in levels},
+        merge(lambda x: x.valid),
+        {kd: merge(lambda x, kd=kd: x.violations.get(kd, np.zeros(len(x)))) for kd in kinds})
+
+
+def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
+    """The batch on one compiled tree, with factor rows over all its loops."""
+    r = Rows(c, full)
     rows = r.count
     tally = Tally(rows, c.arch)
     leaves = {}
@@ -126,4 +175,8 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
         overlap = (load + inner + store - cycles) / steps + latency
         return np.where((load != 0) | (store != 0), cycles + overlap, cycles)
 
-    return node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
+    cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
+    # children running at once share a one-instance level's port: its total bounds the cycles
+    for busy in tally.shared.values():
+        cycles = np.maximum(cycles, busy)
+    return cycles

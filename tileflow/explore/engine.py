@@ -47,7 +47,8 @@ class Rows:
             dim = node.loops[i].dim
             slot = self.c.slot_of[(path, i)]
             spans = [e[dim] for e in extents.values() if dim in e]
-            stride = spans[0]
+            # a dim no operator below uses: a repetition of stride 1
+            stride = spans[0] if spans else np.ones(self.count, dtype=I64)
             for s in spans[1:]:
                 stride = np.minimum(stride, s)
             self.stride[slot] = stride
@@ -130,6 +131,9 @@ class Tally:
         self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
         self.loads: dict[str, dict[tuple[int, str], np.ndarray]] = defaultdict(dict)
         self.stores: dict[str, dict[tuple[int, str], np.ndarray]] = defaultdict(dict)
+        # per (level, port) of a one-instance level, the time all of the tree's transfers
+        # through it need (`cost._busiest_shared_port`)
+        self.shared: dict[tuple[int, str], np.ndarray] = {}
 
     def transfer(self, table, owner: str, level: int, words, instances, kind: str) -> None:
         lv = self.arch.levels[level]
@@ -138,6 +142,9 @@ class Tally:
         key = (level, kind)
         mine = table[owner]
         mine[key] = mine[key] + time if key in mine else time
+        if lv.instances == 1:
+            alone = words / rate
+            self.shared[key] = self.shared[key] + alone if key in self.shared else alone
 
 
 def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:

@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from tileflow.analysis.resources import _compute_mesh, _level_mesh
 from tileflow.explore.compiled import Compiled, Path
 from tileflow.explore.engine import Rows
 from tileflow.tree import Op, Tile
@@ -165,6 +166,7 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
     for path in c.paths.values():
         for used, limit in c.fanout_limits(path):
             out.add("fanout", r.prod(path, used), limit)
+    _check_arrays(r, out)
     for children, limits in c.split_limits():
         used: dict[str, np.ndarray] = {}
         for per_kind in children:
@@ -194,3 +196,35 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
         has = r.extents[producer][depth + 1][d]
         tiled = r.any_above_one(c.paths[producer], tiling)
         out.flag("window", tiled & (has < need), need - has)
+
+
+def _check_arrays(r: Rows, out: Violations) -> None:
+    """`resources._array_violations`: spatial loops onto a 2-D array (a PE array or a level's
+    mesh), a loop marked x or y on that axis, the others the first x and the later ones y.
+    Every loop here has more than one iteration (`evaluate_batch` leaves out the others)."""
+    c = r.c
+    where = {k: key for key, k in c.slot_of.items()}
+    for path in c.paths.values():
+        levels = path.levels
+        for j in range(len(levels)):
+            last = j == len(levels) - 1
+            if not last and levels[j] == levels[j + 1]:
+                continue
+            mesh = _compute_mesh(c, path) if last else _level_mesh(c.arch, levels[j],
+                                                                   levels[j + 1])
+            if not mesh:
+                continue
+            run = {k for k in range(j + 1) if levels[k] == levels[j]}
+            spread: dict[str, list[int]] = {"x": [], "y": []}
+            unmarked = "x"
+            for i, lp in enumerate(path.loops):
+                if not (lp.spatial and lp.node in run):
+                    continue
+                node_path, index = where[lp.slot]
+                axis = c.tiles[node_path].loops[index].axis
+                if not axis:
+                    axis, unmarked = unmarked, "y"
+                spread[axis].append(i)
+            for axis, size in zip("xy", mesh, strict=True):
+                if spread[axis]:
+                    out.add("array", r.prod(path, tuple(spread[axis])), size)
