@@ -8,9 +8,11 @@ from collections import defaultdict
 
 import numpy as np
 
+from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import _compute_mesh, _level_mesh
 from tileflow.explore.compiled import Compiled, Path
 from tileflow.explore.engine import Rows
+from tileflow.explore.sums import Grid, _on_grid, _positions, interval
 from tileflow.tree import Op, Tile
 
 Words = dict[str, np.ndarray]
@@ -98,12 +100,36 @@ def _box(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
     access = path.op.access(tensor)
     words = np.ones(r.count)
     extents = r.extents[path.op.name][position]
+    shifts = r.shift[path.op.name]
     for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
-        span = 1
-        for d, k in axis.terms:
-            span = span + k * (np.minimum(extents[d], w.sizes[d]) - 1)
-        words = words * np.minimum(span, size)
+        d = axis.terms[0][0]
+        if not (axis.is_plain and size == w.sizes[d]):
+            words = words * _largest_span(r, path, AxisRec(axis.terms, axis.offset, size),
+                                          position)
+            continue
+        plain = np.minimum(extents[d], size)
+        if d in shifts and shifts[d].any():  # a halo shift: the clipped slices differ
+            plain = np.where(shifts[d] == 0, plain, _largest_span(
+                r, path, AxisRec(axis.terms, axis.offset, size), position))
+        words = words * plain
     return words
+
+
+def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarray:
+    """`resources._largest_span`: the longest clipped interval the axis covers over the
+    positions of the loops above `position` (on a grid of those loops' values)."""
+    names = {d for d, _ in axis.terms}
+    above = [r.vloop(path, i, False) for i, lp in enumerate(path.loops)
+             if lp.node < position and lp.dim in names]
+    dims = {d: v for d, v in r.dims(path, position).items() if d in names}
+
+    def largest(sub_dims, sub_loops, _union, rows: int) -> np.ndarray:
+        grid = Grid(rows, [(lp, 0) for lp in sub_loops])
+        pos = _positions(list(zip(sub_loops, grid.values, strict=True)), rows)
+        lo, hi = interval(axis, sub_dims, pos)
+        return np.where(grid.valid, hi - lo, 0).max(axis=1)
+
+    return _on_grid(largest, dims, above, [], r.count)
 
 
 def _own(r: Rows, path: str, level: int) -> Words:

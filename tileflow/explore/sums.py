@@ -252,13 +252,18 @@ def lattice_sum(loops: Sequence[VLoop], start: np.ndarray, rows: int, term) -> n
     return np.where(grid.valid, values, 0).sum(axis=1)
 
 
-def _widened(axis: AxisRec, dims, union: Sequence[VLoop], rows: int):
+def _widened(axis: AxisRec, dims, union: Sequence[VLoop], rows: int,
+             loops: Sequence[VLoop] = ()):
     """A plain axis's extent widened by the spatial instances whose union is sent, and per
-    row whether their slices abut or overlap (then the union is that one interval)."""
-    rec = dims[axis.terms[0][0]]
+    row whether that union is one wider slice (`movement._contiguous`): the instances' slices
+    abut without gaps or overlaps and the other loops over the dim step by whole multiples
+    of the union, so that no element ever moves from one instance to another."""
+    d = axis.terms[0][0]
+    rec = dims[d]
     mine = _union_of(axis, union)
     extent = rec.extent
     ok = np.ones(rows, dtype=bool)
+    spread = np.zeros(rows, dtype=bool)
     for k, lp in enumerate(mine):
         reach = rec.extent
         for m, other in enumerate(mine):
@@ -266,8 +271,12 @@ def _widened(axis: AxisRec, dims, union: Sequence[VLoop], rows: int):
                 first = (other.n > 1) & ((other.stride < lp.stride)
                                          | ((other.stride == lp.stride) & (m < k)))
                 reach = reach + np.where(first, (other.n - 1) * other.stride, 0)
-        ok &= (lp.n <= 1) | (lp.stride <= reach)
+        ok &= (lp.n <= 1) | (lp.stride == reach)
+        spread |= lp.n > 1
         extent = extent + (lp.n - 1) * lp.stride
+    for lp in loops:
+        if lp.dim == d:
+            ok &= ~spread | (lp.n <= 1) | (lp.stride % np.maximum(extent, 1) == 0)
     return extent, ok
 
 
@@ -284,7 +293,7 @@ def volume_sum(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoo
         return _closed_or_grid(closed, ok, lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
                                dims, loops, union)
     rec = dims[axis.terms[0][0]]
-    extent, ok = _widened(axis, dims, union, rows)
+    extent, ok = _widened(axis, dims, union, rows, loops)
     closed = lattice_sum(
         [loops[i] for i in _axis_loops(axis, loops)], rec.shift, rows,
         lambda start, step, count, col: ap_length_sum(start, step, count, col(extent),
@@ -321,7 +330,7 @@ def overlap_sum(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
                                lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
                                dims, loops, union)
     rec = dims[axis.terms[0][0]]
-    extent, ok = _widened(axis, dims, union, rows)
+    extent, ok = _widened(axis, dims, union, rows, loops)
     idx = _axis_loops(axis, loops)
     outer = [loops[j] for j in idx if j < i]
     inner = [loops[j] for j in idx if j > i]
@@ -375,9 +384,17 @@ def _grid_overlap(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
     before += [(lp, (lp.n - 1)[:, None]) for lp in inner]
     a_lo, a_hi = _spans(axis, dims, _positions(before, rows), mine, rows)
     b_lo, b_hi = _spans(axis, dims, _positions(after, rows), mine, rows)
-    both = union_length(np.concatenate([a_lo, b_lo], -1), np.concatenate([a_hi, b_hi], -1))
-    common = union_length(a_lo, a_hi) + union_length(b_lo, b_hi) - both
-    return np.where(grid.valid, common, 0).sum(axis=1)
+    # `movement._kept`: of the union after the step, what every instance holding it held
+    # before (no instance passes data to another)
+    now = b_hi > b_lo
+    disjoint = (a_hi <= a_lo) | (a_hi <= b_lo) | (b_hi <= a_lo)
+    head = now & (disjoint | (b_lo < a_lo))
+    tail = now & ~disjoint & (a_hi < b_hi)
+    new_lo = np.concatenate([np.where(head, b_lo, 0), np.where(tail, a_hi, 0)], -1)
+    new_hi = np.concatenate([np.where(head, np.where(disjoint, b_hi, a_lo), 0),
+                             np.where(tail, b_hi, 0)], -1)
+    kept = union_length(b_lo, b_hi) - union_length(new_lo, new_hi)
+    return np.where(grid.valid, kept, 0).sum(axis=1)
 
 
 def _prod(arrays, rows: int) -> np.ndarray:
@@ -451,7 +468,7 @@ def _epoch_sum(axis: AxisRec, dims, loops: Sequence[VLoop], epoch: Sequence[bool
                         dims, loops, union, rows)
     rec = dims[axis.terms[0][0]]
     names = {axis.terms[0][0]}
-    extent, ok = _widened(axis, dims, union, rows)
+    extent, ok = _widened(axis, dims, union, rows, loops)
     ep = [lp for lp, e in zip(loops, epoch, strict=True) if e and lp.dim in names]
     rest = [lp for lp, e in zip(loops, epoch, strict=True) if not e and lp.dim in names]
     lo, hi = _pieces(rest, extent, rows)

@@ -207,4 +207,6 @@ def window_overlap(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
     total = np.where(grid.valid, total, 0).sum(axis=1)
     if own is not None:
         total = np.where(own.n > 1, total, 0)
+    for lp in union:  # a union reads what its instances did not hold (`movement._kept`):
+        ok = ok & (lp.n <= 1)  # the common part of the unions is no closed form for it
     return total, ok
