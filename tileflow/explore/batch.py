@@ -47,11 +47,15 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
     if factors.size and factors.min() < 1:
         raise ValueError("every factor must be at least 1")
     full = structure.all_loop_factors(factors)
-    ones = full == 1
+    spatial = np.array([lp.spatial for _, t in walk(structure.template.root)
+                        if isinstance(t, Tile) for lp in t.loops], dtype=bool)
+    ones = (full == 1) & spatial
     if not ones.any() or not len(full):
         return _evaluate(structure.compiled, full)
-    # loops of one iteration are neutral (the model leaves them out of the paths): rows are
-    # grouped by which loops are 1 and each group evaluated on the tree without them
+    # loops of one iteration are neutral (the model leaves them out of the paths); the
+    # per-row sums treat temporal ones so, but which spatial loops spread decides the array
+    # axes and the disjoint instances: rows are grouped by which spatial loops are 1 and each
+    # group evaluated on the tree without them
     masks, group = np.unique(ones, axis=0, return_inverse=True)
     group = group.reshape(-1)
     parts = []
