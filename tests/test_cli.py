@@ -136,14 +136,18 @@ def test_help_shows_examples():
 
 
 def test_bench_reports_evaluations_per_second():
-    proc = tileflow("bench", "--arch", "edge", "--workload", "attention", "--seconds", "0.2",
-                    "--json")
+    proc = tileflow("bench", "--arch", "edge", "--workload", "attention", "--seconds", "0.1",
+                    "--batch-rows", "64", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {r["dataflow"] for r in rows} == {"flat-rgran", "tileflow-pipe"}
     for r in rows:  # a rate from at least 5 timed evaluations, consistent with the median
         assert r["runs"] >= 5
         assert r["evals_per_second"] * r["median_us"] == pytest.approx(1e6)
+        assert r["scalar_evals_per_s"] > 0 and r["batched_evals_per_s"] > 0
+        assert r["batched_clipped_evals_per_s"] > 0 and r["batch_rows"] == 64
+    bad = tileflow("bench", "--arch", "edge", "--workload", "attention", "--batch-rows", "0")
+    assert bad.returncode == 2 and "--batch-rows" in bad.stderr
 
 
 def test_preset_of_another_workload():

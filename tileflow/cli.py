@@ -150,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(bn)
     bn.add_argument("--dataflow", action="append",
                     help="baseline(s) to time (default: flat-rgran and tileflow-pipe)")
-    bn.add_argument("--seconds", type=float, default=3.0, help="time per dataflow")
+    bn.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
+    bn.add_argument("--batch-rows", type=int, default=8192,
+                    help="factor assignments per batched call (default 8192)")
     add_explore_parser(sub)
     return parser
 
@@ -351,14 +353,19 @@ def cmd_bench(args) -> int:
         raise InputError(f"--seconds must be a number of seconds from 0 to 3600, got "
                          f"{args.seconds}")
     workload, arch = _load(args)
+    if not 1 <= args.batch_rows <= 1_000_000:
+        raise InputError(f"--batch-rows must be between 1 and 1,000,000, got {args.batch_rows}")
     rows = run_bench(workload, arch, args.dataflow or ["flat-rgran", "tileflow-pipe"],
-                     args.seconds)
+                     args.seconds, args.batch_rows)
     if args.json:
         _print_json(rows)
     else:
         for row in rows:
-            print(f"{row['dataflow']:<14} {row['evals_per_second']:>10,.0f} evaluations/s "
-                  f"(median {row['median_us']:.0f} us over {row['runs']} runs)")
+            print(f"{row['dataflow']:<14} scalar {row['scalar_evals_per_s']:>9,.0f} evaluations/s "
+                  f"(median {row['median_us']:.0f} us); batched "
+                  f"{row['batched_evals_per_s']:>10,.0f}/s exactly tiled, "
+                  f"{row['batched_clipped_evals_per_s']:>10,.0f}/s with clipped tiles "
+                  f"({row['batch_rows']} rows per call)")
     return 0
 
 

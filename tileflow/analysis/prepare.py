@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from tileflow.analysis.records import Violation
+from tileflow.analysis.shape import Shape, shape_of
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
@@ -82,6 +83,7 @@ class Plan:
     paths: Mapping[str, OpPath]
     homes: Mapping[str, int]  # intermediate -> level index
     lca: Mapping[str, str]  # intermediate -> node path of the lowest common ancestor
+    shape: Shape | None = None  # the factor-independent part, shared between plans
     violations: tuple[Violation, ...] = ()  # structural: dependency, coverage, window
 
     @cached_property
@@ -99,38 +101,34 @@ class Plan:
 def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     """Check the tree and build the per-operator paths. Malformed input (an unknown operator,
     level, primitive or tensor, a missing operator) raises InvalidDataflow; what is a property
-    of the dataflow (dependences, coverage, windows) becomes the plan's violations."""
+    of the dataflow (dependences, coverage, windows) becomes the plan's violations. What
+    depends only on the tree's shape (structure checks, chains, homes) comes from a cache
+    (`shape_of`)."""
     root = flow.root
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
-    found: list[Violation] = []
-    _check_nodes(workload, arch, root, found)
-    for tensor in flow.homes:
-        if tensor not in workload.intermediates:
-            raise InvalidDataflow(
-                f"homes names '{tensor}', which is not an intermediate of the workload "
-                f"(intermediates: {', '.join(workload.intermediates) or 'none'})", where="homes")
+    shape = shape_of(workload, arch, flow)
     tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
-    leaf_paths = _leaf_paths(root)
+    for p, t in tiles.items():
+        for lp in t.loops:
+            if lp.factor < 1:
+                raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=label(p, t))
+    found: list[Violation] = list(shape.violations)
     strides = loop_strides(workload, root)
-    lca = {t: _lca([leaf_paths[o] for o in (workload.producer[t], *workload.consumers[t])])
-           for t in workload.intermediates}
     paths: dict[str, OpPath] = {}
     for op in workload.ops:
-        chain = leaf_paths[op.name]
-        tile_list = tuple((p, tiles[p]) for p in chain)
-        levels = tuple(arch.level_index[t.level] for _, t in tile_list)
+        tile_list = tuple((p, tiles[p]) for p in shape.chains[op.name])
+        levels = shape.levels[op.name]
         loop_list = tuple(
             PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k], lp.axis)
             for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
             if lp.factor > 1  # a loop of one iteration moves, repeats and spreads nothing
         )
         paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
-    for name, shift in _halo_shifts(workload, paths, lca).items():
+    for name, shift in _halo_shifts(workload, paths, shape.lca).items():
         paths[name] = replace(paths[name], shift=shift)
     _check_summed_outputs(paths)
-    homes = {t: _home(workload, arch, flow, t, lca[t], paths, tiles) for t in lca}
-    plan = Plan(workload, arch, flow, paths, homes, lca)
+    plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
     found += _check_dependences(plan)
     found += _check_coverage(plan)
     return replace(plan, violations=tuple(found)) if found else plan

@@ -117,8 +117,13 @@ def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:
     return all(
         any(lp.spatial and lp.n > 1 and lp.node > depth and lp.level < level
             for lp in plan.paths[o].loops)
-        for o in ops_under(node)
+        for o in _ops(plan, path, node)
     )
+
+
+def _ops(plan: Plan, path: str, node: Tile) -> tuple[str, ...]:
+    """The operators under a tile (from the cached shape when there is one)."""
+    return plan.shape.ops_below[path] if plan.shape is not None else ops_under(node)
 
 
 def _own(plan: Plan, path: str, node: Tile, level: int,
@@ -126,7 +131,7 @@ def _own(plan: Plan, path: str, node: Tile, level: int,
     w = plan.workload
     own: dict[str, float] = {}
     depth = path.count(".")
-    for o in ops_under(node):
+    for o in _ops(plan, path, node):
         op_path = plan.paths[o]
         for t in w.op_by_name[o].tensors:
             if t in plan.homes:

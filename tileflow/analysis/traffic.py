@@ -90,6 +90,8 @@ def _dims(plan: Plan, path: OpPath, j: int) -> dict[str, DimRec]:
 def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
     """Path positions of Seq tiles whose next child (wrapping) does not use `tensor`: below
     them the tensor is dropped between steps, so loops at or above them give no reuse."""
+    if plan.shape is not None:
+        return list(plan.shape.drops[(path.op.name, tensor)])
     depths = []
     for k, (_, tile) in enumerate(path.tiles):
         if tile.primitive != "Seq" or len(tile.children) < 2:
@@ -109,13 +111,16 @@ def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> in
                 if isinstance(c, Op) and c.op == path.op.name)
 
 
-def _count_path(plan: Plan, path: OpPath, counts: Counts,
-                served: set[tuple[str, int, str]] = frozenset()) -> None:
+def _tensor_info(plan: Plan, path: OpPath) -> dict:
+    """Per tensor of the operator: its axes, Seq drop positions, no-reuse positions and which
+    loops start a new epoch of it (shape-only: kept in the shape's memo)."""
+    memo = plan.shape.memo if plan.shape is not None else {}
+    key = ("tensor_info", path.op.name, _signature(path))
+    if key in memo:
+        return memo[key]
     op = path.op
-    levels = path.levels
-    accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
-    tensor_info = {}
-    for access, _ in accesses:
+    info = {}
+    for access in (*op.inputs, op.output):
         t = access.tensor
         drops = _drop_depths(plan, path, t)
         no_reuse = {k for k, (_, tile) in enumerate(path.tiles) if t in tile.no_reuse}
@@ -124,7 +129,23 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
             epoch = [lp.node <= lca_depth for lp in path.loops]
         else:
             epoch = [lp.dim not in op.dims for lp in path.loops]
-        tensor_info[t] = (_axes(plan, access), drops, no_reuse, epoch)
+        info[t] = (_axes(plan, access), drops, no_reuse, epoch)
+    memo[key] = info
+    return info
+
+
+def _signature(path: OpPath) -> tuple:
+    """Which loops the path holds (the memo's entries index them): the same for every
+    factor choice of a shape as long as the path keeps every loop."""
+    return tuple((lp.dim, lp.spatial, lp.node) for lp in path.loops)
+
+
+def _count_path(plan: Plan, path: OpPath, counts: Counts,
+                served: set[tuple[str, int, str]] = frozenset()) -> None:
+    op = path.op
+    levels = path.levels
+    accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
+    tensor_info = _tensor_info(plan, path)
 
     nodes = len(path.tiles)
     for j in range(nodes):
@@ -263,6 +284,7 @@ class _ExactTiling:
                  dims_y: dict[str, DimRec], union_sp: list[PathLoop]):
         self.sizes = plan.workload.sizes
         self.shapes = plan.workload.shapes
+        self.memo = plan.shape.memo if plan.shape is not None else {}
         self.path = path
         self.j = j
         self.run_start = run_start
@@ -284,6 +306,19 @@ class _ExactTiling:
                 span *= n
             self.extent_x[d] = span
 
+    def _flagged(self, tensor: str, drops: list[int], no_reuse: set[int], epoch: list[bool]):
+        """The temporal loops above the boundary with their drop and epoch marks."""
+        memo = self.memo
+        key = ("flagged", self.path.op.name, self.j, tensor, _signature(self.path))
+        flags = memo.get(key)
+        if flags is None:
+            flags = [(i, _drops(lp, self.j, drops, no_reuse), e)
+                     for i, (lp, e) in enumerate(zip(self.path.loops, epoch, strict=True))
+                     if lp.node <= self.j and not lp.spatial]
+            memo[key] = flags
+        loops = self.path.loops
+        return [(loops[i], drop, e) for i, drop, e in flags]
+
     def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
                epoch: list[bool]):
         dims = []
@@ -294,10 +329,7 @@ class _ExactTiling:
             if d not in self.regular or size != self.sizes[d]:
                 return None
             dims.append(d)
-        j = self.j
-        loops = [(lp, _drops(lp, j, drops, no_reuse), e)
-                 for lp, e in zip(self.path.loops, epoch, strict=True)
-                 if lp.node <= j and not lp.spatial]
+        loops = self._flagged(access.tensor, drops, no_reuse, epoch)
         moved = _steps(loops, dims, fresh=False)
         slice_y = math.prod(self.extent_y[d] for d in dims)
         slice_x = math.prod(self.extent_x[d] for d in dims)
@@ -308,7 +340,7 @@ class _ExactTiling:
         restarts = _steps(loops, dims, fresh=True)
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
-        others = [lp for lp in self.path.loops if lp.node <= j and lp.dim not in dims]
+        others = [lp for lp in self.path.loops if lp.node <= self.j and lp.dim not in dims]
         epochs = math.prod(lp.n for lp, _, e in loops if e and lp.dim not in dims)
         words = math.prod(self.sizes[d] for d in dims) * epochs
         spread_y = math.prod(lp.n for lp in others if lp.spatial)

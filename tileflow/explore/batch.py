@@ -1,19 +1,22 @@
 """Evaluate many factor assignments of one structure at once, as arrays.
 
-`evaluate_batch` is the contract the searches use. This version evaluates each row with the
-scalar model (`tileflow.cost.evaluate`), which stays the reference; a vectorised engine
-replaces the body without changing the contract."""
+`evaluate_batch` is the contract the searches use. The structure's analysis is done once
+(`Structure.compiled`); each batch computes the factor part with NumPy, equal to the scalar
+model (`tileflow.cost.evaluate`, the reference) row by row."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tileflow.cost import evaluate
+from tileflow.explore.compiled import Compiled, compiled_for
+from tileflow.explore.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
+from tileflow.explore.limits import Violations, check, footprints
 from tileflow.explore.structure import Structure
+from tileflow.tree import Dataflow, Op, Tile, map_tiles, ops_under, walk
 
 
 @dataclass(frozen=True)
@@ -37,25 +40,198 @@ class BatchResult:
 
 
 def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
-    """Metrics for each row of `factors` (shape B x len(structure.slots))."""
+    """Metrics for each row of `factors` (shape B x len(structure.slots), factors >= 1)."""
     factors = np.asarray(factors, dtype=np.int64)
     if factors.ndim != 2 or factors.shape[1] != len(structure.slots):
         raise ValueError(f"factors must have shape (B, {len(structure.slots)}), "
                          f"got {factors.shape}")
+    if factors.size and factors.min() < 1:
+        raise ValueError("every factor must be at least 1")
+    if scalar_only(structure):
+        return _row_by_row(structure, factors)
+    full = structure.all_loop_factors(factors)
+    spatial = np.array([lp.spatial for _, t in walk(structure.template.root)
+                        if isinstance(t, Tile) for lp in t.loops], dtype=bool)
+    ones = (full == 1) & spatial
+    if not ones.any() or not len(full):
+        return _evaluate(structure.compiled, full)
+    # loops of one iteration are neutral (the model leaves them out of the paths); the
+    # per-row sums treat temporal ones so, but which spatial loops spread decides the array
+    # axes and the disjoint instances: rows are grouped by which spatial loops are 1 and each
+    # group evaluated on the tree without them
+    masks, group = np.unique(ones, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    parts = []
+    for k, mask in enumerate(masks):
+        rows = np.flatnonzero(group == k)
+        flow = _without(structure.template, mask)
+        c = compiled_for(structure.workload, structure.arch, flow)
+        parts.append((rows, _evaluate(c, full[rows][:, ~mask])))
+    return _gather(len(full), parts)
+
+
+SHARING_PRIMITIVES = ("Shar", "Para", "Pipe")
+
+
+def scalar_only(structure: Structure) -> str:
+    """Why the vectorised engine does not model this structure (empty when it does): tiles
+    that bypass or set buffering depths, levels with a default depth or perfect overlap,
+    siblings that may share an input, outputs written through a summed index. Such
+    structures are evaluated row by row with the scalar model, the reference."""
+    w, arch = structure.workload, structure.arch
+    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
+        return "the accelerator sets an overlap convention or a buffering depth"
+    if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
+        return "an output is written through a summed index"
+    for _, node in walk(structure.template.root):
+        if not isinstance(node, Tile):
+            continue
+        if node.bypass or node.buffering:
+            return "a tile bypasses a level or sets a buffering depth"
+        if node.primitive in SHARING_PRIMITIVES and len(node.children) > 1:
+            inputs = [{a.tensor for o in ops_under(c) for a in w.op_by_name[o].inputs}
+                      for c in node.children]
+            if any(a & b for i, a in enumerate(inputs) for b in inputs[i + 1:]):
+                return "siblings under Shar, Para or Pipe read the same input"
+    return ""
+
+
+def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
+    """The scalar model on every row: the reference, for what the engine does not model."""
     rows = len(factors)
     cycles, energy, dram, ops = (np.zeros(rows) for _ in range(4))
     valid = np.zeros(rows, dtype=bool)
-    footprint: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(rows))
-    violations: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(rows))
+    footprint: dict[str, np.ndarray] = {}
+    violations: dict[str, np.ndarray] = {}
     for r, row in enumerate(factors):
         result = evaluate(structure.workload, structure.arch, structure.dataflow(row))
         cycles[r], energy[r], dram[r] = result.cycles, result.energy_pj, result.dram_words
         ops[r] = sum(result.ops.values())
         valid[r] = result.valid
         for fp in result.footprints:
-            footprint[fp.level][r] = fp.words
+            footprint.setdefault(fp.level, np.zeros(rows))[r] = fp.words
         for v in result.violations:
-            kind = getattr(v, "kind", "other")
-            amount = max(getattr(v, "needed", 1) or 1, 0) - max(getattr(v, "available", 0) or 0, 0)
-            violations[kind][r] = max(violations[kind][r], amount)
-    return BatchResult(cycles, energy, dram, ops, dict(footprint), valid, dict(violations))
+            amount = (v.needed - v.available) if v.needed is not None and \
+                v.available is not None else 1.0
+            column = violations.setdefault(v.kind, np.zeros(rows))
+            column[r] = max(column[r], amount)
+    return BatchResult(cycles, energy, dram, ops, footprint, valid, violations)
+
+
+def _without(flow: Dataflow, mask: np.ndarray) -> Dataflow:
+    """The dataflow without the loops `mask` marks (tree walk order, loops outermost
+    first)."""
+    index = iter(range(len(mask)))
+    keep = {}
+    for p, t in walk(flow.root):
+        if isinstance(t, Tile):
+            keep[p] = tuple(lp for lp in t.loops if not mask[next(index)])
+    return replace(flow, root=map_tiles(flow.root, lambda p, t: replace(t, loops=keep[p])))
+
+
+def _gather(count: int, parts) -> BatchResult:
+    """One result from the results of groups of rows (`parts`: (row indices, result))."""
+    def merge(get) -> np.ndarray:
+        out = np.zeros(count, dtype=np.result_type(*(get(res) for _, res in parts)))
+        for rows, res in parts:
+            out[rows] = get(res)
+        return out
+
+    levels = dict.fromkeys(lv for _, res in parts for lv in res.footprint_words)
+    kinds = dict.fromkeys(kd for _, res in parts for kd in res.violations)
+    return BatchResult(
+        merge(lambda x: x.cycles), merge(lambda x: x.energy_pj),
+        merge(lambda x: x.dram_words), merge(lambda x: x.ops),
+        {lv: merge(lambda x, lv=lv: x.footprint_words.get(lv, np.zeros(len(x))))
+         for lv in levels},
+        merge(lambda x: x.valid),
+        {kd: merge(lambda x, kd=kd: x.violations.get(kd, np.zeros(len(x)))) for kd in kinds})
+
+
+def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
+    """The batch on one compiled tree, with factor rows over all its loops."""
+    r = Rows(c, full)
+    rows = r.count
+    tally = Tally(rows, c.arch)
+    leaves = {}
+    for o, path in c.paths.items():
+        for b in path.boundaries:
+            count_boundary(r, path, b, tally)
+        leaves[o] = leaf_counts(r, path, tally)
+    fps = footprints(r)
+    violations = Violations(rows)
+    check(r, fps, violations)
+    arch = c.arch
+    energy = np.zeros(rows)
+    for (level, kind), words in tally.traffic.items():
+        lv = arch.levels[level]
+        per_word = {FILL: lv.write_energy_pj, READ: lv.read_energy_pj,
+                    UPDATE: lv.update_energy_pj}[kind]
+        energy = energy + words * per_word
+    ops = np.zeros(rows)
+    for o, (count, _, _, _) in leaves.items():
+        ops = ops + count
+        energy = energy + count * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
+    dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
+    cycles = _latency(r, tally, leaves)
+    return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
+                       dict(violations.amounts))
+
+
+def _transfer_time(arch, table, steps):
+    """`cost._transfer_time`: the busiest (level, port), with per-step overheads; and the
+    latency before the first word."""
+    if not table:
+        return 0.0, 0.0
+    latency = 0.0
+    time = None
+    for (index, kind), busy in table.items():
+        lv = arch.levels[index]
+        if kind == "read":
+            moving = busy > 0
+            busy = np.where(moving, busy + lv.step_overhead_cycles * steps, busy)
+            latency = np.where(moving, np.maximum(latency, lv.latency_cycles), latency)
+        time = busy if time is None else np.maximum(time, busy)
+    return time, latency
+
+
+def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
+    """`cost._latency` with fill and drain, for every row."""
+    c = r.c
+    arch = c.arch
+
+    def leaf(op: str) -> np.ndarray:
+        ops, steps, reads, inst = leaves[op]
+        o = c.workload.op_by_name[op]
+        unit = arch.unit(o.unit)
+        lv = arch.levels[c.paths[op].leaf_level]
+        inst = np.maximum(inst, 1)
+        return np.maximum.reduce([steps * unit.cycles(o.function),
+                                  reads / (inst * lv.read_words_per_cycle),
+                                  ops / (inst * lv.write_words_per_cycle)])
+
+    def node(path: str, tile: Tile, steps_above) -> np.ndarray:
+        steps = steps_above
+        for i, lp in enumerate(tile.loops):
+            if not lp.spatial:
+                steps = steps * r.n[c.slot_of[(path, i)]]
+        kids = [leaf(k.op) if isinstance(k, Op) else node(f"{path}.{i}", k, steps)
+                for i, k in enumerate(tile.children)]
+        if tile.primitive in ("Seq", "Shar"):
+            inner = sum(kids[1:], kids[0])
+        elif tile.primitive == "Para":
+            inner = np.maximum.reduce(kids)
+        else:
+            stages = [k / steps for k in kids]
+            inner = sum(stages[1:], stages[0]) + (steps - 1) * np.maximum.reduce(stages)
+        load, latency = _transfer_time(arch, tally.loads.get(path), steps)
+        store, _ = _transfer_time(arch, tally.stores.get(path), steps)
+        cycles = np.maximum(np.maximum(inner, load), store)
+        overlap = (load + inner + store - cycles) / steps + latency
+        return np.where((load != 0) | (store != 0), cycles + overlap, cycles)
+
+    cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
+    # children running at once share a one-instance level's port: its total bounds the cycles
+    for busy in tally.shared.values():
+        cycles = np.maximum(cycles, busy)
+    return cycles

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,6 +41,41 @@ class Structure:
         tiles = {p: n for p, n in walk(self.template.root) if isinstance(n, Tile)}
         return np.array([tiles[s.path].loops[s.index].factor for s in self.slots],
                         dtype=np.int64)
+
+    @cached_property
+    def key(self) -> tuple:
+        """A stable, hashable key: the workload, the accelerator, the tree's shape, the homes
+        and the slots (equal for structures built twice from the same inputs)."""
+        from tileflow.analysis.shape import node_key, spec_key
+
+        return (spec_key(self.workload), spec_key(self.arch), node_key(self.template.root),
+                tuple(sorted(self.template.homes.items())), self.slots)
+
+    @property
+    def compiled(self):
+        """The factor-independent analysis, done once per tree shape (cached)."""
+        from tileflow.explore.compiled import compiled_for
+
+        return compiled_for(self.workload, self.arch, self.template)
+
+    @cached_property
+    def _columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each slot sits among all loops of the tree, and every loop's default."""
+        order = self.compiled.slot_of
+        columns = np.array([order[(s.path, s.index)] for s in self.slots], dtype=np.int64)
+        defaults = np.array([lp.factor for p, t in walk(self.template.root)
+                             if isinstance(t, Tile) for lp in t.loops], dtype=np.int64)
+        return columns, defaults
+
+    def all_loop_factors(self, factors: np.ndarray) -> np.ndarray:
+        """Factor rows over every loop of the tree (loops without a slot keep their
+        template factor)."""
+        columns, defaults = self._columns
+        if len(columns) == len(defaults) and (columns == np.arange(len(columns))).all():
+            return factors
+        full = np.repeat(defaults[None, :], len(factors), axis=0)
+        full[:, columns] = factors
+        return full
 
     def dataflow(self, factors: Sequence[int]) -> Dataflow:
         """The concrete dataflow for one factor assignment."""

@@ -1,0 +1,200 @@
+"""The batched evaluator equals the scalar model row by row: on random trees (every primitive,
+spatial loops, clipped tiles, halos, strided windows, the softmax topology) and on every
+shipped baseline structure, with random factor rows around each tree's own factors. Counts
+(DRAM words, operations, footprints, validity) are equal exactly; cycles and energy to 1e-9
+relative. Rows the scalar model rejects (factors that do not cover a dimension, a reduction
+split in a common ancestor, a window not covered) are invalid in the batch, with the amount."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, workload
+from hypothesis import HealthCheck, given, settings
+from trees import ARCH, trees
+
+from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.bench import exact_assignments
+from tileflow.cost import evaluate
+from tileflow.dataflows import build
+from tileflow.dataflows.registry import baselines_for
+from tileflow.explore.batch import evaluate_batch
+from tileflow.explore.structure import Structure, structure_of
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import load_workload
+from tileflow.tree import Op, render
+
+REJECTED = ("coverage", "dependency", "window")
+
+
+def random_rows(structure: Structure, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """Factor rows around the template's: a few slots per row changed to a neighbour, a
+    half, a double or any value up to twice the factor (non-divisors and clipping included)."""
+    base = structure.default_factors
+    out = np.repeat(base[None, :], rows, axis=0)
+    if not len(base):
+        return out
+    for r in range(1, rows):
+        for s in rng.choice(len(base), size=min(len(base), rng.integers(1, 4)), replace=False):
+            f = int(base[s])
+            choices = [1, max(f - 1, 1), f + 1, max(f // 2, 1), 2 * f,
+                       int(rng.integers(1, 2 * f + 2))]
+            out[r, s] = choices[rng.integers(len(choices))]
+    return out
+
+
+def covering_rows(structure: Structure, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """Random rows of which most cover every dimension (candidates screened by the batch;
+    a few screened-out rows stay in, so that the screening itself is checked)."""
+    candidates = random_rows(structure, 20 * rows, rng)
+    batch = evaluate_batch(structure, candidates)
+    rejected = np.zeros(len(candidates), dtype=bool)
+    for kind in REJECTED:
+        rejected |= batch.violations.get(kind, np.zeros(len(candidates))) > 0
+    keep = np.flatnonzero(~rejected)[:rows]
+    return candidates[np.concatenate([keep, np.flatnonzero(rejected)[:3]])]
+
+
+def model_amounts(result) -> dict[str, float]:
+    """Per violation kind, the largest amount (needed - available) of the model's records;
+    a record without amounts (a dependency) counts as present."""
+    out: dict[str, float] = {}
+    for v in result.violations:
+        over = v.needed - v.available if v.needed is not None and v.available is not None \
+            else math.inf
+        out[v.kind] = max(out.get(v.kind, 0.0), over)
+    return out
+
+
+def assert_rows_equal(structure: Structure, factors: np.ndarray) -> tuple[int, int]:
+    """Compare every row with the scalar model; returns (rows compared, rows rejected).
+    Rows the model finds structurally wrong (coverage, dependency, window) are invalid in the
+    batch with the same kinds; the others agree in every count and every violation amount."""
+    batch = evaluate_batch(structure, factors)
+    zero = np.zeros(len(factors))
+    compared = rejected = 0
+    for k, row in enumerate(factors):
+        flow = structure.dataflow(row)
+        where = f"row {list(row)}\n{render(flow.root)}"
+        try:
+            ref = evaluate(structure.workload, structure.arch, flow)
+        except InvalidDataflow:
+            ref = None
+        amounts = model_amounts(ref) if ref is not None else {"dependency": math.inf}
+        if ref is None or set(amounts) & set(REJECTED):
+            rejected += 1
+            assert not batch.valid[k], where
+            for kind in set(amounts) & set(REJECTED):
+                assert batch.violations.get(kind, zero)[k] > 0, f"{kind}: {where}"
+            continue
+        compared += 1
+        assert batch.dram_words[k] == ref.dram_words, where
+        assert batch.ops[k] == sum(ref.ops.values()), where
+        assert {lv: v[k] for lv, v in batch.footprint_words.items()} == \
+            {fp.level: fp.words for fp in ref.footprints}, where
+        assert bool(batch.valid[k]) == ref.valid, where
+        assert {kind: v[k] for kind, v in batch.violations.items() if v[k] > 0} == \
+            pytest.approx(amounts), where
+        assert batch.cycles[k] == pytest.approx(ref.cycles, rel=1e-9, abs=1e-9), where
+        assert batch.energy_pj[k] == pytest.approx(ref.energy_pj, rel=1e-9), where
+    return compared, rejected
+
+
+# the random trees' accelerator with per-step overheads and first-word latencies (what the
+# calibration fits), so that the batched latency covers them too
+TIMED = replace(ARCH, levels=tuple(
+    replace(lv, step_overhead_cycles=float(k + 2), latency_cycles=float(3 * k + 5))
+    for k, lv in enumerate(ARCH.levels)))
+SETTINGS = settings(max_examples=50, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+CASES = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv-halo": CONV,
+         "strided": STRIDED, "independent twins": TWINS}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_random_trees(case: str) -> None:
+    w = workload(CASES[case])
+    rng = np.random.default_rng(7)
+    totals = [0, 0]
+
+    @SETTINGS
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            evaluate(w, TIMED, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, TIMED, flow)
+        compared, rejected = assert_rows_equal(structure, random_rows(structure, 16, rng))
+        totals[0] += compared
+        totals[1] += rejected
+
+    check()
+    assert totals[0] >= 200, f"only {totals[0]} rows compared"
+
+
+SMALL = {"attention": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
+         "gemm-chain": {"m": 64, "l": 96, "k": 32, "n": 32},
+         "mlp": {"m": 64, "d": 48, "f": 192, "e": 32},
+         "conv-chain": {"c0": 8, "c1": 16, "c2": 8, "h": 14, "w": 14}}
+SHIPPED = [(wl, arch, name) for wl in SMALL for arch in ("edge", "cloud")
+           for name in baselines_for(load_workload(wl))]
+
+
+@pytest.mark.parametrize(("wl", "arch", "name"), SHIPPED)
+def test_shipped_baselines(wl: str, arch: str, name: str) -> None:
+    """Every baseline structure (built at small sizes, so that the scalar reference stays
+    quick on clipped rows) with random rows around its factors."""
+    w, a = load_workload(wl, SMALL[wl]), load_arch(arch)
+    structure = structure_of(w, a, build(name, w, a))
+    rng = np.random.default_rng(zlib.crc32(f"{wl} {arch} {name}".encode()))
+    compared, _ = assert_rows_equal(structure, covering_rows(structure, 12, rng))
+    assert compared >= 10
+
+
+@pytest.mark.parametrize(("wl", "arch", "name"), [("G1", "edge", "tileflow-pipe"),
+                                                  ("G1", "edge", "flat-rgran"),
+                                                  ("C1", "cloud", "fused-layer")])
+def test_full_size(wl: str, arch: str, name: str) -> None:
+    """The benchmarked structures at full size, rows with exactly dividing factors and
+    a few clipped ones."""
+    w, a = load_workload(wl), load_arch(arch)
+    structure = structure_of(w, a, build(name, w, a))
+    rng = np.random.default_rng(3)
+    compared, _ = assert_rows_equal(structure, covering_rows(structure, 4, rng))
+    assert compared >= 3
+
+
+def test_benchmark_rows_are_exactly_tiled() -> None:
+    """The rows `tileflow bench` times as exactly tiled cover every dimension exactly (the
+    product of each operator's factors of a dim is its size) and agree with the scalar
+    model."""
+    w, a = load_workload("G1"), load_arch("edge")
+    structure = structure_of(w, a, build("tileflow-pipe", w, a))
+    rows = exact_assignments(structure, 12, np.random.default_rng(5))
+    assert len({tuple(r) for r in rows}) > 6
+    for row in rows:
+        flow = structure.dataflow(row)
+        for op in w.ops:
+            chain = _chain(flow.root, op.name)
+            for d in op.dims:
+                product = int(np.prod([lp.factor for t in chain for lp in t.loops
+                                       if lp.dim == d]))
+                assert product == w.sizes[d], (op.name, d, list(row))
+    compared, _ = assert_rows_equal(structure, rows)
+    assert compared == len(rows)
+
+
+def _chain(node, op: str):
+    """The tiles from `node` down to the leaf of `op`."""
+    if isinstance(node, Op):
+        return [] if node.op == op else None
+    for child in node.children:
+        below = _chain(child, op)
+        if below is not None:
+            return [node, *below]
+    return None

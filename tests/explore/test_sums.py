@@ -1,0 +1,82 @@
+"""The closed forms of the batched evaluator against brute-force sums over every step."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tileflow.analysis.movement import AxisRec
+from tileflow.explore.sums import I64, VDim, VLoop, _grid_overlap, _grid_volume, ap_clip_sum
+from tileflow.explore.windows import piecewise_sum, window_overlap, window_volume
+
+SMALL = st.integers(-20, 20)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(SMALL, st.integers(1, 7), st.integers(0, 12), st.integers(1, 15))
+def test_clamped_progression_sum(start: int, step: int, count: int, size: int) -> None:
+    expected = sum(min(max(start + k * step, 0), size) for k in range(count))
+    got = ap_clip_sum(np.array([start]), np.array([step]), np.array([count]), size)
+    assert got[0] == expected
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(SMALL, st.integers(1, 5), st.integers(0, 15), SMALL, st.integers(1, 4), SMALL)
+def test_piecewise_linear_sum(start, step, count, a, c, b) -> None:
+    """A clamped line min(max(a + c x, 0), 9) - |x - b| summed between its kinks."""
+    def f(x):
+        return np.minimum(np.maximum(a + c * x, 0), 9) - np.abs(x - b)
+
+    cuts = [np.array([-(a // c)]), np.array([-((a - 9) // c)]), np.array([b])]
+    expected = sum(int(f(np.array(start + k * step))) for k in range(count))
+    got = piecewise_sum(f, np.array([start]), np.array([step]), np.array([count]), cuts)
+    assert got[0] == expected
+
+
+def _loop(dim: str, n: int, stride: int) -> VLoop:
+    return VLoop(dim, np.array([n], dtype=I64), np.array([stride], dtype=I64))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 6), st.integers(1, 4),
+       st.integers(1, 3), st.integers(-2, 0), st.integers(1, 3), st.integers(1, 3),
+       st.booleans(), st.integers(1, 2), st.integers(0, 1))
+def test_window_axis_sums(coef, extent, inner, outer, kernel, offset, instances, spread,
+                          with_union, gap, shift) -> None:
+    """A window axis coef * p + r + offset: the piecewise closed forms equal the grid of
+    every step (slice lengths, overlaps between consecutive steps, unions of instances)."""
+    size_p = max(extent * inner * outer - 1, 1)
+    axis = AxisRec((("p", coef), ("r", 1)), offset, coef * (size_p - 1) + kernel)
+    dims = {"p": VDim(size_p, np.array([extent]), np.array([-shift])),
+            "r": VDim(kernel, np.array([kernel]), np.array([0]))}
+    loops = [_loop("p", outer, extent * inner * spread), _loop("p", inner, extent * spread)]
+    union = [_loop("p", instances, extent * gap)] if with_union and spread == 1 else []
+    if union:
+        loops = [_loop("p", outer, extent * gap * inner * instances),
+                 _loop("p", inner, extent * gap * instances)]
+    got, ok = window_volume(axis, dims, loops, union, 1)
+    if ok[0]:
+        assert got[0] == _grid_volume(axis, dims, loops, union, 1)[0]
+    for i in range(len(loops)):
+        got, ok = window_overlap(axis, dims, loops, i, union, 1)
+        if ok[0]:
+            assert got[0] == _grid_overlap(axis, dims, loops, i, union, 1)[0]
+
+
+def test_strided_window_is_a_closed_form() -> None:
+    """Conv rows 2p + r - 1 (kernel 3) over p tiled 2 x 4, instances along p joined: the
+    closed forms apply (no enumeration) and give the counts by hand."""
+    axis = AxisRec((("p", 2), ("r", 1)), -1, 16)
+    dims = {"p": VDim(8, np.array([1]), np.array([0])),
+            "r": VDim(3, np.array([3]), np.array([0]))}
+    loops = [_loop("p", 2, 4), _loop("p", 4, 1)]
+    total, ok = window_volume(axis, dims, loops, [], 1)
+    # rows 2p-1 .. 2p+1 clipped to [0, 16): p = 0 gives 2 rows, p = 1..7 give 3
+    assert ok[0] and total[0] == 2 + 7 * 3
+    common, ok = window_overlap(axis, dims, loops, 1, [], 1)
+    # consecutive p share one row: 3 advances in each of the 2 outer steps
+    assert ok[0] and common[0] == 2 * 3
+    joined, ok = window_volume(axis, dims, [_loop("p", 2, 4)], [_loop("p", 4, 1)], 1)
+    # per outer step the union of 4 instances: rows -1..7 -> 8 rows, then 7..15 -> 9 rows
+    assert ok[0] and joined[0] == 8 + 9

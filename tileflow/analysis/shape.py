@@ -1,0 +1,122 @@
+"""The part of the analysis that depends only on a tree's shape (levels, loop dims and
+spatial marks, primitives, names, homes), never on its factors: the structure checks, each
+operator's chain of tiles, common ancestors, home levels, the operators under each tile and
+the Seq drops. Computed once per (workload, accelerator, shape) and cached, so that
+evaluating many factor choices of one tree redoes only the factor part."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import Workload
+from tileflow.tree import Dataflow, Node, Op, Tile, walk
+
+
+@dataclass(frozen=True, eq=False)
+class Shape:
+    """Factor-independent facts about a tree, by node path ('root', 'root.0', ...)."""
+
+    chains: Mapping[str, tuple[str, ...]]  # operator -> node paths from the root to its leaf
+    levels: Mapping[str, tuple[int, ...]]  # operator -> level index of each tile of its chain
+    lca: Mapping[str, str]  # intermediate -> node path of the lowest common ancestor
+    homes: Mapping[str, int]  # intermediate -> level index
+    ops_below: Mapping[str, tuple[str, ...]]  # node path -> operators under it
+    drops: Mapping[tuple[str, str], tuple[int, ...]]  # (op, tensor) -> Seq drop positions
+    violations: tuple = ()  # structural violation records (Para children that depend)
+    memo: dict = field(default_factory=dict)  # further shape-only facts, filled on first use
+
+
+def node_key(node: Node) -> tuple:
+    """A hashable description of a subtree without its loop factors."""
+    if isinstance(node, Op):
+        return ("op", node.op)
+    return (node.level, node.name, node.primitive, node.no_reuse,
+            tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
+            tuple(node_key(c) for c in node.children))
+
+
+def spec_key(spec) -> str:
+    """A stable key for a frozen spec (workload, accelerator) whose fields include mappings,
+    which keep it from being hashed: its full text, computed once per object."""
+    key = spec.__dict__.get("_tileflow_key")
+    if key is None:
+        key = f"{type(spec).__name__}:{spec!r}"
+        object.__setattr__(spec, "_tileflow_key", key)
+    return key
+
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 512
+
+
+def shape_of(workload: Workload, arch: Architecture, flow: Dataflow) -> Shape:
+    """The cached shape analysis of a dataflow (raises InvalidDataflow for a malformed
+    tree, nothing cached then; structural violations are kept in the shape)."""
+    key = (spec_key(workload), spec_key(arch), node_key(flow.root),
+           tuple(sorted(flow.homes.items())))
+    found = _CACHE.get(key)
+    if found is not None:
+        _CACHE.move_to_end(key)
+        return found
+    shape = _analyse(workload, arch, flow)
+    _CACHE[key] = shape
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return shape
+
+
+def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
+    from tileflow.analysis import prepare as p
+
+    root = flow.root
+    found: list = []
+    p._check_nodes(w, arch, root, found)
+    for tensor in flow.homes:
+        if tensor not in w.intermediates:
+            raise p.InvalidDataflow(
+                f"homes names '{tensor}', which is not an intermediate of the workload "
+                f"(intermediates: {', '.join(w.intermediates) or 'none'})", where="homes")
+    tiles = {path: n for path, n in walk(root) if isinstance(n, Tile)}
+    chains = p._leaf_paths(root)
+    levels = {o: tuple(arch.level_index[tiles[x].level] for x in chain)
+              for o, chain in chains.items()}
+    lca = {t: p._lca([chains[o] for o in (w.producer[t], *w.consumers[t])])
+           for t in w.intermediates}
+    stub = {o: SimpleNamespace(levels=v) for o, v in levels.items()}
+    homes = {t: p._home(w, arch, flow, t, lca[t], stub, tiles) for t in lca}
+    ops_below: dict[str, tuple[str, ...]] = {}
+    for path, node in walk(root):
+        if isinstance(node, Op):
+            ops_below[path] = (node.op,)
+    for path in sorted(tiles, key=lambda x: -x.count(".")):
+        ops_below[path] = tuple(o for i in range(len(tiles[path].children))
+                                for o in ops_below[f"{path}.{i}"])
+    tensors = {path: frozenset(t for o in ops for t in w.op_by_name[o].tensors)
+               for path, ops in ops_below.items()}
+    drops = {(op.name, t): _drop_depths(tiles, chains[op.name], op.name, t, tensors)
+             for op in w.ops for t in op.tensors}
+    return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found))
+
+
+def _drop_depths(tiles: Mapping[str, Tile], chain: tuple[str, ...], op: str, tensor: str,
+                 tensors: Mapping[str, frozenset[str]]) -> tuple[int, ...]:
+    """Positions on the chain of Seq tiles whose next child (wrapping) does not use the
+    tensor: below them it is dropped between steps."""
+    depths = []
+    for k, path in enumerate(chain):
+        tile = tiles[path]
+        if tile.primitive != "Seq" or len(tile.children) < 2:
+            continue
+        if k + 1 < len(chain):
+            index = int(chain[k + 1].rsplit(".", 1)[1])
+        else:
+            index = next(i for i, c in enumerate(tile.children)
+                         if isinstance(c, Op) and c.op == op)
+        nxt = (index + 1) % len(tile.children)
+        if tensor not in tensors[f"{path}.{nxt}"]:
+            depths.append(k)
+    return tuple(depths)
