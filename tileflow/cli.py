@@ -199,16 +199,21 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
     return _build(name, workload, arch, tiles)
 
 
-def _build(name: str, workload, arch, tiles=None):
-    """A named baseline: with --tile sizes as given, else its factors fitted by the tile
-    search under the baseline's own rule. An error of fit (the workload's shape) names the
-    workload file."""
+def _build(name: str, workload, arch, tiles=None, fit: bool = False):
+    """A named baseline with the builder's factors (or the --tile sizes); with `fit`, its
+    factors fitted by the tile search under the baseline's own rule (`compare`). An error of
+    fit (the workload's shape) names the workload file."""
+    from tileflow.analysis.prepare import prepare
     from tileflow.dataflows import build
     from tileflow.explore.fit import fit_baseline
+    from tileflow.workbound import check_enumeration
 
     try:
-        return build(name, workload, arch, tiles) if tiles else \
-            fit_baseline(name, workload, arch)
+        flow = build(name, workload, arch, tiles)
+        if not fit or tiles:
+            return flow
+        check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
+        return fit_baseline(name, workload, arch)
     except InputError as exc:
         if exc.source or not workload.source:
             raise
@@ -331,7 +336,7 @@ def cmd_compare(args) -> int:
         sizes = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
         plot_path = args.plot or default_plot_name(workload, arch, sizes)
         check_output_file(plot_path, PLOT_SUFFIXES, "--plot")
-    results = [_evaluate(_build(name, workload, arch), workload, arch)
+    results = [_evaluate(_build(name, workload, arch, fit=True), workload, arch)
                for name in baselines_for(workload)]
     title = _run_title(args, workload, arch)
     plot = comparison_plot(results, title, plot_path) if plot_path else None

@@ -34,7 +34,7 @@ def node_key(node: Node) -> tuple:
     """A hashable description of a subtree without its loop factors."""
     if isinstance(node, Op):
         return ("op", node.op)
-    return (node.level, node.name, node.primitive, node.no_reuse,
+    return (node.level, node.name, node.primitive, node.no_reuse, node.bypass, node.buffering,
             tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
             tuple(node_key(c) for c in node.children))
 
