@@ -47,7 +47,7 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
                          f"got {factors.shape}")
     if factors.size and factors.min() < 1:
         raise ValueError("every factor must be at least 1")
-    if scalar_only(structure):
+    if _scalar_only_cached(structure):
         return _row_by_row(structure, factors)
     full = structure.all_loop_factors(factors)
     spatial = np.array([lp.spatial for _, t in walk(structure.template.root)
@@ -94,6 +94,17 @@ def scalar_only(structure: Structure) -> str:
             if any(a & b for i, a in enumerate(inputs) for b in inputs[i + 1:]):
                 return "siblings under Shar, Para or Pipe read the same input"
     return ""
+
+
+_SCALAR_ONLY: dict[tuple, str] = {}
+
+
+def _scalar_only_cached(structure: Structure) -> str:
+    """`scalar_only` once per structure shape: evaluate_batch is the search's hot path."""
+    key = structure.key
+    if key not in _SCALAR_ONLY:
+        _SCALAR_ONLY[key] = scalar_only(structure)
+    return _SCALAR_ONLY[key]
 
 
 def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
