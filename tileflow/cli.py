@@ -507,6 +507,9 @@ def cmd_explore(args) -> int:
                      if found["speedup_over_layerwise"] else "")
             print(f"best: {found['structure']} structure, {found['cycles']:,.0f} cycles"
                   f"{extra}")
+        if "front" in data:
+            print(f"Pareto front of {' and '.join(data['objectives'])}: "
+                  f"{len(data['front'])} points (front.csv, front.png)")
         print(f"outputs in {config.out}/: " + ", ".join(data["files"]))
     return 130 if outcome.interrupted else 0
 

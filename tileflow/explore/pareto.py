@@ -27,15 +27,15 @@ def non_dominated(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def front(points: pd.DataFrame, objectives: tuple[str, str]) -> pd.DataFrame:
-    """The valid points on the front, one row per distinct (structure, factors), sorted by
-    the first objective."""
+    """The valid points on the front, sorted by the first objective; points with equal
+    values of both objectives (the same dataflow under two names) kept once."""
     if not len(points):
         return points
     valid = points[points["valid"].astype(bool)]
     x, y = (COLUMNS[o] for o in objectives)
     valid = valid[np.isfinite(valid[x].astype(float)) & np.isfinite(valid[y].astype(float))]
     mask = non_dominated(valid[x].to_numpy(float), valid[y].to_numpy(float))
-    out = valid[mask].drop_duplicates(["structure", "factors"])
+    out = valid[mask].drop_duplicates([x, y])
     return out.sort_values([x, y]).reset_index(drop=True)
 
 
