@@ -59,48 +59,74 @@ PUBLISHED = {"attention-edge": (6.65, 1.85), "attention-cloud": (12.63, None),
              "conv-cloud": (1.59, 1.59)}
 
 
-def part_sizes() -> list[dict]:
-    out = []
-    for workload, preset, arch in (("attention", "G1", "edge"), ("attention", "G1", "cloud"),
-                                   ("conv-chain", "C1", "cloud")):
-        start = time.perf_counter()
-        size = space_size(StructureSpace(load_workload(workload, preset=preset),
-                                         load_arch(arch)), tiling_limit=40)
-        out.append({"study": f"{workload} {preset} on {arch}", **size.to_dict(),
-                    "seconds": time.perf_counter() - start})
-    return out
+SIZE_STUDIES = (("attention", "G1", "edge"), ("attention", "G1", "cloud"),
+                ("conv-chain", "C1", "cloud"))
 
 
-def part_exhaustive(seeds: int) -> dict:
+def size_of(workload: str, preset: str, arch: str) -> dict:
+    start = time.perf_counter()
+    size = space_size(StructureSpace(load_workload(workload, preset=preset), load_arch(arch)),
+                      tiling_limit=40)
+    return {"study": f"{workload} {preset} on {arch}", **size.to_dict(),
+            "seconds": time.perf_counter() - start}
+
+
+EXHAUSTIVE_GA = GAConfig(population=8, generations=6, budget=32, rungs=4, seed_baselines=False)
+
+
+def enumerate_small() -> dict:
+    """Every structure x every divisor tiling of the two-operator chain."""
     big = space_size(StructureSpace(load_workload("attention", SMALL), load_arch("edge")),
                      tiling_limit=40).to_dict()
     w, arch = load_workload("gemm-chain", SMALL), load_arch("edge")
     space = StructureSpace(w, arch, FUSION_ONLY)
-    start, points, best = time.perf_counter(), 0, math.inf
+    start, points, best, count = time.perf_counter(), 0, math.inf, 0
     for enc in structures(space):
         st = space.structure(enc)
+        count += 1
         rows = Tilings(st).all()
         for first in range(0, len(rows), 65_536):
             m = measure(st, rows[first:first + 65_536], chunk=8192)
             if m.valid.any():
                 best = min(best, float(m.cycles[m.valid].min()))
         points += len(rows)
-    exhaustive_s = time.perf_counter() - start
-    config = GAConfig(population=8, generations=8, budget=64, rungs=4, seed_baselines=False)
-    runs = []
-    for seed in range(seeds):
-        t = time.perf_counter()
-        r = search(StructureSpace(w, arch, FUSION_ONLY), replace(config, seed=seed))
-        runs.append({"seed": seed, "best": r.best.cost, "evaluations": r.evaluations,
-                     "structures": r.structures, "seconds": time.perf_counter() - t,
-                     "gap": r.best.cost / best - 1})
     return {"attention_space": big, "case": "gemm-chain b=1 m=l=128 n=k=32 on edge; fusion, "
             "levels, primitives and homes varied, loops as the defaults place them",
-            "structures": sum(1 for _ in structures(space)), "points": points,
-            "optimum_cycles": best, "exhaustive_seconds": exhaustive_s,
-            "config": config.__dict__ | {"objectives": list(config.objectives)},
-            "seeds": seeds, "seeds_within_1pct": sum(r["gap"] <= 0.01 for r in runs),
-            "runs": runs}
+            "structures": count, "points": points, "optimum_cycles": best,
+            "exhaustive_seconds": time.perf_counter() - start,
+            "config": EXHAUSTIVE_GA.__dict__ | {"objectives": list(EXHAUSTIVE_GA.objectives)},
+            "runs": []}
+
+
+def exhaustive_seed(ex: dict, seed: int, top: int = 8, refine: int = 1000) -> dict:
+    """The explorer on the enumerated space: the genetic search (fitness: MCTS over exact
+    divisor tilings), then MCTS on its `top` structures with `refine` evaluations each, as
+    `tileflow explore` hands its best structures to the tile-factor study."""
+    from tileflow.explore.search import search as tile_search
+    from tileflow.explore.space import Limits, Space
+    from tileflow.explore.structure_study import tile_fit
+
+    w, arch = load_workload("gemm-chain", SMALL), load_arch("edge")
+    t = time.perf_counter()
+    space = StructureSpace(w, arch, FUSION_ONLY)
+    r = search(space, replace(EXHAUSTIVE_GA, seed=seed),
+               tile_fit("latency", Limits(), non_divisors=False))
+    genetic_best, evaluations, best, seen = r.best.cost, r.evaluations, r.best.cost, set()
+    for p in sorted(r.points, key=lambda p: p.cost):
+        if p.encoding in seen or len(seen) == top:
+            continue
+        seen.add(p.encoding)
+        st = space.structure(p.encoding)
+        cache = tile_search(Space(st, non_divisors=False), "mcts", "latency", Limits(),
+                            budget_evals=refine, seed=seed, warm=(p.factors,))
+        evaluations += cache.evaluations
+        found = cache.best()
+        best = min(best, found[1]) if found else best
+    return {"seed": seed, "best": best, "genetic_best": genetic_best,
+            "evaluations": evaluations, "genetic_evaluations": r.evaluations,
+            "structures": r.structures, "seconds": time.perf_counter() - t,
+            "gap": best / ex["optimum_cycles"] - 1,
+            "genetic_gap": genetic_best / ex["optimum_cycles"] - 1}
 
 
 def _config(group: str, shape: str, **changes):
@@ -125,31 +151,38 @@ def _curve(outcome) -> list[tuple[int, float, float]]:
     return curve
 
 
-def part_methods(seeds: int, group: str = "attention-edge", shape: str = "G10") -> dict:
-    ga = {"population": 8, "generations": 3, "budget": 16, "rungs": 2}
-    runs: dict[str, list] = {"genetic + MCTS": [], "random structures + random tilings": [],
-                             "TPE over the baselines' structures": []}
-    for seed in range(seeds):
+METHODS_GA = {"population": 8, "generations": 3, "budget": 16, "rungs": 2}
+METHODS = ("genetic + MCTS", "random structures + random tilings",
+           "TPE over the baselines' structures")
+
+
+def method_run(method: str, seed: int, total: int | None, group: str = "attention-edge",
+               shape: str = "G10") -> list:
+    """One convergence curve [(evaluations, seconds, best cycles)]; `total`: the genetic
+    run's evaluations, which the others get."""
+    if method == METHODS[0]:
         cfg = _config(group, shape, seed=seed, structures="search",
-                      genetic=replace(GAConfig(), **ga), budget_evals=600)
-        outcome = explore(cfg, progress=False)
-        curve = _curve(outcome)
-        runs["genetic + MCTS"].append(curve)
-        total = curve[-1][0]
-        w, arch = outcome.workload, outcome.arch
-        space, rng, fit = StructureSpace(w, arch), np.random.default_rng(seed), random_fit()
-        spent, best, rand, start = 0, math.inf, [], time.perf_counter()
-        while spent < total:
-            cost, _ = fit(space.structure(space.random(rng)), 32, int(rng.integers(1 << 30)))
-            spent += 32
-            best = min(best, cost)
-            rand.append((spent, time.perf_counter() - start, best))
-        runs["random structures + random tilings"].append(rand)
-        tpe = explore(_config(group, shape, seed=seed, structures="baselines", method="tpe",
-                              budget_evals=total), progress=False)
-        runs["TPE over the baselines' structures"].append(_curve(tpe))
+                      genetic=replace(GAConfig(), **METHODS_GA), budget_evals=600)
+        return _curve(explore(cfg, progress=False))
+    if method == METHODS[2]:
+        return _curve(explore(_config(group, shape, seed=seed, structures="baselines",
+                                      method="tpe", budget_evals=total), progress=False))
+    cfg = _config(group, shape)
+    w, arch = cfg.load()
+    space, rng, fit = StructureSpace(w, arch), np.random.default_rng(seed), random_fit()
+    spent, best, curve, start = 0, math.inf, [], time.perf_counter()
+    while spent < total:
+        cost, _ = fit(space.structure(space.random(rng)), 32, int(rng.integers(1 << 30)))
+        spent += 32
+        best = min(best, cost)
+        curve.append((spent, time.perf_counter() - start, best))
+    return curve
+
+
+def methods_summary(runs: dict, group: str = "attention-edge", shape: str = "G10") -> dict:
     plot_methods(runs, HERE / "structure-methods.png", f"{shape} on {group}")
-    return {"group": group, "shape": shape, "seeds": seeds, "genetic": ga,
+    return {"group": group, "shape": shape, "seeds": min(len(v) for v in runs.values()),
+            "genetic": METHODS_GA,
             "final_best": {k: [r[-1][2] for r in v] for k, v in runs.items()},
             "evaluations": {k: [r[-1][0] for r in v] for k, v in runs.items()},
             "seconds": {k: [r[-1][1] for r in v] for k, v in runs.items()},
@@ -226,45 +259,62 @@ def gmean(values) -> float:
     return float(np.exp(np.mean(np.log(values)))) if values else math.nan
 
 
+def work(summary: dict, seeds: int, method_seeds: int):
+    """The units of work not done yet, in order: (label, run) where run() updates summary."""
+    sizes = summary.setdefault("sizes", [])
+    for study in SIZE_STUDIES:
+        label = f"{study[0]} {study[1]} on {study[2]}"
+        if all(s["study"] != label for s in sizes):
+            yield f"size {label}", lambda study=study: sizes.append(size_of(*study))
+    if "exhaustive" not in summary:
+        yield "enumerate", lambda: summary.__setitem__("exhaustive", enumerate_small())
+        return
+    ex = summary["exhaustive"]
+    ex["config"] = EXHAUSTIVE_GA.__dict__ | {"objectives": list(EXHAUSTIVE_GA.objectives),
+                                             "top": 8, "refine": 1000}
+    for seed in range(len(ex["runs"]), seeds):
+        yield f"exhaustive seed {seed}", lambda seed=seed: ex["runs"].append(
+            exhaustive_seed(ex, seed))
+    ex["seeds"] = len(ex["runs"])
+    ex["seeds_within_1pct"] = sum(r["gap"] <= 0.01 for r in ex["runs"])
+    runs = summary.setdefault("method_runs", {m: [] for m in METHODS})
+    for seed in range(method_seeds):
+        for m in METHODS:
+            if len(runs[m]) == seed:
+                yield f"{m} seed {seed}", lambda m=m, seed=seed: runs[m].append(method_run(
+                    m, seed, runs[METHODS[0]][seed][-1][0] if m != METHODS[0] else None))
+    if all(runs[m] for m in METHODS):
+        summary["methods"] = methods_summary(runs)
+    studies = summary.setdefault("studies", [])
+    done = {(s["group"], s["shape"]) for s in studies}
+    for group, shapes, evaluations, genetic in STUDIES:
+        for shape in shapes:
+            if (group, shape) not in done:
+                yield f"{group} {shape}", lambda a=(group, shape, evaluations, genetic): \
+                    studies.append(one_study(*a))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="seeds of the exhaustive check")
     parser.add_argument("--method-seeds", type=int, default=5)
-    parser.add_argument("--redo", action="append", default=[],
-                        choices=["sizes", "exhaustive", "methods", "studies"])
-    parser.add_argument("--only", action="append", default=[],
-                        choices=["sizes", "exhaustive", "methods", "studies"],
-                        help="run only these parts (default: all)")
+    parser.add_argument("--limit", type=int, help="stop after this many units of work")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args(argv)
     path = HERE / "summary.json"
     summary = json.loads(path.read_text()) if path.exists() else {}
-
-    def save() -> None:
+    done = 0
+    while not args.report_only and (args.limit is None or done < args.limit):
+        unit = next(work(summary, args.seeds, args.method_seeds), None)
+        if unit is None:
+            break
+        print(unit[0], file=sys.stderr)
+        unit[1]()
+        done += 1
         write_text_atomic(path, json.dumps(summary, indent=1, default=float) + "\n")
-
-    wanted = args.only or ["sizes", "exhaustive", "methods", "studies"]
-    for name in args.redo:
-        summary.pop(name, None)
-    if not args.report_only:
-        for name, run in (("sizes", part_sizes),
-                          ("exhaustive", lambda: part_exhaustive(args.seeds)),
-                          ("methods", lambda: part_methods(args.method_seeds))):
-            if name in wanted and name not in summary:
-                print(name, file=sys.stderr)
-                summary[name] = run()
-                save()
-        if "studies" in wanted:
-            summary.setdefault("studies", [])
-            done = {(s["group"], s["shape"]) for s in summary["studies"]}
-            for group, shapes, evaluations, genetic in STUDIES:
-                for shape in shapes:
-                    if (group, shape) not in done:
-                        print(group, shape, file=sys.stderr)
-                        summary["studies"].append(one_study(group, shape, evaluations,
-                                                            genetic))
-                        save()
-    from report_text import report  # noqa: PLC0415  (search/report_text.py)
+    list(work(summary, args.seeds, args.method_seeds))  # the derived figures, up to date
+    write_text_atomic(path, json.dumps(summary, indent=1, default=float) + "\n")
+    from report_text import report  # search/report_text.py
 
     write_text_atomic(HERE / "report.md", report(summary, STUDIES, PUBLISHED))
     return 0

@@ -51,16 +51,17 @@ class StructureSearch:
     summary: dict  # evaluations, seconds, structures, repairs, rejected, history
 
 
-def tile_fit(objective: str, limits: Limits, method: str = "mcts"):
+def tile_fit(objective: str, limits: Limits, method: str = "mcts", non_divisors: bool = True):
     """`fit_for(cost)` for the genetic search: the tile-factor search (`method`, guided by
     the study's `objective`, within the user's `limits`) over a structure's factors, warm
     started from its default factors; the best point under `cost` (a weighted scalarisation
-    when there are two objectives) is the structure's fitness."""
+    when there are two objectives) is the structure's fitness. `non_divisors=False` keeps
+    to exact divisor tilings."""
     from tileflow.explore.search import search
 
     def fit_for(cost_of):
         def fit(structure: Structure, budget: int, seed: int) -> tuple[float, np.ndarray]:
-            space = Space(structure)
+            space = Space(structure, non_divisors=non_divisors)
             cache = search(space, method, objective, limits, budget_evals=budget, seed=seed,
                            batch=min(budget, 64), warm=(structure.default_factors,))
             if not cache.rows:
