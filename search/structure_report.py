@@ -52,8 +52,8 @@ FUSION_ONLY = SpaceOptions(loop_orders=False, spatial=False, outer_tiles=False, 
 SMALL = {"b": 1, "m": 128, "l": 128, "n": 32, "k": 32}
 # (group, shapes, study evaluations, genetic settings) run by `studies`: every Edge shape, a
 # subset on Cloud and of the conv chains (CPU time on a shared 2-core machine)
-STUDIES = [("attention-edge", [f"G{i}" for i in range(1, 13)], 1500, None),
-           ("attention-cloud", ["G1", "G4", "G7", "G10", "G12"], 1500, None),
+STUDIES = [("attention-edge", [f"G{i}" for i in range(1, 13)], 1000, None),
+           ("attention-cloud", ["G1", "G4", "G7", "G10", "G12"], 1000, None),
            ("conv-cloud", ["C3", "C7"], 300, None)]
 PUBLISHED = {"attention-edge": (6.65, 1.85), "attention-cloud": (12.63, None),
              "conv-cloud": (1.59, 1.59)}

@@ -104,6 +104,20 @@ def test_a_resumed_search_replays_every_fitness_from_the_storage():
     assert [h["best_cost"] for h in a.history] == [h["best_cost"] for h in b.history]
 
 
+def test_a_fixed_seed_gives_the_same_structure_search():
+    config = GAConfig(population=6, generations=2, budget=8, rungs=2, seed=4)
+    runs = []
+    for _ in range(2):
+        study = optuna.create_study(study_name=STUDY_NAME,
+                                    storage=studies.open_storage(None))
+        runs.append(StoredSearch(tiny_chain_space(), config, tile_fit("latency", Limits()),
+                                 study).run())
+    a, b = runs
+    assert a.best.encoding == b.best.encoding and np.array_equal(a.best.factors, b.best.factors)
+    assert sorted((p.encoding.into, p.cost) for p in a.points) == \
+        sorted((p.encoding.into, p.cost) for p in b.points)
+
+
 def test_resume_reads_the_structures_back_and_workers_share_them(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     code, first, err = explore(tmp_path, capsys, CONFIG, "--storage", storage,
