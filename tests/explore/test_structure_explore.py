@@ -152,6 +152,25 @@ def test_two_objectives_give_a_front_that_no_point_dominates(tmp_path, capsys):
     assert summary["objective"] == "edp" and summary["objectives"] == ["latency", "energy"]
 
 
+def test_a_run_stopped_during_the_structure_search_resumes(tmp_path, capsys):
+    from tileflow.explore.config import load_config
+    from tileflow.explore.structure_study import _open, fingerprint
+
+    (tmp_path / "study.yaml").write_text(CONFIG)
+    config = load_config(tmp_path / "study.yaml")
+    w, arch = config.load()
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    # what a kill during the structure search leaves: its study, nothing found yet
+    _open(studies.open_storage(storage), fingerprint(
+        w, arch, config.objectives, config.limits, config.method, config.genetic_config,
+        config.top), resume=False)
+    code, _, err = explore(tmp_path, capsys, CONFIG, "--storage", storage)
+    assert code == 2 and "--resume" in err
+    code, summary, err = explore(tmp_path, capsys, CONFIG, "--storage", storage, "--resume")
+    assert code == 0, err
+    assert summary["structure_search"]["structures"] >= 2 and summary["evaluations"] == 96
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6)), min_size=1, max_size=30))
 def test_non_dominated_is_the_brute_force_set(pairs):

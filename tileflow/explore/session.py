@@ -152,6 +152,10 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
         found = search_structures(config, w, arch, store, resume)
     candidates = candidates_for(config, w, arch, {}, config.seed, found)
     bare = [studies.Candidate(c.name, c.structure) for c in candidates]
+    if found is not None and resume:  # a run stopped during the structure search resumes
+        import optuna  # with the tile-factor study not yet started
+
+        resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
     study = studies.create_or_load(store, bare, config.objective,
                                    config.limits, resume, extra=config.method)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
