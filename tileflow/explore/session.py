@@ -81,15 +81,20 @@ def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
     return out
 
 
-def seed_rows(w: Workload, arch: Architecture, fitted: dict[str, Dataflow],
+def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dataflow],
               found) -> dict[str, list[np.ndarray]]:
-    """Points every study holds: each baseline's own factors and the structure search's best
-    factors of each structure it found (so the found dataflow is never worse than them)."""
+    """Points every study holds: each baseline's own factors (where its fitted tree has its
+    candidate's shape) and the structure search's best factors of each structure it found
+    (so the found dataflow is never worse than them)."""
     from tileflow.explore.structure import structure_of
     from tileflow.explore.structure_study import structures_of
 
-    rows = {name: [structure_of(w, arch, flow).default_factors]
-            for name, flow in fitted.items()}
+    shapes = {c.name: c.structure.key for c in candidates}
+    rows = {}
+    for name, flow in fitted.items():
+        own = structure_of(w, arch, flow)
+        if shapes.get(name) == own.key:
+            rows[name] = [own.default_factors]
     for name, _, factors in structures_of(found, w, arch) if found is not None else []:
         rows.setdefault(name, []).append(factors)
     return rows
@@ -161,7 +166,7 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
     candidates = candidates_for(config, w, arch, fitted, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
-                        seed_rows(w, arch, fitted, found))
+                        seed_rows(w, arch, candidates, fitted, found))
     procs = []
     if workers > 1:
         context = multiprocessing.get_context("spawn")
