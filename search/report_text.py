@@ -64,20 +64,28 @@ def sizes(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
-def exhaustive(ex: dict) -> list[str]:
+def exhaustive(ex: dict, conv: dict | None = None) -> list[str]:
     big = ex["attention_space"]
+    out = ["## Against exhaustive search", "",
+           f"Attention with b = 1, m = l = 128, n = k = 32 on Edge has {big['structures']:,} "
+           f"structures before loop orders and spatial marks (fusion trees "
+           f"{big['fusion_patterns']:,}), and {big['tilings'][0]:.2g} to "
+           f"{big['tilings'][2]:.2g} divisor tilings per fusion tree with the default loops: "
+           "far beyond enumeration on this machine. The check therefore runs on the "
+           "two-operator chain with the same sizes, and on a small two-layer conv chain.", ""]
+    for case in (ex, conv):
+        if case and case["runs"]:
+            out += _case(case)
+    return out
+
+
+def _case(ex: dict) -> list[str]:
     runs = ex["runs"]
     gaps = [r["gap"] * 100 for r in runs]
     return [
-        "## Against exhaustive search", "",
-        f"Attention with b = 1, m = l = 128, n = k = 32 on Edge has {big['structures']:,} "
-        f"structures before loop orders and spatial marks (fusion trees "
-        f"{big['fusion_patterns']:,}), and {big['tilings'][0]:.2g} to {big['tilings'][2]:.2g} "
-        "divisor tilings per fusion tree with the default loops: far beyond enumeration on "
-        "this machine. The check therefore runs on the two-operator chain with the same "
-        f"sizes ({ex['case']}): {ex['structures']} structures and {ex['points']:,} "
-        f"(structure, tiling) points, enumerated in {ex['exhaustive_seconds']:,.0f} s; "
-        f"optimum {ex['optimum_cycles']:,.0f} cycles.", "",
+        f"**{ex['case']}**: {ex['structures']} structures and {ex['points']:,} (structure, "
+        f"tiling) points, enumerated in {ex['exhaustive_seconds']:,.0f} s; optimum "
+        f"{ex['optimum_cycles']:,.0f} cycles.", "",
         f"The genetic search (population {ex['config']['population']}, "
         f"{ex['config']['generations']} generations, {ex['config']['budget']} tilings for a "
         f"new structure, doubled over {ex['config']['rungs']} rungs; fitness: MCTS over the "
@@ -199,7 +207,7 @@ def report(summary: dict, plan, published) -> str:
     if "sizes" in summary:
         lines += sizes(summary["sizes"])
     if "exhaustive" in summary:
-        lines += exhaustive(summary["exhaustive"])
+        lines += exhaustive(summary["exhaustive"], summary.get("exhaustive_conv"))
     if "methods" in summary:
         lines += methods(summary["methods"])
     if summary.get("studies"):

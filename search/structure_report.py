@@ -77,11 +77,20 @@ def size_of(workload: str, preset: str, arch: str) -> dict:
 EXHAUSTIVE_GA = GAConfig(population=8, generations=6, budget=32, rungs=4, seed_baselines=False)
 
 
-def enumerate_small() -> dict:
-    """Every structure x every divisor tiling of the two-operator chain."""
+# enumerated cases: summary key -> (workload, sizes, words, refine evaluations per structure,
+# seeds: None for --seeds; the conv chain's evaluations are slow, about 160 s a seed here)
+CASES = {"exhaustive": ("gemm-chain", SMALL, "gemm-chain b=1 m=l=128 n=k=32 on edge", 1000,
+                        None),
+         "exhaustive_conv": ("conv-chain", {"h": 4, "w": 4, "c0": 4, "c1": 4, "c2": 4},
+                             "conv-chain h=w=4 c0=c1=c2=4 (3x3 then 1x1) on edge", 300, 1)}
+
+
+def enumerate_small(key: str = "exhaustive") -> dict:
+    """Every structure x every divisor tiling of a two-operator chain."""
+    workload, sizes, words, refine, _ = CASES[key]
     big = space_size(StructureSpace(load_workload("attention", SMALL), load_arch("edge")),
-                     tiling_limit=40).to_dict()
-    w, arch = load_workload("gemm-chain", SMALL), load_arch("edge")
+                     tiling_limit=40).to_dict() if key == "exhaustive" else None
+    w, arch = load_workload(workload, sizes), load_arch("edge")
     space = StructureSpace(w, arch, FUSION_ONLY)
     start, points, best, count = time.perf_counter(), 0, math.inf, 0
     for enc in structures(space):
@@ -93,15 +102,16 @@ def enumerate_small() -> dict:
             if m.valid.any():
                 best = min(best, float(m.cycles[m.valid].min()))
         points += len(rows)
-    return {"attention_space": big, "case": "gemm-chain b=1 m=l=128 n=k=32 on edge; fusion, "
-            "levels, primitives and homes varied, loops as the defaults place them",
+    return {"attention_space": big, "case": f"{words}; fusion, levels, primitives and homes "
+            "varied, loops as the defaults place them",
             "structures": count, "points": points, "optimum_cycles": best,
             "exhaustive_seconds": time.perf_counter() - start,
-            "config": EXHAUSTIVE_GA.__dict__ | {"objectives": list(EXHAUSTIVE_GA.objectives)},
+            "config": EXHAUSTIVE_GA.__dict__ | {"objectives": list(EXHAUSTIVE_GA.objectives),
+                                                "top": 8, "refine": refine},
             "runs": []}
 
 
-def exhaustive_seed(ex: dict, seed: int, top: int = 8, refine: int = 1000) -> dict:
+def exhaustive_seed(ex: dict, seed: int, key: str = "exhaustive", top: int = 8) -> dict:
     """The explorer on the enumerated space: the genetic search (fitness: MCTS over exact
     divisor tilings), then MCTS on its `top` structures with `refine` evaluations each, as
     `tileflow explore` hands its best structures to the tile-factor study."""
@@ -109,7 +119,8 @@ def exhaustive_seed(ex: dict, seed: int, top: int = 8, refine: int = 1000) -> di
     from tileflow.explore.space import Limits, Space
     from tileflow.explore.structure_study import tile_fit
 
-    w, arch = load_workload("gemm-chain", SMALL), load_arch("edge")
+    workload, sizes, _, refine, _ = CASES[key]
+    w, arch = load_workload(workload, sizes), load_arch("edge")
     t = time.perf_counter()
     space = StructureSpace(w, arch, FUSION_ONLY)
     r = search(space, replace(EXHAUSTIVE_GA, seed=seed),
@@ -276,17 +287,18 @@ def work(summary: dict, seeds: int, method_seeds: int):
         label = f"{study[0]} {study[1]} on {study[2]}"
         if all(s["study"] != label for s in sizes):
             yield f"size {label}", lambda study=study: sizes.append(size_of(*study))
-    if "exhaustive" not in summary:
-        yield "enumerate", lambda: summary.__setitem__("exhaustive", enumerate_small())
-        return
-    ex = summary["exhaustive"]
-    ex["config"] = EXHAUSTIVE_GA.__dict__ | {"objectives": list(EXHAUSTIVE_GA.objectives),
-                                             "top": 8, "refine": 1000}
-    for seed in range(len(ex["runs"]), seeds):
-        yield f"exhaustive seed {seed}", lambda seed=seed: ex["runs"].append(
-            exhaustive_seed(ex, seed))
-    ex["seeds"] = len(ex["runs"])
-    ex["seeds_within_1pct"] = sum(r["gap"] <= 0.01 for r in ex["runs"])
+    for key in CASES:
+        if key not in summary:
+            yield f"enumerate {key}", lambda key=key: summary.__setitem__(
+                key, enumerate_small(key))
+            return
+        ex = summary[key]
+        ex["config"]["top"], ex["config"]["refine"] = 8, CASES[key][3]
+        for seed in range(len(ex["runs"]), CASES[key][4] or seeds):
+            yield f"{key} seed {seed}", lambda seed=seed, ex=ex, key=key: ex["runs"].append(
+                exhaustive_seed(ex, seed, key))
+        ex["seeds"] = len(ex["runs"])
+        ex["seeds_within_1pct"] = sum(r["gap"] <= 0.01 for r in ex["runs"])
     runs = summary.setdefault("method_runs", {m: [] for m in METHODS})
     for seed in range(method_seeds):
         for m in METHODS:
