@@ -198,6 +198,13 @@ def method_run(method: str, seed: int, total: int | None, group: str = "attentio
     return curve
 
 
+def steps(curve: list) -> list:
+    """The points of a best-so-far curve where the best changes, and the last one (the step
+    plot is the same)."""
+    out = [p for i, p in enumerate(curve) if i == 0 or p[2] < curve[i - 1][2]]
+    return out + [curve[-1]] if curve and out[-1] is not curve[-1] else out
+
+
 def methods_summary(runs: dict, group: str = "attention-edge", shape: str = "G10") -> dict:
     plot_methods(runs, HERE / "structure-methods.png", f"{shape} on {group}")
     return {"group": group, "shape": shape, "seeds": min(len(v) for v in runs.values()),
@@ -303,8 +310,9 @@ def work(summary: dict, seeds: int, method_seeds: int):
     for seed in range(method_seeds):
         for m in METHODS:
             if len(runs[m]) == seed:
-                yield f"{m} seed {seed}", lambda m=m, seed=seed: runs[m].append(method_run(
-                    m, seed, runs[METHODS[0]][seed][-1][0] if m != METHODS[0] else None))
+                yield f"{m} seed {seed}", lambda m=m, seed=seed: runs[m].append(steps(
+                    method_run(m, seed, runs[METHODS[0]][seed][-1][0] if m != METHODS[0]
+                               else None)))
     if all(runs[m] for m in METHODS):
         summary["methods"] = methods_summary(runs)
     studies = summary.setdefault("studies", [])
