@@ -33,27 +33,43 @@ def _rows(w: Workload, carried: str) -> tuple[str | None, str]:
 
 def flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
     """Row blocks over the cores (batch first, as the other fused baselines); per block a
-    loop over the carried dim runs the operators that use it in order, then the rest. The
-    row block defaults to twice the PE rows and the carried tile to the largest halving of
-    the dim that fits; `tiles` fixes either, and `compare` fits both."""
+    DRAM-level sweep over the carried dim runs the operators that use it one after another
+    (Shar: the row block's inputs stay while the others stream), then the rest. The row
+    block defaults to twice the PE rows and the carried tile to the largest halving of the
+    dim that fits; `tiles` fixes either, and `compare` fits both."""
+    return _flash(w, arch, tiles, "Shar", False, "flash")
+
+
+def flash_pipe(w: Workload, arch: Architecture,
+               tiles: Mapping[str, int] | None = None) -> Dataflow:
+    """Flash with the sweep's stages pipelined over its steps (the softmax of one l tile
+    beside the products of the next) and the PE array split between the two matrix stages,
+    as TileFlow-Pipe does for the five-operator form."""
+    return _flash(w, arch, tiles, "Pipe", True, "flash-pipe")
+
+
+def _flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None, primitive: str,
+           split_array: bool, name: str) -> Dataflow:
     hw = Hardware.of(arch)
     d = carried_dim(w)
     batch, rows = _rows(w, d)
     tiles = dict(tiles or {})
     per_core = ceil_div(w.sizes[rows], 1 if batch and w.sizes[batch] >= hw.cores else hw.cores)
     tm = tiles.get(rows, min(2 * hw.rows, per_core))
+    half = (hw.rows, max(hw.cols // 2, 1)) if split_array else None
 
     def make(tl: int) -> Dataflow:
         loops, ext = core_split(w, hw, batch, rows, tm)
         shared = tuple(x for x in (batch, rows) if x)
         inside = {**ext, d: tl}
-        stream = tuple(compute_tile(w, hw, op.name, inside, shared=(*shared, d))
+        stream = tuple(compute_tile(w, hw, op.name, inside, half if op.unit == MATRIX else None,
+                                    shared=(*shared, d))
                        for op in w.ops if d in op.dims)
         after = tuple(compute_tile(w, hw, op.name, ext, shared=shared)
                       for op in w.ops if d not in op.dims)
-        sweep = Tile(hw.outer, (Loop(d, ceil_div(w.sizes[d], tl)),), stream, "Shar",
+        sweep = Tile(hw.outer, (Loop(d, ceil_div(w.sizes[d], tl)),), stream, primitive,
                      name="sweep")
-        return Dataflow(Tile(hw.outer, loops, (sweep, *after), "Seq", name="flash"), "flash")
+        return Dataflow(Tile(hw.outer, loops, (sweep, *after), "Seq", name=name), name)
 
     if d in tiles:
         return make(tiles[d])

@@ -14,7 +14,7 @@ Builder = Callable[[Workload, Architecture, Mapping[str, int] | None], Dataflow]
 
 CHAIN = ("layerwise", "uni-pipe", "flat-hgran", "flat-rgran", "chimera", "tileflow-pipe")
 CONV = ("layerwise", "fused-layer", "isos")
-ONLINE = ("layerwise", "flash")
+ONLINE = ("layerwise", "flash", "flash-pipe")
 
 BASELINES: dict[str, Builder] = {
     "layerwise": chain.layerwise,
@@ -26,6 +26,7 @@ BASELINES: dict[str, Builder] = {
     "fused-layer": conv.fused_layer,
     "isos": conv.isos,
     "flash": online.flash,
+    "flash-pipe": online.flash_pipe,
 }
 
 
