@@ -416,9 +416,8 @@ def cmd_validate(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from tileflow.experiments import run_studies, write_report
-    from tileflow.outputs import check_output_folder
-
     from tileflow.online_study import run_online, write_online
+    from tileflow.outputs import check_output_folder
 
     check_output_folder(args.out, "--out")
     if not 1 <= args.online_budget <= 10**7:

@@ -309,3 +309,12 @@ def test_the_batched_evaluator_hands_carried_state_to_the_scalar_model():
     r = evaluate(w, ARCH, flash_tree())
     assert batch.ops[0] == sum(r.ops.values()) and batch.cycles[0] == r.cycles
     assert np.all(batch.valid)
+
+
+def test_kernels_are_not_generated_for_carried_state():
+    """The kernel generators emit no rescaling: they refuse such workloads with a clear
+    error instead of producing a kernel that computes something else."""
+    from tileflow.kernels.nest import analyse
+
+    with pytest.raises(InputError, match="carry state across a reduction loop"):
+        analyse(online(), ARCH, flash_tree())
