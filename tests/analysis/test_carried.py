@@ -318,3 +318,22 @@ def test_kernels_are_not_generated_for_carried_state():
 
     with pytest.raises(InputError, match="carry state across a reduction loop"):
         analyse(online(), ARCH, flash_tree())
+
+
+def test_flash_baseline_on_edge_at_g1_size():
+    """Edge, G1 (b=8, m=512, l=512, k=n=64), Flash with row blocks of 64 and l tiles of 64:
+    b spread over the 4 cores, 8 row blocks per b. Per block the sweep reads Q's block once
+    and all of K[b] and V[b]: Q + 8 K + 8 V, and O once: 18 x 262,144 words. 8 l steps per
+    sweep, 7 rescalings of b*m = 4,096 rows: sub = exp = 28,672, mul = 7 x 4,096 x 65."""
+    from tileflow.dataflows import build
+    from tileflow.specs.arch import load_arch
+
+    w, edge = load_workload("attention-online", preset="G1"), load_arch("edge")
+    flow = build("flash", w, edge, {"m": 64, "l": 64})
+    r = evaluate(w, edge, flow)
+    assert r.valid
+    words = 8 * 512 * 64
+    assert dram(r) == {"Q": (words, 0), "K": (8 * words, 0), "V": (8 * words, 0),
+                       "O": (0, words)}
+    leaf = count(prepare(w, edge, flow)).leaves["max"]
+    assert dict(leaf.rescale) == {"sub": 7 * 4096, "exp": 7 * 4096, "mul": 7 * 4096 * 65}
