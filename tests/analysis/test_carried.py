@@ -337,3 +337,14 @@ def test_flash_baseline_on_edge_at_g1_size():
                        "O": (0, words)}
     leaf = count(prepare(w, edge, flow)).leaves["max"]
     assert dict(leaf.rescale) == {"sub": 7 * 4096, "exp": 7 * 4096, "mul": 7 * 4096 * 65}
+
+
+def test_the_online_workload_has_the_five_operator_presets():
+    """G1-G12 give the same sizes to both forms; a bare preset name still means the
+    five-operator attention."""
+    for i in range(1, 13):
+        a = load_workload("attention", preset=f"G{i}")
+        b = load_workload("attention-online", preset=f"G{i}")
+        assert dict(a.sizes) == dict(b.sizes)
+        assert a.total_ops("matrix") == b.total_ops("matrix")
+    assert load_workload("G1").name == "attention"
