@@ -36,6 +36,7 @@ def test_section_compares_the_best_valid_dataflow_of_each_form():
     assert "vector unit; matrix unit" in row
     assert "the online form is 1.60x faster" in text
     assert "bound by the vector unit (1 of 1 shapes), the online ones by the matrix unit" in text
+    assert "tiles l (more than one l step) in 1 of 1 shapes" in text
 
 
 def test_rerun_replaces_the_section(tmp_path):

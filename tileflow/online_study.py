@@ -139,7 +139,10 @@ def _predictions(five: pd.DataFrame, on: pd.DataFrame) -> list[str]:
             f"{gmean(o.vector_ops / f.vector_ops):.2f}x its vector operations. The best "
             f"five-operator dataflows are bound by the {bound['five'][0]} "
             f"({bound['five'][1]} of {bound['five'][2]} shapes), the online ones by the "
-            f"{bound['online'][0]} ({bound['online'][1]} of {bound['online'][2]}).")
+            f"{bound['online'][0]} ({bound['online'][1]} of {bound['online'][2]}). The best "
+            f"online dataflow tiles l (more than one l step) in {int((o.l_steps > 1).sum())} "
+            f"of {len(o)} shapes; where it holds all of l, its gain is the division moved "
+            "after x V, which needs no carried state.")
     return out + ["", *PREDICTION]
 
 
