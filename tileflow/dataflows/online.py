@@ -12,7 +12,7 @@ from tileflow.dataflows.common import Hardware, ceil_div, compute_tile, core_spl
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import Dataflow, Loop, Tile
+from tileflow.tree import Dataflow, Loop, Tile, ops_under
 
 
 def carried_dim(w: Workload) -> str:
@@ -44,8 +44,30 @@ def flash_pipe(w: Workload, arch: Architecture,
                tiles: Mapping[str, int] | None = None) -> Dataflow:
     """Flash with the sweep's stages pipelined over its steps (the softmax of one l tile
     beside the products of the next) and the PE array split between the two matrix stages,
-    as TileFlow-Pipe does for the five-operator form."""
+    as TileFlow-Pipe does for the five-operator form; the vector operators between the
+    products form one stage (they share the vector unit)."""
     return _flash(w, arch, tiles, "Pipe", True, "flash-pipe")
+
+
+def _stages(w: Workload, hw: Hardware, tiles: list[Tile]) -> list[Tile]:
+    """Pipeline stages: each matrix operator alone, each run of vector operators between them
+    one stage (they share the vector unit, so they run one after another within it)."""
+    out: list[Tile] = []
+    run: list[Tile] = []
+    for t in tiles:
+        op = next(o for o in ops_under(t))
+        if w.op_by_name[op].unit == MATRIX:
+            out += _group(hw, run) + [t]
+            run = []
+        else:
+            run.append(t)
+    return out + _group(hw, run)
+
+
+def _group(hw: Hardware, run: list[Tile]) -> list[Tile]:
+    if len(run) <= 1:
+        return run
+    return [Tile(hw.buffer, (), tuple(run), "Shar", name="softmax")]
 
 
 def _flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None, primitive: str,
@@ -62,12 +84,14 @@ def _flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None, pri
         loops, ext = core_split(w, hw, batch, rows, tm)
         shared = tuple(x for x in (batch, rows) if x)
         inside = {**ext, d: tl}
-        stream = tuple(compute_tile(w, hw, op.name, inside, half if op.unit == MATRIX else None,
-                                    shared=(*shared, d))
-                       for op in w.ops if d in op.dims)
+        stream = [compute_tile(w, hw, op.name, inside, half if op.unit == MATRIX else None,
+                               shared=(*shared, d))
+                  for op in w.ops if d in op.dims]
+        if primitive == "Pipe":
+            stream = _stages(w, hw, stream)
         after = tuple(compute_tile(w, hw, op.name, ext, shared=shared)
                       for op in w.ops if d not in op.dims)
-        sweep = Tile(hw.outer, (Loop(d, ceil_div(w.sizes[d], tl)),), stream, primitive,
+        sweep = Tile(hw.outer, (Loop(d, ceil_div(w.sizes[d], tl)),), tuple(stream), primitive,
                      name="sweep")
         return Dataflow(Tile(hw.outer, loops, (sweep, *after), "Seq", name=name), name)
 
