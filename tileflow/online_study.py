@@ -154,16 +154,19 @@ PREDICTION = """
 Why, in the model's terms: with the default vector unit (exp and divide take 4 cycles) the
 five-operator softmax costs 11 vector-lane cycles per score element (max 1, sub 1, exp 4,
 sum 1, div 4), and the best five-operator dataflows wait for the vector unit. The online
-form divides the output (b x m x n) instead of the probabilities: 4n/l cycles per score
-element instead of 4. It pays, per l step and row, 1 + 4 cycles for the correction factor
-and 1 + n multiplications of 1 cycle, (6 + n) / t_l per score element for l tiles of t_l
-(about 1 for t_l = 64 and n = 64; it grows as the tiles shrink: the "l steps" column shows
-how far the search tiles l). So the number of vector operations hardly changes, but their
-cycles drop from 11 to about 7 to 9 per score element. With the softmax as one pipeline
-stage between the two products on a split array (Flash-Pipe, like TileFlow-Pipe), that is
-often enough for the matrix unit (or, on Edge, DRAM) to bind instead; without the pipeline
-(Flash) the products and the softmax add up and the online form gains less or loses.
-These are predictions of the analytical model; no measured kernel backs the online form.
+form divides the output (b x m x n) instead of the probabilities: 7 + 4n/l cycles per score
+element while l is not tiled (7.5 at G1), hence fewer vector operations and most of the
+speed-up. Tiling l, which only the carried state allows, adds the rescaling, (6 + n) / t_l
+cycles per score element for l tiles of t_l (one subtraction, one exp of 4 cycles and
+1 + n multiplications per row and step: about 1 cycle for t_l = 64 and n = 64), to
+dataflows that already wait for the vector unit. On these chips a row block's scores fit
+on chip for all of l (l <= 512), so the search tiles l only where that rescaling costs
+less than what it saves elsewhere (the "online l steps" column). The model's prediction:
+here the online form's gain comes from moving the division after x V (a rewrite that
+needs no carried state when l is not tiled), and tiling l across the softmax pays only
+where score rows stop fitting or the vector unit stops binding (longer sequences, faster
+vector units). DRAM traffic does not decide: the search optimises latency. These are
+predictions of the analytical model; no measured kernel backs the online form.
 """.strip().splitlines()
 
 
