@@ -163,7 +163,9 @@ def measure_traffic(w: Workload, arch: Architecture, flow: Dataflow,
         misses = measure(single, w, geometry(arch, config.first_level),
                          geometry(arch, config.last_level))
     except RuntimeError as exc:
-        return {"traffic_error": str(exc).splitlines()[0][:200]}
+        return {"measured_first_level_bytes": float("nan"),
+                "measured_last_level_bytes": float("nan"),
+                "traffic_error": str(exc).splitlines()[0][:200]}
     return {"measured_first_level_bytes": misses.d1_bytes,
             "measured_last_level_bytes": misses.ll_bytes, "traffic_error": ""}
 
@@ -184,11 +186,9 @@ def remeasure(config: CampaignConfig, out: Path,
     if not len(frame):
         raise InputError(f"no measurements to re-measure: {csv} is missing or empty")
     arch = _campaign_arch(config)
-    if "traffic_measured_by" not in frame:
-        frame["traffic_measured_by"] = ""
-    frame["traffic_measured_by"] = frame["traffic_measured_by"].fillna("").astype(str)
-    if "traffic_error" in frame:
-        frame["traffic_error"] = frame["traffic_error"].fillna("").astype(str)
+    for column in ("traffic_measured_by", "traffic_error"):
+        text = frame[column].astype(object) if column in frame else pd.Series("", frame.index)
+        frame[column] = text.where(text.notna(), "").astype(str)
     bar = progress(total=len(frame)) if progress else None
     for i, r in frame.iterrows():
         w = load_workload(r.workload, config.workloads[r.workload])
