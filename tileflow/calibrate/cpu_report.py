@@ -142,11 +142,13 @@ def _explain(row: pd.Series) -> str:
     if per_step < 4:
         reasons.append(f"{per_step:.1f} MACs per innermost step: short lane loops do not "
                        "vectorise, so loop overhead, not the units, sets the pace")
-    if "measured_first_level_bytes" in row and row.model_first_level_bytes > 0:
-        q = row.measured_first_level_bytes / row.model_first_level_bytes
+    model = next((c for c in ("model_cache_first_level_bytes", "model_first_level_bytes")
+                  if c in row and row[c] > 0), None)
+    if "measured_first_level_bytes" in row and model:
+        q = row.measured_first_level_bytes / row[model]
         if q < 0.5 or q > 2:
-            reasons.append(f"first-level traffic measured {q:.2f}x the model's (the cache "
-                           "keeps or loses more than the tree's tiles say)")
+            reasons.append(f"first-level traffic measured {q:.2f}x the model's "
+                           f"({'cache' if 'cache' in model else 'tree'} view)")
     strided, chained = _lane_findings(row)
     if strided:
         reasons.append("SIMD lanes along a dim that is not contiguous in memory ("

@@ -138,8 +138,11 @@ def model_traffic(w: Workload, arch: Architecture, flow: Dataflow, result: Resul
     row = {}
     for name, level in (("first_level", config.first_level), ("last_level", config.last_level)):
         row[f"model_{name}_bytes"] = inbound_words(result, level, sizes) * arch.word_bytes
-        row[f"model_cache_{name}_bytes"] = cache_view_words(
-            w, arch, flow, result, level, capacities) * arch.word_bytes
+        try:
+            row[f"model_cache_{name}_bytes"] = cache_view_words(
+                w, arch, flow, result, level, capacities) * arch.word_bytes
+        except InvalidDataflow:  # a tree the cache view cannot rebuild: no figure
+            row[f"model_cache_{name}_bytes"] = float("nan")
     return row
 
 
@@ -171,7 +174,7 @@ def measure_traffic(w: Workload, arch: Architecture, flow: Dataflow,
 
 
 def remeasure(config: CampaignConfig, out: Path,
-                      progress: Callable | None = None) -> pd.DataFrame:
+              progress: Callable | None = None) -> pd.DataFrame:
     """Recompute the model's traffic columns of every kernel in out/measurements.csv, and
     measure the traffic again of those not yet measured by TRAFFIC_METHOD, keeping the
     timings (they do not depend on how traffic is measured). Rows are saved as they go: an
