@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileflow.kernels.build import CC, BuildError
+from tileflow.kernels.build import CC, KEEP_LOOP_ORDER, BuildError
 from tileflow.kernels.c_source import ENTRY, KernelSource
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -22,7 +22,7 @@ CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # the driver targets x86-64-v2 (SSE4.2); the addresses touched, hence the misses, are the
 # same whatever the vector width
 DRIVER_FLAGS = ("-O3", "-march=x86-64-v2", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
-                "-fno-signed-zeros", "-fassociative-math",
+                "-fno-signed-zeros", "-fassociative-math", *KEEP_LOOP_ORDER,
                 # bind library calls at load time: the first memset call inside the kernel
                 # would otherwise run the dynamic linker, whose misses are not the kernel's
                 "-Wl,-z,now")

@@ -43,7 +43,7 @@ DEFAULT_WORKLOADS = {
 
 # how measured traffic is obtained: whole-program cachegrind counts less a baseline run of
 # the same driver without the kernel call (so memset/memcpy/libm calls count, setup does not)
-TRAFFIC_METHOD = "cachegrind, less the same driver not calling the kernel"
+TRAFFIC_METHOD = "cachegrind, less the same driver not calling the kernel; loop order kept"
 
 
 @dataclass(frozen=True)
