@@ -5,13 +5,18 @@ brought in, not write-backs."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 
 from tileflow.cost import evaluate
 from tileflow.kernels.boundary import boundary_words, inbound_words
+from tileflow.kernels.build import CC, FLAGS, KEEP_LOOP_ORDER
 from tileflow.kernels.c_source import generate_c
 from tileflow.kernels.cache_view import cache_view_words
 from tileflow.kernels.cachegrind import (
+    DRIVER_FLAGS,
     CacheGeometry,
     geometry,
     measure,
@@ -25,6 +30,7 @@ from tileflow.specs.workload import load_workload
 from tileflow.tree import Dataflow, tile
 
 CPU = single_core(load_arch("cpu"))
+HOST = single_core(load_arch("host"))
 SKIP = valgrind_missing()
 
 
@@ -143,3 +149,59 @@ def test_an_on_chip_buffer_is_allocated_once(tmp_path):
     m = measure(generate_c(analyse(w, CPU, flow), threads=False), w, D1, LL)
     assert m.d1_misses * WORDS_PER_LINE == pytest.approx(2 * n + 16, rel=0.005)
     assert m.ll_misses * WORDS_PER_LINE == pytest.approx(2 * n + 16, rel=0.005)
+
+
+# a campaign tree (gemm chain, m=l=256, k=n=64) whose gemm1 nest -O3 reorders: the k loop
+# between l and m outside the L1 tile; GCC moves it inwards unless told to keep the order
+REORDERED = {"name": "random-89", "root": {
+    "level": "DRAM", "name": "rows", "loops": ["m:2"], "children": [{
+        "level": "L3", "name": "fused", "loops": ["m:2"], "primitive": "Seq", "children": [
+            {"level": "L2", "name": "gemm1-L2", "loops": ["l:8", "k:64", "m:2"], "children": [
+                {"level": "L1", "name": "gemm1-L1", "loops": ["l:2", "m:32"], "children": [
+                    {"level": "Reg", "loops": ["l:16:Sp"], "children": [{"op": "gemm1"}]}]}]},
+            {"level": "L2", "name": "gemm2-L2", "loops": ["n:4", "l:32"], "children": [
+                {"level": "L1", "name": "gemm2-L1", "loops": ["l:8", "m:64"], "children": [
+                    {"level": "Reg", "loops": ["n:16:Sp"], "children": [{"op": "gemm2"}]}]}]}]}]}}
+
+
+def _reordered():
+    from tileflow.specs.dataflow import parse_dataflow
+    from tileflow.specs.yamlfile import Field
+
+    w = load_workload("gemm-chain", {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64})
+    return w, parse_dataflow(Field(REORDERED, "test"))
+
+
+@pytest.mark.skipif(shutil.which(CC) is None, reason=f"no C compiler '{CC}'")
+@pytest.mark.parametrize("flags", [DRIVER_FLAGS, FLAGS], ids=["driver", "timing"])
+def test_the_compiler_keeps_the_trees_loop_order(tmp_path, flags):
+    """GCC says which loops it interchanged: without KEEP_LOOP_ORDER it reorders this
+    kernel, with the flags the kernels are built with it reorders nothing."""
+    w, flow = _reordered()
+    source = tmp_path / "k.c"
+    source.write_text(generate_c(analyse(w, HOST, flow), threads=False).text)
+
+    def report(options):
+        options = [f for f in options if f not in ("-shared",) and not f.startswith("-Wl")]
+        done = subprocess.run([CC, *options, "-c", str(source), "-o", str(tmp_path / "k.o"),
+                               "-fopt-info-loop-optimized"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert "interchanged" in report([f for f in flags if f not in KEEP_LOOP_ORDER])
+    assert "interchanged" not in report(flags)
+    assert "and jam" not in report(flags)
+
+
+@pytest.mark.skipif(SKIP is not None, reason=f"cachegrind unavailable: {SKIP}")
+def test_padded_rows_cost_no_traffic(tmp_path):
+    """Rows of 64 words are laid out with a line of padding (80 words apart). A 64x32x64
+    GEMM that fits both caches touches 2 lines per row of A, 4 per row of B and of C, the
+    padding never: zeroing C must leave it alone too. 64 x 2 + 32 x 4 + 64 x 4 lines."""
+    w = gemm(tmp_path, 64, 32, 64)
+    flow = Dataflow(tile("DRAM", "m:64 n:4", tile("L1", "k:32", tile("Reg", "n:16:SpY",
+                                                                      "mm"))))
+    m = measure(generate_c(analyse(w, CPU, flow), threads=False), w, D1, LL)
+    lines = 64 * 2 + 32 * 4 + 64 * 4
+    assert m.ll_misses == pytest.approx(lines, rel=0.01)
+    assert m.d1_misses == pytest.approx(lines, rel=0.01)
