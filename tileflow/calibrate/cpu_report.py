@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tileflow.calibrate import metrics
-from tileflow.calibrate.cpu import VIEWS, CpuStudy, worst_cases
+from tileflow.calibrate.cpu import CACHE_TRAFFIC, VIEWS, CpuStudy, worst_cases
 from tileflow.errors import InputError
 from tileflow.outputs import save_figure
 from tileflow.outputs import write_text_atomic as write_text
@@ -93,6 +94,15 @@ def _limits(s: CpuStudy, levels: dict[str, str]) -> list[str]:
                        f"{float((q > 2).mean()):.0%}. Measured traffic spans "
                        f"{g[measured].max() / g[measured].min():.1f}x across the kernels, "
                        f"the model's {g[model].max() / g[model].min():.1f}x.")
+    model, measured = CACHE_TRAFFIC["first_level"]
+    if model in f and measured in f and f[measured].notna().any():
+        g = f.dropna(subset=[model, measured]).copy()
+        g["q"] = g[measured] / g[model]
+        g["miss"] = np.abs(np.log(g.q))
+        worst = g.sort_values("miss", ascending=False).head(6)
+        out.append(f"* Largest cache-view misses into {levels['first_level']} (measured / "
+                   "model): " + "; ".join(f"{r.workload} / {r.dataflow} {r.q:.2f}"
+                                           for r in worst.itertuples()) + ".")
     out += [
         "* Why the tree view differs: a tile tree says what each level keeps (a level holds "
         "its tiles and nothing else, as a scratchpad would); a hardware cache keeps whatever "
@@ -104,11 +114,11 @@ def _limits(s: CpuStudy, levels: dict[str, str]) -> list[str]:
         "working set fits), and adds the first-touch allocation of the kernel's on-chip "
         "buffers, which a scratchpad would not need.",
         "* What the cache view still misses: least-recently-used replacement keeps a tile "
-        "that fills a cache to the brim only partly (the layerwise baselines' first-level "
-        "tiles use all 48 KB: measured is about twice the model); a line brings 16 words "
-        "where a narrow tile uses a few (tiles one to four words wide along the contiguous "
-        "axis); limited associativity; and the generated kernels' padded rows (one line per "
-        "row of 64-word multiples) and zeroed padding, which the model does not count.",
+        "that fills most of a cache only partly (the model keeps it whole); a line brings "
+        "16 words where a tile one to four words wide along the contiguous axis uses a few, "
+        "and brings them back if it was evicted before the next tile uses the rest; limited "
+        "associativity; rows padded by one line in the generated layout (allocated buffers "
+        "are whole rows of the padded width).",
         "* Why latency differs: the model charges one step per cycle to a unit of the "
         "description's width and transfers at nominal rates; the compiled loop nests are "
         "limited instead by which loops the compiler vectorises (not only the tree's lanes), "
