@@ -131,6 +131,29 @@ def _limits(s: CpuStudy, levels: dict[str, str]) -> list[str]:
     return out
 
 
+def _stale(f: pd.DataFrame, environment: dict | None) -> list[str]:
+    """Say where the saved measurements come from older code than the current one: kernels
+    compiled with other flags, traffic measured by another method."""
+    from tileflow.kernels.build import FLAGS
+    from tileflow.kernels.campaign import TRAFFIC_METHOD
+
+    out = []
+    flags = (environment or {}).get("flags")
+    if flags and flags != " ".join(FLAGS):
+        out.append(f"The kernels were timed when built with `{flags}`; the current build "
+                   f"uses `{' '.join(FLAGS)}`: rerun the campaign to time the current kernels.")
+    if "traffic_measured_by" in f:
+        methods = f.traffic_measured_by.fillna("").astype(str)
+        old = methods[methods != TRAFFIC_METHOD].value_counts()
+        if len(old):
+            out.append(f"{int(old.sum())} kernels' traffic was measured by an earlier method ("
+                       + "; ".join(f"'{m or 'kernel function only'}': {n}"
+                                   for m, n in old.items())
+                       + f"; current: '{TRAFFIC_METHOD}'): `tileflow validate cpu "
+                       "--remeasure-traffic` measures it again, keeping the timings.")
+    return [x for line in out for x in ("", line)]
+
+
 def _same_work_spread(f: pd.DataFrame) -> float:
     g = f.groupby(["workload", "macs"]).latency_s
     return float((g.max() / g.min()).max())
@@ -303,6 +326,7 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                   "element written back; a partial sum written back k times is filled again "
                   "k - 1 times) x 4 bytes. Tree view: the dataflow's own tree; cache view: "
                   "the tree the caches realise (see below)."]
+        lines += _stale(f, environment)
     lines += _limits(s, levels)
     retest = out / "retest.csv"
     if retest.exists():
