@@ -278,6 +278,10 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
     units they spread over must add up to no more than the tile has."""
     arch = plan.arch
     depth = node_path.count(".")
+    level = arch.level_index[node.level]
+    first = plan.paths[next(iter(ops_under(node)))]
+    spread = math.prod(lp.n for lp in first.loops
+                       if lp.spatial and lp.node <= depth and lp.level == level)
     used: dict[str, int] = {}
     for child in node.children:
         per_kind: dict[str, int] = {}
@@ -287,7 +291,7 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
             kind = arch.unit(path.op.unit).kind
             per_kind[kind] = max(per_kind.get(kind, 0), units)
         for kind, units in per_kind.items():
-            used[kind] = used.get(kind, 0) + units
+            used[kind] = used.get(kind, 0) + units * spread
     out = []
     for kind, units in used.items():
         unit = arch.matrix if kind == "matrix" else arch.vector
@@ -298,7 +302,8 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
             out.append(Violation(
                 "fanout", node_path, unit.level, None, units, limit, f"{kind} units",
                 f"fan-out: the {node.primitive} children of {label(node_path, node)} "
-                f"spread over {units} {kind} units together but the tile has {limit}"))
+                f"spread over {units} {kind} units together (the tile's own spatial loops "
+                f"included) but the tile has {limit}"))
     return out
 def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
     arch = plan.arch

@@ -226,15 +226,20 @@ class Compiled:
         return out
 
     def split_limits(self) -> list[tuple[list[dict[str, list[tuple[str, tuple[int, ...]]]]],
-                                         dict[str, int]]]:
+                                         tuple[str, tuple[int, ...]], dict[str, int]]]:
         """Para/Pipe tiles: per child, per unit kind, the (op, spatial loops below the tile);
-        and per kind the units the tile has (`resources._split_violations`)."""
+        the (op, spatial loops of the tile and its same-level ancestors) that spread every
+        child; and per kind the units the tile has (`resources._split_violations`)."""
         arch = self.arch
         out = []
         for node_path, node in self.tiles.items():
             if node.primitive not in ("Para", "Pipe") or len(node.children) < 2:
                 continue
             depth = node_path.count(".")
+            level = arch.level_index[node.level]
+            first = self.ops_below[node_path][0]
+            spread = (first, tuple(k for k, lp in enumerate(self.paths[first].loops)
+                                   if lp.spatial and lp.node <= depth and lp.level == level))
             children = []
             kinds = set()
             for i, _child in enumerate(node.children):
@@ -255,7 +260,7 @@ class Compiled:
                 start, feed = arch.level_index[node.level], arch.level_index[unit.level]
                 limits[kind] = unit.parallelism * (arch.fanout_between(node.level, unit.level)
                                                    if start < feed else 1)
-            out.append((children, limits))
+            out.append((children, spread, limits))
         return out
 
     @property

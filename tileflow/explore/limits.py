@@ -193,7 +193,8 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
         for used, limit in c.fanout_limits(path):
             out.add("fanout", r.prod(path, used), limit)
     _check_arrays(r, out)
-    for children, limits in c.split_limits():
+    for children, (first, spread_loops), limits in c.split_limits():
+        spread = r.prod(c.paths[first], spread_loops)
         used: dict[str, np.ndarray] = {}
         for per_kind in children:
             for kind, entries in per_kind.items():
@@ -203,7 +204,7 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
                     units = u if units is None else np.maximum(units, u)
                 used[kind] = used[kind] + units if kind in used else units
         for kind, units in used.items():
-            out.add("fanout", units, limits[kind])
+            out.add("fanout", units * spread, limits[kind])
     for o, path in c.paths.items():
         shifts = r.shift[o]
         for d in path.op.dims:

@@ -1,0 +1,70 @@
+"""Para and Pipe children run at once on disjoint compute units. When the Para/Pipe tile
+itself spreads over instances (its own spatial loops), each instance holds only its share
+of the units: the children's units times the tile's own spread must fit what the tile has."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import TWINS, workload
+from ruamel.yaml import YAML
+
+from tileflow.cost import evaluate
+from tileflow.explore.batch import evaluate_batch
+from tileflow.explore.structure import structure_of
+from tileflow.specs.arch import parse_arch
+from tileflow.specs.yamlfile import Field
+from tileflow.tree import Dataflow, Tile, tile, walk
+
+# 4 cores (L1 instances), each with an 8 x 8 array: 256 MACs under DRAM.
+ARCH = """
+name: four-cores
+levels:
+  - {name: DRAM, read_words_per_cycle: 8, write_words_per_cycle: 8, energy_pj_per_word: 200}
+  - {name: L1, capacity_words: 100000, fanout: 4, read_words_per_cycle: 32,
+     write_words_per_cycle: 32, energy_pj_per_word: 1}
+  - {name: Reg, capacity_words: 64, fanout: 64, read_words_per_cycle: 1000,
+     write_words_per_cycle: 1000, energy_pj_per_word: 0.1}
+compute:
+  matrix: {rows: 8, cols: 8, level: Reg}
+"""
+
+
+def twins_on_full_arrays(spread: int, primitive: str = "Pipe") -> Dataflow:
+    """Each child spreads m x n (or m x j) over a whole core's 8 x 8 array; the root
+    spreads the pair over `spread` cores (m = 32 in all)."""
+    return Dataflow(tile(
+        "DRAM", f"m:{spread}:Sp m:{4 // spread}",
+        tile("L1", "k:8 m:8:Sp n:8:Sp", tile("Reg", "", "g1")),
+        tile("L1", "k:8 m:8:Sp j:8:Sp", tile("Reg", "", "g2")),
+        primitive=primitive))
+
+
+def _run(spread: int, primitive: str = "Pipe"):
+    w = workload(TWINS, m=32, n=8, k=8, j=8)
+    arch = parse_arch(Field(YAML(typ="rt").load(ARCH), "four-cores.yaml"))
+    return w, arch, evaluate(w, arch, twins_on_full_arrays(spread, primitive))
+
+
+@pytest.mark.parametrize("primitive", ["Pipe", "Para"])
+def test_the_tiles_own_spread_takes_its_share_of_the_units(primitive):
+    """Two children of 64 MACs each need 128 per instance: 1 or 2 instances fit the 256
+    MACs; 4 instances need 512."""
+    for spread in (1, 2):
+        assert [v for v in _run(spread, primitive)[2].violations if v.kind == "fanout"] == []
+    [v] = [v for v in _run(4, primitive)[2].violations if v.kind == "fanout"]
+    assert (v.node, v.level, v.needed, v.available, v.unit) == \
+        ("root", "Reg", 4 * (64 + 64), 256, "matrix units")
+
+
+def test_the_batched_evaluator_applies_the_same_share():
+    """Rows differing only in the root's spread: the batch marks the same rows invalid."""
+    w, arch, _ = _run(4)
+    structure = structure_of(w, arch, twins_on_full_arrays(4))
+    rows = []
+    for spread in (1, 2, 4):
+        flow = twins_on_full_arrays(spread)
+        rows.append([lp.factor for _, t in walk(flow.root) if isinstance(t, Tile)
+                     for lp in t.loops])
+    out = evaluate_batch(structure, np.array(rows))
+    assert [bool(v) for v in out.valid] == [True, True, False]
