@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tileflow.errors import InputError
+from tileflow.explore.config import parse_config
 from tileflow.reference import FILES, markdown
 from tileflow.specs.arch import parse_arch
 from tileflow.specs.dataflow import parse_dataflow
@@ -33,6 +34,8 @@ ARCH = {
 }
 WORKLOAD = {"dims": {"m": 2, "k": 2, "n": 2},
             "ops": [{"name": "mm", "expr": "C[m,n] += A[m,k] * B[k,n]"}]}
+EXPLORE = {"accelerator": "edge", "workload": "G1", "limits": {"dram_words": 1},
+           "budget": {"evaluations": 10}}
 DATAFLOW = {"root": {"level": "DRAM", "loops": [{"dim": "m", "factor": 2}],
                      "children": [{"op": "mm"}]}}
 
@@ -50,6 +53,9 @@ PROBES = {
     "tile": (parse_dataflow, DATAFLOW, ("root",)),
     "leaf": (parse_dataflow, DATAFLOW, ("root", "children", 0)),
     "loop": (parse_dataflow, DATAFLOW, ("root", "loops", 0)),
+    "explore": (parse_config, EXPLORE, ()),
+    "limits": (parse_config, EXPLORE, ("limits",)),
+    "budget": (parse_config, EXPLORE, ("budget",)),
 }
 
 

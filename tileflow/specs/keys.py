@@ -243,6 +243,41 @@ LOOP = Section("loop", "an item of `loops` written as a mapping", (
         "the next free axis, x (rows) first, in the order the loops are written"),
 ))
 
+EXPLORE = Section("explore", "top level of an exploration config (`tileflow explore CONFIG`)", (
+    Key("accelerator", "name or path", "shipped accelerator name, or a YAML file relative to "
+        "the config's folder", None),
+    Key("workload", "name or path", "shipped workload name, a preset (`G1`..`G12`, "
+        "`C1`..`C8`) or a YAML file relative to the config's folder", None),
+    Key("preset", "preset name", "size preset of the workload, e.g. `G3`", "the workload's"),
+    Key("sizes", "mapping dim -> integer >= 1", "dimension sizes overriding the workload's",
+        "none"),
+    Key("objective", "latency, energy, edp or dram", "what the search minimises", "latency"),
+    Key("limits", "mapping", "extra constraints beyond the accelerator's (see `limits`)",
+        "none"),
+    Key("structures", "list of baseline names, or `baselines`", "the tree structures whose "
+        "tile factors are searched", "baselines"),
+    Key("method", "mcts, random or tpe", "the tile-factor search", "mcts"),
+    Key("budget", "mapping", "when to stop (see `budget`); `--budget-evals` and "
+        "`--budget-seconds` override it", "evaluations: 2000"),
+    Key("batch", "integer >= 1", "evaluations per trial of the study", "64"),
+    Key("seed", "integer >= 0", "random seed", "0"),
+    Key("out", "folder", "output folder, relative to the current folder", "explore-NAME"),
+    Key("name", "text", "the study's name in reports", "the config file's name"),
+))
+
+EXPLORE_LIMITS = Section("limits", "`limits` of an exploration config", (
+    Key("footprint_words", "mapping level -> number >= 0", "the most words each named level "
+        "may hold (a point above it is invalid)", "none", "words"),
+    Key("dram_words", "number >= 0", "the most DRAM traffic a point may have", "none",
+        "words"),
+))
+
+EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
+    Key("evaluations", "integer >= 1", "stop after this many evaluated points", "2000"),
+    Key("seconds", "number > 0", "stop after this many seconds", "none", "s"),
+))
+
 ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
 WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
 DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
+EXPLORE_SECTIONS = (EXPLORE, EXPLORE_LIMITS, EXPLORE_BUDGET)
