@@ -13,20 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tileflow.cost import evaluate  # noqa: E402
 from tileflow.dataflows import build  # noqa: E402
-from tileflow.explore.batch import evaluate_batch  # noqa: E402
-from tileflow.explore.space import Space, divisor_blocks, divisor_products  # noqa: E402
+from tileflow.explore.exhaustive import divisor_optimum, lane_restriction, space_size  # noqa: E402
+from tileflow.explore.space import Space  # noqa: E402
 from tileflow.explore.structure import structure_of  # noqa: E402
 from tileflow.specs.arch import load_arch  # noqa: E402
 from tileflow.specs.workload import load_workload  # noqa: E402
@@ -35,31 +32,11 @@ from tileflow.specs.workload import load_workload  # noqa: E402
 def restricted_space(workload: str, arch: str, dataflow: str, lanes: bool) -> Space:
     w, a = load_workload(workload), load_arch(arch)
     structure = structure_of(w, a, build(dataflow, w, a))
-    fixed = {}
-    if lanes:
-        vector = {o.name for o in w.ops if a.unit(o.unit).kind == "vector"}
-        tiles = _leaf_tiles(structure.template.root)
-        for i, slot in enumerate(structure.slots):
-            op = tiles.get(slot.path)
-            if slot.spatial and op in vector and slot.dim != w.ops[0].output.dims[-2]:
-                fixed[i] = a.vector.parallelism
+    fixed = lane_restriction(structure) if lanes else {}
     return Space(structure, non_divisors=False, fixed=fixed)
 
 
-def _leaf_tiles(root, path="root") -> dict[str, str]:
-    from tileflow.tree import Op
-
-    out = {}
-    for i, child in enumerate(root.children):
-        if isinstance(child, Op):
-            out[path] = child.op
-        else:
-            out.update(_leaf_tiles(child, f"{path}.{i}"))
-    return out
-
-
-def size(space: Space) -> int:
-    return sum(math.prod(len(o) for o in options) for _, _, options in divisor_products(space))
+size = space_size
 
 
 def main() -> None:
@@ -75,16 +52,8 @@ def main() -> None:
     total = size(space)
     print(f"divisor space: {full:,} points; enumerated: {total:,}", flush=True)
     start = time.perf_counter()
-    best, best_row, valid, done = math.inf, None, 0, 0
-    for block in divisor_blocks(space):
-        result = evaluate_batch(space.structure, block)
-        cycles = np.where(result.valid, result.cycles, np.inf)
-        valid += int(result.valid.sum())
-        done += len(block)
-        k = int(np.argmin(cycles))
-        if cycles[k] < best:
-            best, best_row = float(cycles[k]), block[k].tolist()
-        print(f"\r{done:,}/{total:,} best {best:,.1f}", end="", flush=True)
+    best, best_row, valid, _ = divisor_optimum(space, lambda done, best: print(
+        f"\r{done:,}/{total:,} best {best:,.1f}", end="", flush=True))
     seconds = time.perf_counter() - start
     s = space.structure
     check = evaluate(s.workload, s.arch, s.dataflow(best_row))  # the scalar reference

@@ -70,6 +70,11 @@ def main() -> None:
     space = restricted_space(ref["workload"], ref["accelerator"], ref["structure"],
                              ref["restriction"] is not None)
     space = Space(space.structure, non_divisors=True, fixed=space.fixed)
+    slots = [f"{x.path}[{x.index}]{x.dim}{':Sp' if x.spatial else ''}"
+             for x in space.structure.slots]
+    if slots != ref["slots"]:
+        sys.exit(f"{args.exhaustive} was enumerated for a structure of {len(ref['slots'])} "
+                 f"slots; the builder now gives {len(slots)}: run search/exhaustive.py again")
     rows = []
     for method in args.methods.split(","):
         for seed in range(args.seeds):

@@ -34,8 +34,9 @@ ARCH = {
 }
 WORKLOAD = {"dims": {"m": 2, "k": 2, "n": 2},
             "ops": [{"name": "mm", "expr": "C[m,n] += A[m,k] * B[k,n]"}]}
-EXPLORE = {"accelerator": "edge", "workload": "attention", "structures": "search",
-           "genetic": {"population": 4}}
+EXPLORE = {"accelerator": "edge", "workload": "G1", "structures": "search",
+           "genetic": {"population": 4}, "limits": {"dram_words": 1},
+           "budget": {"evaluations": 10}}
 DATAFLOW = {"root": {"level": "DRAM", "loops": [{"dim": "m", "factor": 2}],
                      "children": [{"op": "mm"}]}}
 
@@ -55,6 +56,8 @@ PROBES = {
     "loop": (parse_dataflow, DATAFLOW, ("root", "loops", 0)),
     "explore": (parse_config, EXPLORE, ()),
     "genetic": (parse_config, EXPLORE, ("genetic",)),
+    "limits": (parse_config, EXPLORE, ("limits",)),
+    "budget": (parse_config, EXPLORE, ("budget",)),
 }
 
 

@@ -130,6 +130,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         paths[name] = replace(paths[name], shift=shift)
     _check_summed_outputs(paths)
     plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
+    plan.__dict__["tiles"] = tiles  # the walk above, not another one
     found += _check_dependences(plan)
     found += _check_coverage(plan)
     return replace(plan, violations=tuple(found)) if found else plan

@@ -283,9 +283,9 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
     spread = math.prod(lp.n for lp in first.loops
                        if lp.spatial and lp.node <= depth and lp.level == level)
     used: dict[str, int] = {}
-    for child in node.children:
+    for index, child in enumerate(node.children):
         per_kind: dict[str, int] = {}
-        for o in ops_under(child):
+        for o in _ops(plan, f"{node_path}.{index}", child):
             path = plan.paths[o]
             units = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node > depth)
             kind = arch.unit(path.op.unit).kind

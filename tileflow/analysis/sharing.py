@@ -23,7 +23,9 @@ def served_by_sibling(plan: Plan) -> set[tuple[str, int, str]]:
         first: dict[tuple, int] = {}  # slice signature -> first child index that loads it
         for index, child in enumerate(node.children):
             mine: dict[tuple, list[tuple[str, str]]] = {}
-            for o in ops_under(child):
+            below = (plan.shape.ops_below[f"{node_path}.{index}"] if plan.shape is not None
+                     else ops_under(child))
+            for o in below:
                 for key, t in _signatures(plan, o, j):
                     mine.setdefault(key, []).append((o, t))
             for key, users in mine.items():

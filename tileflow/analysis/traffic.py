@@ -153,34 +153,17 @@ def _signature(path: OpPath) -> tuple:
 def _count_path(plan: Plan, path: OpPath, counts: Counts,
                 served: set[tuple[str, int, str]] = frozenset()) -> None:
     op = path.op
-    levels = path.levels
-    accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
     tensor_info = _tensor_info(plan, path)
-
-    nodes = len(path.tiles)
-    for j in range(nodes):
-        last = j == nodes - 1
-        if not last and levels[j] == levels[j + 1]:
+    for j, owner, y, links in _links(plan, path):
+        if y is None:  # the innermost tile: the compute
+            _count_compute(plan, path, counts, links, tensor_info)
             continue
-        owner = path.tiles[j][0]
-        if last:
-            sources = {a.tensor: _source(path, j, a.tensor) for a, _ in accesses}
-            _count_compute(plan, path, counts, sources, tensor_info)
-            continue
-        y = levels[j + 1]
         dims_y = _dims(plan, path, j)
-        inner = _run_tiles(path, j + 1)
         geometry: dict[int, tuple] = {}
-        for access, is_out in accesses:
+        for access, is_out, run_start, x, serial in links:
             t = access.tensor
-            if bypassed(path, j + 1, t):
-                continue  # the tensor skips level y: counted at the boundary below it
             if (op.name, j, t) in served:
                 continue  # resident already: an earlier sibling loaded the same slice
-            run_start = _source(path, j, t)
-            x = levels[run_start]
-            if t in plan.homes and x < plan.homes[t]:
-                continue
             if run_start not in geometry:
                 geometry[run_start] = _geometry(plan, path, j, run_start, dims_y)
             union, fast, inst_x, inst_y = geometry[run_start]
@@ -189,8 +172,49 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
             if moved is None:
                 moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
                                         drops, no_reuse, epoch)
-            serial = serialised(depth(plan.arch, y, t, inner))
             _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
+
+
+def _links(plan: Plan, path: OpPath) -> list[tuple]:
+    """Per boundary of the path where the level changes: (position, owner tile, inner level,
+    the tensors crossing it with their source run and level and whether they are
+    single-buffered); the innermost tile gives (position, owner, None, each tensor's source
+    run). Shape-only, kept in the shape's memo."""
+    memo = plan.shape.memo if plan.shape is not None else {}
+    key = ("links", path.op.name)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    op = path.op
+    levels = path.levels
+    accesses = [(a, False) for a in op.inputs] + [(op.output, True)]
+    out = []
+    nodes = len(path.tiles)
+    for j in range(nodes):
+        last = j == nodes - 1
+        if not last and levels[j] == levels[j + 1]:
+            continue
+        owner = path.tiles[j][0]
+        if last:
+            out.append((j, owner, None, {a.tensor: _source(path, j, a.tensor)
+                                         for a, _ in accesses}))
+            continue
+        y = levels[j + 1]
+        inner = _run_tiles(path, j + 1)
+        links = []
+        for access, is_out in accesses:
+            t = access.tensor
+            if bypassed(path, j + 1, t):
+                continue  # the tensor skips level y: counted at the boundary below it
+            run_start = _source(path, j, t)
+            x = levels[run_start]
+            if t in plan.homes and x < plan.homes[t]:
+                continue
+            links.append((access, is_out, run_start, x,
+                          serialised(depth(plan.arch, y, t, inner))))
+        out.append((j, owner, y, links))
+    memo[key] = out
+    return out
 
 
 def _source(path: OpPath, j: int, tensor: str) -> int:

@@ -15,8 +15,9 @@ from tileflow.cost import evaluate
 from tileflow.explore.compiled import Compiled, compiled_for
 from tileflow.explore.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
 from tileflow.explore.limits import Violations, check, footprints
+from tileflow.explore.shared_inputs import served_masks
 from tileflow.explore.structure import Structure
-from tileflow.tree import Dataflow, Op, Tile, map_tiles, ops_under, walk
+from tileflow.tree import Dataflow, Op, Tile, map_tiles, walk
 
 
 @dataclass(frozen=True)
@@ -70,15 +71,12 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
     return _gather(len(full), parts)
 
 
-SHARING_PRIMITIVES = ("Shar", "Para", "Pipe")
-
-
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
     that bypass or set buffering depths, levels with a default depth or perfect overlap,
-    siblings that may share an input, outputs written through a summed index, state
-    carried across a reduction loop (its rescaling and epochs). Such
-    structures are evaluated row by row with the scalar model, the reference."""
+    outputs written through a summed index, state carried across a reduction loop (its
+    rescaling and epochs). Such structures are evaluated row by row with the scalar model,
+    the reference."""
     w, arch = structure.workload, structure.arch
     if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
         return "the accelerator sets an overlap convention or a buffering depth"
@@ -91,11 +89,6 @@ def scalar_only(structure: Structure) -> str:
             continue
         if node.bypass or node.buffering:
             return "a tile bypasses a level or sets a buffering depth"
-        if node.primitive in SHARING_PRIMITIVES and len(node.children) > 1:
-            inputs = [{a.tensor for o in ops_under(c) for a in w.op_by_name[o].inputs}
-                      for c in node.children]
-            if any(a & b for i, a in enumerate(inputs) for b in inputs[i + 1:]):
-                return "siblings under Shar, Para or Pipe read the same input"
     return ""
 
 
@@ -165,6 +158,7 @@ def _gather(count: int, parts) -> BatchResult:
 def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     """The batch on one compiled tree, with factor rows over all its loops."""
     r = Rows(c, full)
+    r.served = served_masks(r)
     rows = r.count
     tally = Tally(rows, c.arch)
     leaves = {}

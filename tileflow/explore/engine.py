@@ -31,6 +31,8 @@ class Rows:
         self._strides(c.flow.root, "root")
         self.extents = {o: self._extents(p) for o, p in c.paths.items()}
         self.shift = {o: self._shift(o) for o in c.paths}
+        # (operator, position, input) -> rows where an earlier sibling loaded the slice
+        self.served: dict[tuple[str, int, str], np.ndarray] = {}
 
     def _strides(self, node: Tile, path: str) -> dict[str, dict[str, np.ndarray]]:
         """`prepare._strides`: a loop strides over the smallest extent its inner loops cover
@@ -176,6 +178,9 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
                      for m in moved]
             for m, g in zip(moved, general, strict=True):
                 m[todo] = g
+        served = None if cross.is_out else r.served.get((path.op.name, b.j, cross.tensor))
+        if served is not None:  # resident already: an earlier sibling loaded the same slice
+            moved = [np.where(served, 0, m) for m in moved]
         _record(tally, b, cross, inst_x, inst_y, *moved)
 
 

@@ -3,9 +3,10 @@
 A node is a partial assignment (forced slots filled in by `Space.propagate`). A step picks an
 undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
 slot's children. The first time a slot is picked at a node, every factor it may take is
-checked at once: the smallest covering completion of each child is evaluated in one batch,
-and children whose smallest completion already breaks a capacity, fan-out or footprint limit
-are pruned (footprints and fan-out only grow as undecided slots grow). New leaves are
+checked at once: the smallest covering completion of each child is evaluated in one batch
+(points to learn from), and children that no completion can make valid are pruned with the
+sound bounds of `tileflow.explore.bounds` (fan-out, capacity and footprint limits, where
+they are monotone in the undecided slots). New leaves are
 completed by random rollouts; a share of every batch mutates the best points found so far
 (one decision re-drawn), which refines what the tree has found. Rollouts of a step are
 evaluated together; rewards (best cost / cost, 0 where invalid) are back-propagated."""
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tileflow.explore.space import UNDECIDED, Evaluated, Space
+from tileflow.explore.bounds import Bounds
+from tileflow.explore.space import UNDECIDED, Evaluated, Limits, Space
 
 Evaluate = Callable[[np.ndarray], Evaluated]
 
@@ -40,8 +42,10 @@ class MCTS:
 
     def __init__(self, space: Space, seed: int = 0, exploration: float = 0.4,
                  rollouts_per_leaf: int = 4, mutation_share: float = 0.5,
-                 spread_bias: float = 0.5, warm: Iterable[np.ndarray] = ()):
+                 spread_bias: float = 0.5, warm: Iterable[np.ndarray] = (),
+                 limits: Limits | None = None):
         self.space = space
+        self.bounds = Bounds(space, limits)
         self.rng = np.random.default_rng(seed)
         self.c = exploration
         self.rollouts = rollouts_per_leaf
@@ -80,7 +84,7 @@ class MCTS:
         result = evaluate(lower)
         self._learn(lower, result)
         keys = []
-        for state, ok in zip(states, self._feasible(result), strict=True):
+        for state, ok in zip(states, self.bounds.feasible(np.array(states)), strict=True):
             if not ok:
                 continue
             key = state.tobytes()
@@ -88,16 +92,6 @@ class MCTS:
                 self.nodes[key] = Node(state)
             keys.append(key)
         node.children[slot] = keys
-
-    def _feasible(self, result: Evaluated) -> np.ndarray:
-        """Pruning by violation amounts: any capacity, fan-out, structure or footprint-limit
-        excess of the smallest completion rules the subtree out (DRAM limits do not: DRAM
-        traffic falls as tiles grow)."""
-        bad = np.zeros(len(result), dtype=bool)
-        for name, amount in result.metrics.items():
-            if name.startswith("violation_") and name != "violation_limit_dram":
-                bad |= amount > 0
-        return ~bad
 
     def _select(self, evaluate: Evaluate) -> list[tuple[Node, int | None]]:
         """Descend from the root to a node not visited yet (or a complete or dead one)."""

@@ -121,8 +121,10 @@ class TPESearch:
             self.study.tell(trial, float(cost) if math.isfinite(cost) else 1e30)
 
 
-def make_sampler(method: str, space: Space, seed: int, warm=()):
-    cls = {"mcts": MCTS, "random": RandomSearch, "tpe": TPESearch}[method]
+def make_sampler(method: str, space: Space, seed: int, warm=(), limits: Limits | None = None):
+    if method == "mcts":  # the tree search prunes with the user's limits too
+        return MCTS(space, seed=seed, warm=warm, limits=limits)
+    cls = {"random": RandomSearch, "tpe": TPESearch}[method]
     return cls(space, seed=seed, warm=warm)
 
 
@@ -132,7 +134,7 @@ def search(space: Space, method: str = "mcts", objective: str = "latency",
            warm=(), record: Recorder | None = None) -> PointCache:
     """Search one structure's factors in one process; returns the cache of every point."""
     cache = PointCache(space, objective, limits or Limits())
-    sampler = make_sampler(method, space, seed, warm)
+    sampler = make_sampler(method, space, seed, warm, limits)
     start = time.perf_counter()
     stale = 0
     while True:

@@ -197,8 +197,9 @@ class Space:
     def smallest_completion(self, state: np.ndarray) -> np.ndarray:
         """A covering completion with the innermost extents as small as they can be: each
         chain's remainder goes to its outermost undecided temporal slot (spatial if it has
-        none), every other undecided slot takes 1. Footprints and fan-out of any completion
-        are at least this one's, so where it is infeasible, every completion is."""
+        none), every other undecided slot takes 1. A point the tree search learns from when
+        it opens a choice; pruning uses the bounds of `tileflow.explore.bounds` (a loop of one
+        iteration spreads over nothing, so footprints are not monotone in every slot)."""
         out = state.copy()
         undecided = out == UNDECIDED
         out[undecided] = 1

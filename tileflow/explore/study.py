@@ -173,7 +173,8 @@ class Worker:
         self.candidates = list(candidates)
         self.spaces = [Space(c.structure) for c in candidates]
         self.caches = [PointCache(s, objective, limits) for s in self.spaces]
-        self.samplers = [make_sampler(method, s, seed * 7919 + worker * 104_729 + k, c.warm)
+        self.samplers = [make_sampler(method, s, seed * 7919 + worker * 104_729 + k, c.warm,
+                                      limits)
                          for k, (s, c) in enumerate(zip(self.spaces, candidates, strict=True))]
         self.index = {c.name: k for k, c in enumerate(candidates)}
         self.seen: set[int] = set()

@@ -261,8 +261,8 @@ EXPLORE = Section("explore", "top level of an exploration config (`tileflow expl
         "what the search minimises; two objectives give a Pareto front (`front.csv`, "
         "`front.png`), the tile-factor search then minimising their product for latency "
         "and energy (EDP), else the first", "`latency`"),
-    Key("limits", "mapping", "`footprint_words: {LEVEL: words}` and/or `dram_words: N`: "
-        "constraints beyond the accelerator's", "none"),
+    Key("limits", "mapping", "extra constraints beyond the accelerator's (see `limits`)",
+        "none"),
     Key("structures", "`search`, `baselines` or a list of baseline names", "`search`: a "
         "genetic search over tree structures (fusion, levels, primitives, homes, loop "
         "orders, spatial loops, array shares), seeded with every applicable baseline's "
@@ -273,8 +273,9 @@ EXPLORE = Section("explore", "top level of an exploration config (`tileflow expl
         "`genetic`"),
     Key("method", "`mcts`, `random` or `tpe`", "the tile-factor search (also the structure "
         "search's fitness)", "`mcts`"),
-    Key("budget", "mapping", "`evaluations: N` and/or `seconds: S` of the tile-factor study "
-        "(after the structure search)", "`evaluations: 2000`"),
+    Key("budget", "mapping", "when the tile-factor study (after the structure search) stops "
+        "(see `budget`); `--budget-evals` and `--budget-seconds` override it",
+        "`evaluations: 2000`"),
     Key("batch", "integer >= 1", "evaluations per trial", "64"),
     Key("seed", "integer >= 0", "random seed of both searches", "0"),
     Key("out", "folder", "output folder, relative to the current folder", "`explore-NAME`"),
@@ -291,7 +292,19 @@ GENETIC = Section("genetic", "`genetic` of an exploration config", (
     Key("top", "integer >= 1", "best structures handed to the tile-factor study", "4"),
 ))
 
+EXPLORE_LIMITS = Section("limits", "`limits` of an exploration config", (
+    Key("footprint_words", "mapping level -> number >= 0", "the most words each named level "
+        "may hold (a point above it is invalid)", "none", "words"),
+    Key("dram_words", "number >= 0", "the most DRAM traffic a point may have", "none",
+        "words"),
+))
+
+EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
+    Key("evaluations", "integer >= 1", "stop after this many evaluated points", "2000"),
+    Key("seconds", "number > 0", "stop after this many seconds", "none", "s"),
+))
+
 ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
-EXPLORE_SECTIONS = (EXPLORE, GENETIC)
 WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
 DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
+EXPLORE_SECTIONS = (EXPLORE, GENETIC, EXPLORE_LIMITS, EXPLORE_BUDGET)
