@@ -321,6 +321,7 @@ def cmd_compare(args) -> int:
     from tileflow.outputs import PLOT_SUFFIXES, check_output_file
     from tileflow.report import (
         comparison_frame,
+        comparison_json,
         comparison_plot,
         comparison_table,
         default_plot_name,
@@ -343,7 +344,7 @@ def cmd_compare(args) -> int:
     if args.csv:
         write_csv(comparison_frame(results), args.csv)
     if args.json:
-        _print_json([r.to_dict() for r in results])
+        _print_json(comparison_json(results))
     else:
         print(comparison_table(results, title))
         if plot:
