@@ -246,3 +246,47 @@ LOOP = Section("loop", "an item of `loops` written as a mapping", (
 ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
 WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
 DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
+
+# Exploration configs (`tileflow explore CONFIG.yaml`): read by tileflow.explore.config, which
+# keeps its own key list; tests/test_docs.py checks the two agree.
+EXPLORE = Section("explore", "top level of an exploration config", (
+    Key("accelerator", "text", "a shipped accelerator's name or a YAML file (relative to the "
+        "config's folder)", None),
+    Key("workload", "text", "a shipped workload's name, a preset (G1..G12, C1..C8) or a YAML "
+        "file (relative to the config's folder)", None),
+    Key("preset", "text", "a size preset of the workload, e.g. G3", "the workload's sizes"),
+    Key("sizes", "mapping of dimension -> integer", "sizes overriding the workload's (after "
+        "the preset)", "none"),
+    Key("objective", "`latency`, `energy`, `edp` or `dram`", "what the search minimises: "
+        "cycles, energy, their product, or DRAM words", "`latency`"),
+    Key("limits", "mapping", "constraints beyond the accelerator's capacities; see "
+        "`explore.limits`", "none"),
+    Key("structures", "list of baseline names, or `baselines`", "the tree structures whose "
+        "factors are searched: those of the named baselines", "`baselines` (every baseline "
+        "that applies)"),
+    Key("method", "`mcts`, `random` or `tpe`", "the search: Monte-Carlo tree search, random "
+        "sampling, or Optuna's TPE sampler", "`mcts`"),
+    Key("budget", "mapping", "when the search stops; see `explore.budget` (`--budget-evals` "
+        "and `--budget-seconds` override it)", "2,000 evaluations"),
+    Key("batch", "integer >= 1", "points evaluated together per trial", "64", "evaluations"),
+    Key("seed", "integer >= 0", "random seed (`--seed` overrides it)", "0"),
+    Key("out", "text", "output folder, relative to the current folder (`--out` overrides it)",
+        "`explore-NAME`"),
+    Key("name", "text", "the study's name in reports and the default output folder",
+        "the config file's name without `.yaml`"),
+), about="`tileflow explore quick` runs the shipped `search/quick.yaml`; `search/` holds more.")
+
+EXPLORE_LIMITS = Section("explore.limits", "`limits` of an exploration config", (
+    Key("footprint_words", "mapping of level name -> number", "the most words a point may keep "
+        "in one instance of each named level (below its capacity)", "the capacities", "words"),
+    Key("dram_words", "number", "the most DRAM words a point may move", "unbounded", "words"),
+))
+
+EXPLORE_BUDGET = Section("explore.budget", "`budget` of an exploration config (at least one "
+                         "key)", (
+    Key("evaluations", "integer >= 1", "points to evaluate over all workers", "2,000 when "
+        "`seconds` is not given either", "evaluations"),
+    Key("seconds", "number > 0", "time to search", "no time limit", "s"),
+))
+
+EXPLORE_SECTIONS = (EXPLORE, EXPLORE_LIMITS, EXPLORE_BUDGET)
