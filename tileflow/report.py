@@ -144,7 +144,8 @@ def run_title(workload: Workload, arch: Architecture, preset: str | None = None,
     which = f"preset {preset}" if preset else "default sizes"
     if changed:
         which += f" with --set {changed}"
-    which += f"; {sizes}" if preset or changed else f" {sizes}"
+    if changed != sizes:  # the sizes in full, unless --set already gave every one
+        which += f"; {sizes}" if preset or changed else f" {sizes}"
     where = f"{arch.name} ({arch.description})" if arch.description else arch.name
     return f"workload {workload.name} ({which}) on accelerator {where}"
 
