@@ -129,7 +129,7 @@ def test_every_baseline_fits_a_random_chip_or_says_truly_why(workload):
     w = load_workload(workload, WORKLOADS[workload])
     seen = set()
 
-    @settings(max_examples=6, deadline=None, derandomize=True,
+    @settings(max_examples=4, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(accelerators())
     def check(doc):
