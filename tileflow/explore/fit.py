@@ -36,7 +36,7 @@ def rule_of(name: str) -> str:
 
 def closed_form_tiles(w: Workload, arch: Architecture) -> dict[str, int] | None:
     """Row block T_M and inner tile T_L of a two-operator chain that minimise its DRAM
-    traffic (DESIGN 2.5: (MK + MN) L/T_L + (KL + NL) M/T_M) with both GEMMs' tiles in one
+    traffic (in closed form: (MK + MN) L/T_L + (KL + NL) M/T_M) with both GEMMs' tiles in one
     buffer instance, solved in the reals and rounded down to divisors; None for other
     workloads."""
     from scipy.optimize import minimize
