@@ -21,7 +21,7 @@ FILES: tuple[tuple[str, tuple[Section, ...]], ...] = (
     ("Accelerator files (`--arch`)", ACCELERATOR_SECTIONS),
     ("Workload files (`--workload`)", WORKLOAD_SECTIONS),
     ("Dataflow files (`--dataflow`)", DATAFLOW_SECTIONS),
-    ("Exploration configs (`tileflow explore CONFIG`)", EXPLORE_SECTIONS),
+    ("Exploration configs (`tileflow explore CONFIG.yaml`)", EXPLORE_SECTIONS),
 )
 
 HEAD = """# Reference: every key of the input files
