@@ -1,5 +1,5 @@
-"""An enumerating reference simulator (the oracle) for the tile-tree rules of DESIGN.md
-section 2, independent of the analytic model.
+"""An enumerating reference simulator (the oracle) for the tile-tree rules of docs/
+(concepts, counting, footprints), independent of the analytic model.
 
 It reads only the YAML-level description (the Dataflow tree, the Workload's expressions and
 the levels' order) and derives everything else itself: every loop's stride, a windowed

@@ -319,3 +319,10 @@ def test_bench_seconds_must_be_sane(seconds):
 def test_usage_errors_are_one_paragraph():
     assert_error(tileflow("compare", "--arch", "edge", "--workload", "G4", "--double-buffer"),
                  "unrecognized arguments: --double-buffer", "--help")
+
+
+def test_explore_names_the_shipped_studies_when_a_config_is_missing(tmp_path):
+    proc = tileflow("explore", "no-such-study", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no such exploration config 'no-such-study'" in proc.stderr
+    assert "quick" in proc.stderr  # a shipped study, runnable by name from any folder

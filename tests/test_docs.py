@@ -5,6 +5,7 @@ the tool computes (derived here by hand, independently of the tool)."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 
@@ -259,6 +260,118 @@ def test_no_reuse_example(tmp_path):
     assert _moves(reload, "DRAM", "A") == (0, 4 * 16, 0)
     assert _moves(reload, "DRAM", "B") == _moves(reuse, "DRAM", "B") == (0, 64, 0)
 
+
+# --- docs/your-own-chip.md: a user's own accelerator and dataflow, end to end ------------
+
+OWN = DOCS / "your-own-chip.md"
+SIZES = {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64}
+
+
+def _blocks(text: str, kind: str) -> list[str]:
+    """The fenced blocks of a Markdown text whose info string is `kind` ('' for plain)."""
+    found, current, inside = [], [], None
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if inside is None:
+                inside, current = line[3:].strip(), []
+            else:
+                if inside == kind:
+                    found.append("\n".join(current) + "\n")
+                inside = None
+        elif inside is not None:
+            current.append(line)
+    return found
+
+
+def _own_run(tmp_path, *args: str) -> dict | str:
+    from test_cli import tileflow
+
+    proc = tileflow(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if "--json" in args else proc.stdout
+
+
+@pytest.fixture()
+def own(tmp_path):
+    """A scratch folder with the docs, where the page's commands run as written."""
+    import shutil
+
+    shutil.copytree(DOCS, tmp_path / "docs")
+    return tmp_path
+
+
+def test_own_chip_page_shows_the_files_it_uses():
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe")
+    arch_block, flow_block = _blocks(OWN.read_text(), "yaml")
+    chip = yaml.load(EXAMPLES / "small-chip.yaml")
+    del chip["description"]  # the only line the page leaves out
+    assert yaml.load(arch_block) == chip
+    assert yaml.load(flow_block) == yaml.load(EXAMPLES / "my-chain.yaml")
+
+
+def test_own_chip_page_commands_run_and_say_what_the_page_says(own):
+    text = OWN.read_text()
+    commands = [" ".join(b.replace("\\\n", " ").split()) for b in _blocks(text, "bash")]
+    assert len(commands) == 2 and all(c.startswith("tileflow ") for c in commands)
+    compare, evaluate_ = (_own_run(own, *c.split()[1:]) for c in commands)
+    shown = [line for block in _blocks(text, "") for line in block.splitlines()
+             if "INVALID:" in line]
+    assert len(shown) == 2
+    for line in shown:
+        name, reason = line.split(" ... ")
+        [row] = [r for r in compare.splitlines() if r.startswith(name + " ")]
+        assert row.endswith(reason)
+    assert "valid        yes" in evaluate_ and "DRAM traffic 163,840 words" in evaluate_
+
+
+def test_own_chip_numbers_by_hand(own):
+    sizes = [a for k, v in SIZES.items() for a in ("--set", f"{k}={v}")]
+    arch = ["--arch", "docs/examples/small-chip.yaml", "--workload", "gemm-chain", *sizes]
+    m, l_, k, n = SIZES["m"], SIZES["l"], SIZES["k"], SIZES["n"]
+    capacity = 262144 // 2
+    a, b, c, d, e = m * k, k * l_, m * l_, l_ * n, m * n
+    layerwise = _own_run(own, "evaluate", *arch, "--dataflow", "layerwise", "--json")
+    assert layerwise["dram_words"] == a + b + 2 * c + d + e == 196_608
+    r = _own_run(own, "evaluate", *arch, "--dataflow", "docs/examples/my-chain.yaml", "--json")
+    blocks, rows = 4, 64
+    dram = {t: v["reads"] + v["writes"] for t, v in r["levels"]["DRAM"]["per_tensor"].items()}
+    assert dram == {"A": a, "B": blocks * b, "D": blocks * d, "E": e}  # no C: it stays in L1
+    assert r["dram_words"] == 163_840
+    gemm1 = rows * k + b + rows * l_  # a block of A, all of B, a block of C
+    gemm2 = rows * l_ + d + rows * n
+    assert r["valid"] and r["footprint_words"] == {"L1": max(gemm1, gemm2), "Reg": 3}
+    assert max(gemm1, gemm2) == 36_864 and capacity == 131_072
+    macs = 2 * m * l_ * k
+    assert r["macs"] == macs == 8_388_608 and r["cycles"] >= macs / 64 == 131_072
+    assert round(r["cycles"]) == 134_350 and r["bottleneck"]["message"] == \
+        "matrix unit ('gemm1')"
+    text = OWN.read_text()
+    for number in (196_608, 163_840, 36_864, 131_072, 16_384, 65_536, 8_388_608, 134_350):
+        assert f"{number:,}" in text
+
+
+def test_own_chip_edits_of_the_page(own):
+    """The two edits of section 4, made as the page says."""
+    text = OWN.read_text()
+    sizes = [a for k, v in SIZES.items() for a in ("--set", f"{k}={v}")]
+    arch = ["--arch", "docs/examples/small-chip.yaml", "--workload", "gemm-chain", *sizes]
+    flow = (EXAMPLES / "my-chain.yaml").read_text()
+    new, old = re.search(r"loops\n`(\[.*?\])` in place of `(\[.*?\])`", text).groups()
+    assert old in flow
+    (own / "array.yaml").write_text(flow.replace(old, new))
+    r = _own_run(own, "evaluate", *arch, "--dataflow", "array.yaml", "--json")
+    [v] = r["violations"]
+    assert (v["kind"], v["node"], v["needed"], v["available"]) == ("array", "root.0", 16, 8)
+    assert v["message"] in text
+    whole = flow.replace("loops: [m:4]", "loops: [m:1]").replace("[m:8, ", "[m:32, ")
+    (own / "whole.yaml").write_text(whole)
+    r = _own_run(own, "evaluate", *arch, "--dataflow", "whole.yaml", "--json")
+    m, l_, k, n = SIZES["m"], SIZES["l"], SIZES["k"], SIZES["n"]
+    assert r["valid"] and r["footprint_words"]["L1"] == m * k + k * l_ + m * l_ == 98_304
+    assert r["dram_words"] == m * k + k * l_ + l_ * n + m * n == 65_536
+    assert "98,304" in text and "`m:1` at the root, `m:32` in each L1 tile" in text
 
 def test_online_softmax_example():
     """docs/online-softmax.md: attention-online at b=2 m=8 l=8 k=4 n=4, row blocks of 4 and

@@ -66,9 +66,10 @@ def installed(tmp_path_factory) -> dict:
 def test_wheel_carries_every_shipped_file(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     for kind in SHIPPED:
-        for path in (REPO / kind).iterdir():
-            if path.suffix in (".yaml", ".yml", ".md"):
-                assert f"tileflow/_data/{kind}/{path.name}" in names
+        for path in (REPO / kind).rglob("*"):
+            if path.suffix in (".yaml", ".yml") or (path.suffix == ".md"
+                                                   and path.parent == REPO / kind):
+                assert f"tileflow/_data/{kind}/{path.relative_to(REPO / kind)}" in names
 
 
 def test_installed_tileflow_runs_from_another_folder(installed):
@@ -88,3 +89,25 @@ def test_installed_tileflow_runs_from_another_folder(installed):
                         "--workload", "G1", "--dataflow", "attention-chimera", "--json",
                         cwd=installed["cwd"], env=installed["env"])
     assert json.loads(shipped_flow.stdout)["valid"]
+
+
+def test_installed_tileflow_explores_a_shipped_study_from_another_folder(installed):
+    """`tileflow explore` with a study shipped in the package, by name, a tiny budget: the
+    outputs land in the current folder, and the dataflow found evaluates to what the study
+    reported."""
+    proc = _run(installed["bin"] / "tileflow", "explore", "quick", "--budget-evals", "50",
+                "--json", "--quiet", cwd=installed["cwd"], env=installed["env"])
+    summary = json.loads(proc.stdout)
+    out = installed["cwd"] / "explore-quick"
+    assert summary["evaluations"] >= 50 and summary["workload"] == "attention"
+    for name in ("best.yaml", "points.csv", "summary.json", "convergence.png"):
+        assert (out / name).is_file(), name
+    found = summary["found"]
+    again = _run(installed["bin"] / "tileflow", "evaluate", "--arch", "edge", "--workload",
+                 "G1", "--dataflow", str(out / "best.yaml"), "--json", cwd=installed["cwd"],
+                 env=installed["env"])
+    result = json.loads(again.stdout)
+    assert result["valid"] and result["cycles"] == pytest.approx(found["cycles"])
+    other = _run(installed["bin"] / "tileflow", "explore", "attention-edge/G1", "--budget-evals",
+                 "20", "--out", "g1", "--quiet", cwd=installed["cwd"], env=installed["env"])
+    assert (installed["cwd"] / "g1" / "summary.json").is_file(), other.stdout

@@ -326,6 +326,7 @@ def cmd_compare(args) -> int:
     from tileflow.outputs import PLOT_SUFFIXES, check_output_file
     from tileflow.report import (
         comparison_frame,
+        comparison_json,
         comparison_plot,
         comparison_table,
         default_plot_name,
@@ -348,7 +349,7 @@ def cmd_compare(args) -> int:
     if args.csv:
         write_csv(comparison_frame(results), args.csv)
     if args.json:
-        _print_json([r.to_dict() for r in results])
+        _print_json(comparison_json(results))
     else:
         print(comparison_table(results, title))
         if plot:
@@ -474,7 +475,8 @@ def add_explore_parser(sub) -> None:
                         "(a study described by a YAML config)",
                         epilog="example: tileflow explore search/quick.yaml --budget-seconds 30",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ex.add_argument("config", help="exploration config YAML (see search/*.yaml)")
+    ex.add_argument("config", help="exploration config YAML, or a shipped study by name "
+                                   "(quick, attention-edge/G3, ...; see search/)")
     budget = ex.add_mutually_exclusive_group()
     budget.add_argument("--budget-evals", type=int, metavar="N",
                         help="evaluations over all workers (overrides the config's budget)")
@@ -493,6 +495,26 @@ def add_explore_parser(sub) -> None:
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _explore_config(name: str) -> Path:
+    """A config file, or a shipped study by its name under search/ (`quick`,
+    `attention-edge/G3`): an installed copy runs them from any folder."""
+    from tileflow import resources
+    from tileflow.specs.yamlfile import given
+
+    path = Path(name)
+    if given(path):
+        return path
+    root = resources.folder("search")
+    shipped = root / (name if path.suffix in (".yaml", ".yml") else f"{name}.yaml")
+    if not path.is_absolute() and ".." not in path.parts and shipped.is_file():
+        return shipped
+    studies = sorted((str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")),
+                     key=lambda s: ("/" in s, s))
+    few = ", ".join(studies[:4]) + (f" ... ({len(studies)} in all)" if len(studies) > 4 else "")
+    raise InputError(f"no such exploration config '{name}': give a YAML file or a shipped "
+                     f"study ({few})")
+
+
 def cmd_explore(args) -> int:
     """Run a study; write best.yaml, points.csv, plots, summaries and the timeline."""
     import dataclasses
@@ -502,7 +524,7 @@ def cmd_explore(args) -> int:
     from tileflow.explore.outputs import write_all
     from tileflow.explore.session import explore
 
-    config = load_config(args.config)
+    config = load_config(_explore_config(args.config))
     for flag, value, low in (("--budget-evals", args.budget_evals, 1),
                              ("--workers", args.workers, 1), ("--seed", args.seed, 0)):
         if value is not None and value < low:

@@ -1,4 +1,4 @@
-"""The published TileFlow comparison (DESIGN.md section 5), re-run on our model: every
+"""The published TileFlow comparison (the TileFlow paper's evaluation), re-run on our model: every
 baseline for G1-G12 on Edge and Cloud and C1-C8 on Cloud, as a table of results."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ STUDIES = [
     ("cloud-l1-per-subcore", CONV),
 ]
 
-# Published speed-ups over Layerwise and DRAM-traffic reductions (DESIGN.md section 5).
+# Published speed-ups over Layerwise and DRAM-traffic reductions (the TileFlow paper).
 # "searched" is what the published explorer found; tileflow-pipe is its shape with factors
 # fitted for the lowest latency (`tileflow explore` searches further).
 PUBLISHED_SPEEDUP = {
@@ -202,8 +202,8 @@ REPORT_HEAD = """# Reference experiments: the published TileFlow comparison, re-
 Regenerate with `{command}` (about a minute; the raw numbers are in
 `reference-experiments.csv`). Speed-ups are over Layerwise on the same accelerator and
 shape (geometric mean over the shapes), DRAM and energy reductions are means over the
-shapes; "published" columns are the figures of DESIGN.md section 5. The model was not tuned
-to them.
+shapes; "published" columns are the figures of the TileFlow paper's evaluation. The model
+was not tuned to them.
 
 What is compared:
 
@@ -231,8 +231,8 @@ REPORT_TAIL = """
   convention, `edge-softmax-on-array`) the ordering comes close to the published one:
   Uni-pipe {arr_uni} (published 1.62x) < FLAT-HGran {arr_hgran} and FLAT-RGran {arr_rgran}
   (3.59x, 2.89x) < Chimera {arr_chimera} (2.91x) < tileflow-pipe {arr_pipe} (6.65x for the
-  searched dataflow). Our FLAT variants send P through DRAM (DESIGN.md: "Q x K and softmax
-  fused"), as Uni-pipe does; our Chimera fuses x V too and chooses the blocks that
+  searched dataflow). Our FLAT variants send P through DRAM (FLAT fuses Q x K and the
+  softmax only), as Uni-pipe does; our Chimera fuses x V too and chooses the blocks that
   minimise traffic, which is why it beats FLAT here while the published Chimera did not.
 * **Uni-pipe** pipelines on one core (no spatial split of heads or rows). On Cloud it uses
   1 of 64 sub-cores, hence {cloud_uni}; the published 1.37x implies a Layerwise baseline that

@@ -59,29 +59,64 @@ def summary(result: Result, arch_name: str, workload_name: str, source: str = ""
     return "\n".join(lines)
 
 
+def violation_reason(result: Result) -> str:
+    """Why a dataflow is invalid, in one line: for a capacity, the level, the words needed
+    (by tensor, largest first) and the words it holds; for any other violation its
+    message. Empty for a valid dataflow."""
+    fps = {f.level: f for f in result.footprints}
+    parts = []
+    for v in result.violations:
+        fp = fps.get(v.level or "")
+        if v.kind == "capacity" and fp is not None and v.needed is not None:
+            largest = [(t, n) for t, n in sorted(fp.by_tensor.items(), key=lambda kv: -kv[1])
+                       if n]
+            tensors = ", ".join(f"{t} {n:,.0f}" for t, n in largest[:5])
+            tensors += f", {len(largest) - 5} more" if len(largest) > 5 else ""
+            parts.append(f"level {v.level} needs {v.needed:,.0f} words ({tensors}) but holds "
+                         f"{v.available:,.0f}")
+        else:
+            parts.append(v.message)
+    return "; ".join(parts)
+
+
 def comparison_rows(results: Sequence[Result]) -> list[dict]:
-    """One row per dataflow, with speed-up and DRAM reduction against the first (Layerwise)."""
+    """One row per dataflow, with speed-up and DRAM reduction against the first (Layerwise).
+    An invalid row has its `reason` and no speed-up or utilization (None): numbers of a
+    dataflow the chip cannot run are not results; where the first row is invalid, no row
+    has a speed-up."""
     base = results[0]
     rows = []
     for r in results:
+        comparable = r.valid and base.valid and r.cycles > 0
         rows.append({
             "dataflow": r.dataflow,
             "valid": r.valid,
+            "reason": violation_reason(r) or None,
             "cycles": r.cycles,
-            "speedup": base.cycles / r.cycles if r.cycles else float("nan"),
+            "speedup": base.cycles / r.cycles if comparable else None,
             "dram_words": r.dram_words,
             "dram_reduction": 1 - r.dram_words / base.dram_words if base.dram_words else 0.0,
             "energy_pj": r.energy_pj,
-            "utilization": r.utilization,
+            "utilization": r.utilization if r.valid else None,
             "bottleneck": r.bottleneck.message,
             "footprint_words": {f.level: f.words for f in r.footprints},
         })
     return rows
 
 
+def comparison_json(results: Sequence[Result]) -> list[dict]:
+    """What `compare --json` prints: each result's `evaluate` object with the row's
+    `speedup` and `reason`, and `utilization` null where the dataflow is invalid."""
+    out = []
+    for row, r in zip(comparison_rows(results), results, strict=True):
+        out.append({**r.to_dict(), "speedup": row["speedup"], "reason": row["reason"],
+                    "utilization": row["utilization"]})
+    return out
+
+
 def comparison_frame(results: Sequence[Result]):
     """`comparison_rows` as a flat table (one column per level's footprint; violations joined
-    by '; '): what `compare --csv` writes."""
+    by '; '): what `compare --csv` writes (empty cells where a row has no speed-up)."""
     import pandas as pd
 
     flat = []
@@ -109,7 +144,8 @@ def run_title(workload: Workload, arch: Architecture, preset: str | None = None,
     which = f"preset {preset}" if preset else "default sizes"
     if changed:
         which += f" with --set {changed}"
-    which += f"; {sizes}" if preset or changed else f" {sizes}"
+    if changed != sizes:  # the sizes in full, unless --set already gave every one
+        which += f"; {sizes}" if preset or changed else f" {sizes}"
     where = f"{arch.name} ({arch.description})" if arch.description else arch.name
     return f"workload {workload.name} ({which}) on accelerator {where}"
 
@@ -122,6 +158,8 @@ def default_plot_name(workload: Workload, arch: Architecture,
 
 
 def comparison_table(results: Sequence[Result], title: str) -> str:
+    """The table `compare` prints: an invalid row shows '-' for speed-up and utilization and
+    ends with its reason."""
     rows = comparison_rows(results)
     levels = [f.level for f in results[0].footprints]
     head = (f"{'dataflow':<14} {'cycles':>11} {'speedup':>8} {'DRAM words':>11} {'DRAM red.':>9} "
@@ -129,54 +167,75 @@ def comparison_table(results: Sequence[Result], title: str) -> str:
     out = [title, head, "-" * len(head)]
     for row in rows:
         fp = " ".join(f"{_si(row['footprint_words'][lv]):>9}" for lv in levels)
-        flag = "" if row["valid"] else "  INVALID"
+        speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
+        util = "-" if row["utilization"] is None else f"{row['utilization']:.1%}"
+        flag = "" if row["valid"] else f"  INVALID: {row['reason']}"
         out.append(
-            f"{row['dataflow']:<14} {row['cycles']:>11,.0f} {row['speedup']:>7.2f}x "
+            f"{row['dataflow']:<14} {row['cycles']:>11,.0f} {speedup:>8} "
             f"{_si(row['dram_words']):>11} {row['dram_reduction']:>8.1%} "
-            f"{row['energy_pj'] / 1e6:>10.1f} {row['utilization']:>6.1%} {fp}{flag}"
+            f"{row['energy_pj'] / 1e6:>10.1f} {util:>6} {fp}{flag}"
         )
     out.append("")
-    out += [f"  {row['dataflow']}: bottleneck {row['bottleneck']}" for row in rows]
+    if not rows[0]["valid"]:
+        out.append(f"  no speed-ups: the first dataflow ({rows[0]['dataflow']}) is invalid")
+    out += [f"  {row['dataflow']}: bottleneck {row['bottleneck']}" for row in rows
+            if row["valid"]]
     return "\n".join(out)
 
 
+INVALID_LABEL = "invalid: does not fit (no speed-up; the reason is in the table)"
+
+
 def comparison_plot(results: Sequence[Result], title: str, path: str | Path) -> Path:
-    """Bar charts: speed-up over Layerwise, DRAM traffic, energy — one bar per dataflow."""
+    """Bar charts: speed-up over Layerwise, DRAM traffic, energy — one bar per dataflow.
+    Invalid dataflows are hatched grey in the traffic and energy panels and have no
+    speed-up bar (a mark says why); the legend names both kinds of bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = comparison_rows(results)
-    names = [r["dataflow"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    panels = [
-        ("speed-up over Layerwise", [r["speedup"] for r in rows], "x"),
-        ("DRAM traffic (M words)", [r["dram_words"] / 1e6 for r in rows], ""),
-        ("energy (uJ)", [r["energy_pj"] / 1e6 for r in rows], ""),
-    ]
-    from matplotlib.patches import Patch
-
-    style = {True: {"facecolor": "#3b6ea8"},
-             False: {"facecolor": "#bbbbbb", "hatch": "//", "edgecolor": "#555555"}}
-    for ax, (label, values, suffix) in zip(axes, panels, strict=True):
-        bars = ax.bar(names, values, **style[True])
-        for bar, row in zip(bars, rows, strict=True):
-            bar.set(**style[row["valid"]])
-        ax.set_title(label)
-        ax.tick_params(axis="x", rotation=40)
-        for bar, v in zip(bars, values, strict=True):
-            text = f"{v:.2f}{suffix}" if abs(v) < 100 else f"{v:,.0f}{suffix}"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
-    marks = [Patch(**style[True], label="valid dataflow")]
-    if not all(r["valid"] for r in rows):
-        marks.append(Patch(**style[False], label="invalid: exceeds a capacity or fan-out "
-                                                 "(see the table)"))
-    fig.legend(handles=marks, loc="lower center", ncol=len(marks), fontsize=8, frameon=False)
-    fig.suptitle(textwrap.fill(title, 130), fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig = comparison_figure(results, title)
     try:
         return save_figure(fig, path, flag="--plot", dpi=110)
     finally:
         plt.close(fig)
+
+
+def comparison_figure(results: Sequence[Result], title: str):
+    """The figure of `comparison_plot` (a matplotlib Figure)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    rows = comparison_rows(results)
+    names = [r["dataflow"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    panels = [
+        ("speed-up over " + names[0], [r["speedup"] for r in rows], "x"),
+        ("DRAM traffic (M words)", [r["dram_words"] / 1e6 for r in rows], ""),
+        ("energy (uJ)", [r["energy_pj"] / 1e6 for r in rows], ""),
+    ]
+    style = {True: {"facecolor": "#3b6ea8"},
+             False: {"facecolor": "#bbbbbb", "hatch": "//", "edgecolor": "#555555"}}
+    for ax, (label, values, suffix) in zip(axes, panels, strict=True):
+        heights = [0.0 if v is None else v for v in values]
+        bars = ax.bar(names, heights, **style[True])
+        for bar, row in zip(bars, rows, strict=True):
+            bar.set(**style[row["valid"]])
+        ax.set_title(label)
+        ax.tick_params(axis="x", rotation=40)
+        for bar, v, row in zip(bars, values, rows, strict=True):
+            x = bar.get_x() + bar.get_width() / 2
+            if v is None:
+                ax.annotate("invalid" if not row["valid"] else "-", (x, 0), ha="center",
+                            va="bottom", fontsize=7, color="#aa0000", rotation=90)
+                continue
+            text = f"{v:.2f}{suffix}" if abs(v) < 100 else f"{v:,.0f}{suffix}"
+            ax.annotate(text, (x, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    marks = [Patch(**style[True], label="valid dataflow")]
+    if not all(r["valid"] for r in rows):
+        marks.append(Patch(**style[False], label=INVALID_LABEL))
+    fig.legend(handles=marks, loc="lower center", ncol=len(marks), fontsize=8, frameon=False)
+    fig.suptitle(textwrap.fill(title, 130), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig

@@ -1,4 +1,4 @@
-"""DESIGN.md 2.5: for C = A x B, E = C x D with one on-chip level, loop order (m, l, k, n)
+"""Closed forms: for C = A x B, E = C x D with one on-chip level, loop order (m, l, k, n)
 and tiles T_M, T_K, T_L, T_N, DRAM traffic and footprints have closed forms (Chimera)."""
 
 from __future__ import annotations

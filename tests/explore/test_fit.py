@@ -20,7 +20,7 @@ from tileflow.specs.workload import load_workload
 SMALL = {"b": 2, "m": 16, "l": 16, "k": 4, "n": 4}
 
 
-def chain_traffic(m, k, n, l, tm, tl):  # noqa: E741  DESIGN 2.5 with ceilings
+def chain_traffic(m, k, n, l, tm, tl):  # noqa: E741  the closed form with ceilings
     return (m * k + m * n) * -(-l // tl) + (k * l + n * l) * -(-m // tm)
 
 

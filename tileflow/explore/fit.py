@@ -6,9 +6,10 @@ latency (the rule its shape was published with), and so do Flash and Flash-Pipe 
 softmax's sweep); the others the largest tiles that fit.
 Their builders already pick the largest tiles that fit along the dims they tile; where that
 does not fit, the tile search looks for the largest tiles that do (the fewest steps at the
-outermost level). Ties go to the lower latency. Where nothing fits, the dataflow with the
-smallest overrun comes back, and its evaluation names the tensor, the level and the
-amounts."""
+outermost level). Ties go to the lower latency. The search starts from the builder's factors
+and from the smallest tiles (`Space.smallest_completion`), whose footprints no other factors
+undercut. Where nothing fits, the dataflow with the smallest overrun (`overrun`) comes back,
+and its evaluation names the level, the tensors and the amounts."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def rule_of(name: str) -> str:
 
 def closed_form_tiles(w: Workload, arch: Architecture) -> dict[str, int] | None:
     """Row block T_M and inner tile T_L of a two-operator chain that minimise its DRAM
-    traffic (DESIGN 2.5: (MK + MN) L/T_L + (KL + NL) M/T_M) with both GEMMs' tiles in one
+    traffic (in closed form: (MK + MN) L/T_L + (KL + NL) M/T_M) with both GEMMs' tiles in one
     buffer instance, solved in the reals and rounded down to divisors; None for other
     workloads."""
     from scipy.optimize import minimize
@@ -113,9 +114,18 @@ def choose(cache: PointCache, rule: str) -> np.ndarray:
         ties = [k for k in valid if cache.rows[k][2][metric] <= low * (1 + 1e-9)]
         key = min(ties, key=lambda k: cache.rows[k][2]["cycles"])
     else:
-        key = min(keys, key=lambda k: sum(v for m, v in cache.rows[k][2].items()
-                                          if m.startswith("violation_")))
+        key = min(keys, key=lambda k: overrun(cache.rows[k][2]))
     return np.frombuffer(key, dtype=np.int64).copy()
+
+
+def overrun(metrics: dict) -> tuple[float, float]:
+    """How far an invalid point is from fitting, compared first by what smaller tiles can
+    always avoid (fan-out and array spreads, coverage, dependencies: instances and counts),
+    then by the words above the capacities: a point that exceeds only capacities is closer
+    to fitting, and its violations are those of the structure itself."""
+    other = sum(v for m, v in metrics.items()
+                if m.startswith("violation_") and m != "violation_capacity")
+    return other, metrics.get("violation_capacity", 0.0)
 
 
 def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
@@ -124,7 +134,7 @@ def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
     the closed-form tiles)."""
     space = Space(structure)
     rng = np.random.default_rng(seed)
-    warm = [structure.default_factors]
+    warm = [structure.default_factors, space.smallest_completion(space.root_state())]
     tiles = closed_form_tiles(structure.workload, structure.arch)
     if tiles:
         warm += warm_rows(space, tiles, rng)
