@@ -11,6 +11,7 @@ from tileflow.outputs import write_text_atomic
 from tileflow.specs.keys import (
     ACCELERATOR_SECTIONS,
     DATAFLOW_SECTIONS,
+    SWEEP_SECTIONS,
     WORKLOAD_SECTIONS,
     Section,
 )
@@ -20,6 +21,7 @@ FILES: tuple[tuple[str, tuple[Section, ...]], ...] = (
     ("Accelerator files (`--arch`)", ACCELERATOR_SECTIONS),
     ("Workload files (`--workload`)", WORKLOAD_SECTIONS),
     ("Dataflow files (`--dataflow`)", DATAFLOW_SECTIONS),
+    ("Sweep configs (`tileflow sweep`)", SWEEP_SECTIONS),
 )
 
 HEAD = """# Reference: every key of the input files
