@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tileflow.errors import InputError
+from tileflow.explore.sweep_config import parse_sweep
 from tileflow.reference import FILES, markdown
 from tileflow.specs.arch import parse_arch
 from tileflow.specs.dataflow import parse_dataflow
@@ -33,6 +34,8 @@ ARCH = {
 }
 WORKLOAD = {"dims": {"m": 2, "k": 2, "n": 2},
             "ops": [{"name": "mm", "expr": "C[m,n] += A[m,k] * B[k,n]"}]}
+SWEEP = {"accelerator": "edge", "workload": "gemm-chain",
+         "sweep": {"parameters": {"L1.capacity_bytes": [4096, 8192]}}}
 DATAFLOW = {"root": {"level": "DRAM", "loops": [{"dim": "m", "factor": 2}],
                      "children": [{"op": "mm"}]}}
 
@@ -50,6 +53,8 @@ PROBES = {
     "tile": (parse_dataflow, DATAFLOW, ("root",)),
     "leaf": (parse_dataflow, DATAFLOW, ("root", "children", 0)),
     "loop": (parse_dataflow, DATAFLOW, ("root", "loops", 0)),
+    "sweep": (parse_sweep, SWEEP, ("sweep",)),
+    "sweep.parameters": (parse_sweep, SWEEP, ("sweep", "parameters")),
 }
 
 

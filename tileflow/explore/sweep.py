@@ -66,9 +66,10 @@ def bound_key(config: SweepConfig, point: dict[str, float]) -> str:
 def bound_structures(w, arch: Architecture, level: str) -> list[tuple[str, Structure]]:
     """The structures the bound covers, on the accelerator with `level` unbounded: every
     structure of the generated space (an operator's share of the array fixed to all of it,
-    the largest spatial limits), each also with every operator's own tiles at the levels
-    above `level` (a lone operator has none by default, and with none nothing is tiled
-    there), and the named baselines' structures. Loop orders are the defaults."""
+    the largest spatial limits); where an operator has no loop above `level` on its path (a
+    lone operator's default), the structure also with its own tiles there, without which
+    nothing would be tiled against DRAM; and the named baselines' structures. Loop orders
+    are the defaults."""
     from tileflow.explore.structure_space import SpaceOptions, StructureSpace, structures
 
     space = StructureSpace(w, lifted(arch, level), SpaceOptions(shares=(1,)))
@@ -86,15 +87,37 @@ def bound_structures(w, arch: Architecture, level: str) -> list[tuple[str, Struc
     for k, enc in enumerate(found):
         add(f"space-{k}", enc)
     for k, enc in enumerate(found):
-        loops = dict(enc.loop_map)
-        for o in range(space.n):
-            for lv in range(min(above, f.loop_level[o])):
-                if not loops.get(f.own_key(o, lv)):
+        bare = _untiled_above(space.structure(enc), above)
+        if bare:
+            loops = dict(enc.loop_map)
+            for o in bare:
+                for lv in range(min(above, f.loop_level[o])):
                     loops[f.own_key(o, lv)] = space.own_loops(o, lv)
-        add(f"space-{k}-outer", space.repair(enc.with_loops(loops))[0])
+            add(f"space-{k}-outer", space.repair(enc.with_loops(loops))[0])
     for name, enc in space.baselines().items():
         add(name, enc)
     return out
+
+
+def _untiled_above(structure: Structure, above: int) -> list[int]:
+    """Operators (by index) with no loop in any tile above level `above` on their path."""
+    from tileflow.tree import Op
+
+    index = structure.arch.level_index
+    order = [op.name for op in structure.workload.ops]
+    bare = []
+
+    def go(node, tiled: bool) -> None:
+        if isinstance(node, Op):
+            if not tiled:
+                bare.append(order.index(node.op))
+            return
+        here = tiled or (index[node.level] < above and bool(node.loops))
+        for c in node.children:
+            go(c, here)
+
+    go(structure.template.root, False)
+    return sorted(bare)
 
 
 def _bound_from_dict(data: dict) -> Bound:

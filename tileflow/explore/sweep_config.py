@@ -99,9 +99,9 @@ def parse_sweep(data: Field) -> SweepConfig:
     data.require_mapping()
     data.check_keys((*CONFIG_KEYS, "sweep"), required={"accelerator", "workload", "sweep"})
     s = data.child("sweep").require_mapping()
-    had_out = "out" in data.data
-    del data.data["sweep"]  # the rest is an exploration config (its lines kept)
-    explore = parse_config(data)
+    rest = copy.copy(data.data)  # the rest is an exploration config (its lines kept)
+    del rest["sweep"]
+    explore = parse_config(Field(rest, data.source, data.path, data.line))
     keys.SWEEP.check(s)
     block = s.child("parameters").require_mapping()
     if not block.keys():
@@ -120,7 +120,7 @@ def parse_sweep(data: Field) -> SweepConfig:
     capacity = next((p.target for p in parameters if p.attribute in CAPACITY_PARAMETERS), None)
     bound = s.string("bound", capacity or "none")
     name = explore.name
-    out = explore.out if had_out else f"sweep-{name}"
+    out = explore.out if "out" in data.data else f"sweep-{name}"
     return SweepConfig(explore, parameters, mode, None if bound == "none" else bound,
                        s.integer("bound_max_tilings", DEFAULT_BOUND_MAX_TILINGS), out)
 
