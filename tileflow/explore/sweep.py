@@ -55,11 +55,15 @@ def fingerprint(config: SweepConfig) -> str:
 
 
 def bound_key(config: SweepConfig, point: dict[str, float]) -> str:
-    """Points that differ only in the bound level's capacity share one bound."""
+    """The bound's file name: what it depends on (the workload, the accelerator, the level,
+    the points' values other than that level's capacity). Points that differ only in the
+    capacity share one bound, and a sweep finds a bound computed before in OUT/bounds/."""
+    e = config.explore
     rest = {k: v for k, v in point.items()
             if not (k.split(".", 1)[0] == config.bound_level
                     and k.split(".", 1)[-1] in CAPACITY_PARAMETERS)}
-    text = json.dumps(sorted(rest.items()))
+    text = json.dumps([e.workload, e.preset, sorted(e.sizes.items()), e.accelerator,
+                       config.bound_level, config.bound_max_tilings, sorted(rest.items())])
     return "b" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -148,7 +152,7 @@ def _load_previous(config: SweepConfig, out: Path, resume: bool) -> SweepState:
     state.rows = [r for r in data.get("points", []) if r.get("status") == "done"]
     for key in {bound_key(config, r["parameters"]) for r in state.rows}:
         path = out / "bounds" / f"{key}.json"
-        if path.exists():
+        if config.bound_level and path.exists():
             state.bounds[key] = _bound_from_dict(json.loads(path.read_text()))
     return state
 
@@ -239,6 +243,9 @@ def _bound_for(config, state, w, arch, point, out: Path, progress: bool) -> Boun
     from tqdm import tqdm
 
     key = bound_key(config, point)
+    path = out / "bounds" / f"{key}.json"
+    if key not in state.bounds and path.exists():
+        state.bounds[key] = _bound_from_dict(json.loads(path.read_text()))
     if key in state.bounds:
         return state.bounds[key]
     level = config.bound_level
@@ -247,7 +254,6 @@ def _bound_for(config, state, w, arch, point, out: Path, progress: bool) -> Boun
     bound = data_movement_bound(found, level, config.bound_max_tilings,
                                 progress=lambda n: bar.update(n))
     bar.close()
-    path = out / "bounds" / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps({**bound.to_dict(), "parameters": point}, indent=2))
     state.bounds[key] = bound
