@@ -224,3 +224,16 @@ def test_lifting_the_level_leaves_the_others():
     up = lifted(arch, "L1")
     assert up.level("L1").capacity_words == math.inf
     assert up.level("Reg").capacity_words == 4
+
+
+def test_left_out_structures_are_named_and_their_samples_kept_apart(chain):
+    w, arch, structures, full = chain
+    partial = data_movement_bound(structures, "L1", max_rows=50, sample_rows=300)
+    assert partial.skipped and all("more than 50" in s for s in partial.skipped)
+    assert partial.evaluated < full.evaluated
+    assert partial.sampled  # random tilings of the left-out structures
+    for p in (*partial.front, *partial.sampled):
+        # everything found either way is a tiling the full enumeration covers
+        assert full.at(p.footprint_words) <= p.dram_words
+    for capacity in (4, 10, 40):
+        assert partial.at(capacity) >= full.at(capacity)

@@ -58,6 +58,7 @@ class Bound:
     tilings: int  # exact divisor tilings of every structure (before pruning)
     evaluated: int  # rows evaluated after pruning
     skipped: tuple[str, ...] = ()  # structures left out, with why
+    sampled: tuple[FrontPoint, ...] = ()  # front of random tilings of the left-out ones
 
     def at(self, capacity_words: float) -> float:
         """Least DRAM words with a footprint of at most `capacity_words` (inf: none fits)."""
@@ -66,6 +67,11 @@ class Bound:
             if p.footprint_words <= capacity_words:
                 best = min(best, p.dram_words)
         return best
+
+    def sampled_at(self, capacity_words: float) -> float:
+        """Least DRAM words among the left-out structures' sampled tilings that fit."""
+        return min((p.dram_words for p in self.sampled if p.footprint_words <= capacity_words),
+                   default=math.inf)
 
     def point_at(self, capacity_words: float) -> FrontPoint | None:
         fits = [p for p in self.front if p.footprint_words <= capacity_words]
@@ -81,7 +87,9 @@ class Bound:
                 "front": [{"footprint_words": p.footprint_words,
                            "footprint_bytes": p.footprint_words * self.word_bytes,
                            "dram_words": p.dram_words, "structure": self.names[p.structure],
-                           "factors": list(p.factors)} for p in self.front]}
+                           "factors": list(p.factors)} for p in self.front],
+                "sampled": [{"footprint_words": p.footprint_words, "dram_words": p.dram_words,
+                             "structure": self.names[p.structure]} for p in self.sampled]}
 
 
 def compulsory_words(w: Workload) -> int:
@@ -169,25 +177,39 @@ def _tiles(structure: Structure) -> dict[str, Tile]:
     return out
 
 
-def tilings(structure: Structure, level: str | None = None) -> np.ndarray:
-    """Exact divisor tilings, one row each. With `level`, pruned by dominance: one
-    representative per assignment of the loops above `level` (see the module's notes)."""
-    dims = tuple(dict.fromkeys(s.dim for s in structure.slots))
+def dim_blocks(structure: Structure, level: str | None = None) -> list[np.ndarray]:
+    """Per dimension, its exact assignments as rows over all slots (1 in other dims' slots).
+    With `level`, pruned by dominance: one representative per assignment of the loops above
+    `level` (see the module's notes)."""
     outer = outer_slots(structure, level) if level else None
-    per_dim = []
-    for d in dims:
+    blocks = []
+    for d in dict.fromkeys(s.dim for s in structure.slots):
         rows = _dim_assignments(structure, d)
         if outer is not None:
             rows = _representatives(structure, rows, outer)
-        per_dim.append(rows)
-    out = np.ones((1, len(structure.slots)), dtype=np.int64)
-    for rows in per_dim:
         block = np.ones((len(rows), len(structure.slots)), dtype=np.int64)
         for i, part in enumerate(rows):
             for k, x in part.items():
                 block[i, k] = x
+        blocks.append(block)
+    return blocks
+
+
+def tilings(structure: Structure, level: str | None = None) -> np.ndarray:
+    """Exact divisor tilings, one row each (pruned by dominance with `level`)."""
+    out = np.ones((1, len(structure.slots)), dtype=np.int64)
+    for block in dim_blocks(structure, level):
         # every slot belongs to one dimension: the product combines the dimensions' parts
         out = (out[:, None, :] * block[None, :, :]).reshape(-1, len(structure.slots))
+    return out
+
+
+def sample_tilings(blocks: Sequence[np.ndarray], count: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    """`count` rows of the product of `blocks`, each dimension's part drawn uniformly."""
+    out = np.ones((count, blocks[0].shape[1] if blocks else 0), dtype=np.int64)
+    for block in blocks:
+        out *= block[rng.integers(0, len(block), count)]
     return out
 
 
@@ -232,11 +254,15 @@ def front_of(structure: Structure, rows: np.ndarray, level: str,
 
 
 def data_movement_bound(structures: Sequence[tuple[str, Structure]], level: str,
-                        max_rows: int = 2_000_000, prune: bool = True,
+                        max_rows: int = 2_000_000, prune: bool = True, sample_rows: int = 0,
                         progress: Callable[[int], None] | None = None) -> Bound:
     """The bound over `structures` (name, structure built on the accelerator with `level`
     lifted, see `lifted`). A structure whose pruned enumeration exceeds `max_rows` is left
-    out and named in `skipped` (the bound then covers the others only)."""
+    out and named in `skipped` (the bound then covers the others only); with `sample_rows`,
+    that many of its tilings drawn at random are evaluated and their front kept apart
+    (`sampled`), to show whether the left-out structures would lower the bound."""
+    from tileflow.explore.tilings import Tilings
+
     if not structures:
         raise ValueError("no structures to bound")
     arch = structures[0][1].arch
@@ -244,34 +270,37 @@ def data_movement_bound(structures: Sequence[tuple[str, Structure]], level: str,
         raise ValueError(f"'{level}' is not an on-chip level of {arch.name}")
     w = structures[0][1].workload
     points: list[FrontPoint] = []
+    sampled: list[FrontPoint] = []
     total = evaluated = 0
     skipped = []
+    rng = np.random.default_rng(0)
     for k, (name, s) in enumerate(structures):
-        from tileflow.explore.tilings import Tilings
-
         total += Tilings(s, getattr(s, "slot_limits", None) or None).count
-        size = _pruned_count(s, level if prune else None)
+        blocks = dim_blocks(s, level if prune else None)
+        size = math.prod(len(b) for b in blocks)
         if size > max_rows:
             skipped.append(f"{name}: {size:,} tilings after pruning (more than {max_rows:,})")
+            if sample_rows and size:
+                fp, dram, kept = front_of(s, sample_tilings(blocks, sample_rows, rng), level,
+                                          progress)
+                sampled += [FrontPoint(float(a), float(b), k, tuple(int(x) for x in r))
+                            for a, b, r in zip(fp, dram, kept, strict=True)]
             continue
         rows = tilings(s, level if prune else None)
         evaluated += len(rows)
         fp, dram, kept = front_of(s, rows, level, progress)
         points += [FrontPoint(float(a), float(b), k, tuple(int(x) for x in r))
                    for a, b, r in zip(fp, dram, kept, strict=True)]
+    return Bound(level, arch.word_bytes, float(compulsory_words(w)), _front(points),
+                 tuple(n for n, _ in structures), total, evaluated, tuple(skipped),
+                 _front(sampled))
+
+
+def _front(points: list[FrontPoint]) -> tuple[FrontPoint, ...]:
     fp = np.array([p.footprint_words for p in points])
     dram = np.array([p.dram_words for p in points])
-    front = tuple(points[i] for i in pareto(fp, dram))
-    return Bound(level, arch.word_bytes, float(compulsory_words(w)), front,
-                 tuple(n for n, _ in structures), total, evaluated, tuple(skipped))
+    return tuple(points[i] for i in pareto(fp, dram))
 
 
 def _pruned_count(structure: Structure, level: str | None) -> int:
-    dims = tuple(dict.fromkeys(s.dim for s in structure.slots))
-    outer = outer_slots(structure, level) if level else None
-    count = 1
-    for d in dims:
-        rows = _dim_assignments(structure, d)
-        count *= len(_representatives(structure, rows, outer)) if outer is not None \
-            else len(rows)
-    return count
+    return math.prod(len(b) for b in dim_blocks(structure, level))

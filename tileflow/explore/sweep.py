@@ -63,17 +63,17 @@ def bound_key(config: SweepConfig, point: dict[str, float]) -> str:
             if not (k.split(".", 1)[0] == config.bound_level
                     and k.split(".", 1)[-1] in CAPACITY_PARAMETERS)}
     text = json.dumps([e.workload, e.preset, sorted(e.sizes.items()), e.accelerator,
-                       config.bound_level, config.bound_max_tilings, sorted(rest.items())])
+                       config.bound_level, config.bound_max_tilings,
+                       config.bound_sample_tilings, sorted(rest.items())])
     return "b" + hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
 def bound_structures(w, arch: Architecture, level: str) -> list[tuple[str, Structure]]:
     """The structures the bound covers, on the accelerator with `level` unbounded: every
     structure of the generated space (an operator's share of the array fixed to all of it,
-    the largest spatial limits); where an operator has no loop above `level` on its path (a
-    lone operator's default), the structure also with its own tiles there, without which
-    nothing would be tiled against DRAM; and the named baselines' structures. Loop orders
-    are the defaults."""
+    the largest spatial limits), each also with every operator's own tiles at the levels
+    above `level` (a lone operator has none by default, and without them nothing is tiled
+    against DRAM); and the named baselines' structures. Loop orders are the defaults."""
     from tileflow.explore.structure_space import SpaceOptions, StructureSpace, structures
 
     space = StructureSpace(w, lifted(arch, level), SpaceOptions(shares=(1,)))
@@ -91,45 +91,26 @@ def bound_structures(w, arch: Architecture, level: str) -> list[tuple[str, Struc
     for k, enc in enumerate(found):
         add(f"space-{k}", enc)
     for k, enc in enumerate(found):
-        bare = _untiled_above(space.structure(enc), above)
-        if bare:
-            loops = dict(enc.loop_map)
-            for o in bare:
-                for lv in range(min(above, f.loop_level[o])):
+        loops = dict(enc.loop_map)
+        for o in range(space.n):
+            for lv in range(min(above, f.loop_level[o])):
+                if not loops.get(f.own_key(o, lv)):
                     loops[f.own_key(o, lv)] = space.own_loops(o, lv)
-            add(f"space-{k}-outer", space.repair(enc.with_loops(loops))[0])
+        add(f"space-{k}-outer", space.repair(enc.with_loops(loops))[0])
     for name, enc in space.baselines().items():
         add(name, enc)
     return out
 
 
-def _untiled_above(structure: Structure, above: int) -> list[int]:
-    """Operators (by index) with no loop in any tile above level `above` on their path."""
-    from tileflow.tree import Op
-
-    index = structure.arch.level_index
-    order = [op.name for op in structure.workload.ops]
-    bare = []
-
-    def go(node, tiled: bool) -> None:
-        if isinstance(node, Op):
-            if not tiled:
-                bare.append(order.index(node.op))
-            return
-        here = tiled or (index[node.level] < above and bool(node.loops))
-        for c in node.children:
-            go(c, here)
-
-    go(structure.template.root, False)
-    return sorted(bare)
-
-
 def _bound_from_dict(data: dict) -> Bound:
-    names = tuple(dict.fromkeys(p["structure"] for p in data["front"]))
+    sampled = data.get("sampled", [])
+    names = tuple(dict.fromkeys(p["structure"] for p in [*data["front"], *sampled]))
     front = tuple(FrontPoint(p["footprint_words"], p["dram_words"], names.index(p["structure"]),
                              tuple(p["factors"])) for p in data["front"])
+    others = tuple(FrontPoint(p["footprint_words"], p["dram_words"],
+                              names.index(p["structure"]), ()) for p in sampled)
     return Bound(data["level"], data["word_bytes"], data["compulsory_words"], front, names,
-                 data["tilings"], data["evaluated"], tuple(data["skipped"]))
+                 data["tilings"], data["evaluated"], tuple(data["skipped"]), others)
 
 
 def _load_previous(config: SweepConfig, out: Path, resume: bool) -> SweepState:
@@ -252,6 +233,7 @@ def _bound_for(config, state, w, arch, point, out: Path, progress: bool) -> Boun
     found = bound_structures(w, arch, level)
     bar = tqdm(disable=not progress, unit="tiling", leave=False, desc="data-movement bound")
     bound = data_movement_bound(found, level, config.bound_max_tilings,
+                                sample_rows=config.bound_sample_tilings,
                                 progress=lambda n: bar.update(n))
     bar.close()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,6 +261,10 @@ def _write_bound_dataflow(config, w, arch, bound: Bound, row: dict, folder: Path
     row["files"]["bound.yaml"] = str(folder / "bound.yaml")
 
 
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 def _row(config: SweepConfig, label: str, point: dict, outcome, summary: dict,
          bound: Bound | None) -> dict:
     best = outcome.best_result
@@ -304,5 +290,7 @@ def _row(config: SweepConfig, label: str, point: dict, outcome, summary: dict,
             "bound_dram_words": value if math.isfinite(value) else None,
             "compulsory_words": bound.compulsory_words,
             "gap": (best.dram_words / value) if best and math.isfinite(value) and value else None,
+            "sampled_left_out_dram_words":
+                _finite_or_none(bound.sampled_at(level.capacity_words)),
         })
     return row

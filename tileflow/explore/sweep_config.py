@@ -26,6 +26,7 @@ INTEGER_PARAMETERS = ("fanout", "matrix.size", "matrix.rows", "matrix.cols", "ve
 CAPACITY_PARAMETERS = ("capacity_bytes", "capacity_words")
 MODES = ("grid", "zip")
 DEFAULT_BOUND_MAX_TILINGS = 3_000_000
+DEFAULT_BOUND_SAMPLE_TILINGS = 100_000
 MAX_POINTS = 10_000
 
 
@@ -47,6 +48,7 @@ class SweepConfig:
     mode: str = "grid"
     bound_level: str | None = None
     bound_max_tilings: int = DEFAULT_BOUND_MAX_TILINGS
+    bound_sample_tilings: int = DEFAULT_BOUND_SAMPLE_TILINGS
     out: str = ""
 
     @property
@@ -122,7 +124,9 @@ def parse_sweep(data: Field) -> SweepConfig:
     name = explore.name
     out = explore.out if "out" in data.data else f"sweep-{name}"
     return SweepConfig(explore, parameters, mode, None if bound == "none" else bound,
-                       s.integer("bound_max_tilings", DEFAULT_BOUND_MAX_TILINGS), out)
+                       s.integer("bound_max_tilings", DEFAULT_BOUND_MAX_TILINGS),
+                       s.integer("bound_sample_tilings", DEFAULT_BOUND_SAMPLE_TILINGS, minimum=0),
+                       out)
 
 
 def load_sweep(path: str | Path) -> SweepConfig:

@@ -45,7 +45,9 @@ def summary(state: SweepState) -> dict:
             "bounds": {k: {"compulsory_words": b.compulsory_words, "tilings": b.tilings,
                            "evaluated": b.evaluated, "skipped": list(b.skipped),
                            "front": [[p.footprint_words * b.word_bytes, p.dram_words]
-                                     for p in b.front]}
+                                     for p in b.front],
+                           "sampled_front": [[p.footprint_words * b.word_bytes, p.dram_words]
+                                             for p in b.sampled]}
                        for k, b in state.bounds.items()}}
 
 
@@ -77,6 +79,13 @@ def markdown(state: SweepState) -> str:
                   f"{_num(_compulsory_capacity(b))} bytes."]
         for s in b.skipped:
             lines.append(f"Left out of the bound: {s}.")
+        below = [r["label"] for r in state.rows if r.get("sampled_left_out_dram_words")
+                 and r.get("bound_dram_words")
+                 and r["sampled_left_out_dram_words"] < r["bound_dram_words"]]
+        if b.skipped:
+            lines.append("Random tilings of the left-out structures: "
+                         + (f"below the bound at {', '.join(below)}." if below else
+                            "none below the bound at any point."))
     lines += ["", "`gap`: the latency-optimal dataflow's DRAM words over the bound at the "
               "point's capacity (1.00x: it moves no more than any dataflow of the space)."]
     return "\n".join(lines) + "\n"
@@ -152,7 +161,12 @@ def bound_plot(state: SweepState, path: Path) -> None:
     found = [(r["capacity_bytes"], r["dram_words"]) for r in rows if r["dram_words"]]
     if found:
         ax.plot(*zip(*found, strict=True), "v", color="C3", ms=8,
-                label="explorer's best (optimising latency)")
+                label="explorer's best (optimising latency), at the swept capacity")
+    used = [(r["found_footprint_bytes"], r["dram_words"]) for r in rows
+            if r["dram_words"] and r.get("found_footprint_bytes")]
+    if used:
+        ax.plot(*zip(*used, strict=True), "v", color="C3", ms=8, mfc="none", alpha=0.6,
+                label="the same, at the footprint it uses")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(f"{c.bound_level} capacity per instance (bytes)")
