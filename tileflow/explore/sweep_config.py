@@ -26,7 +26,7 @@ INTEGER_PARAMETERS = ("fanout", "matrix.size", "matrix.rows", "matrix.cols", "ve
 CAPACITY_PARAMETERS = ("capacity_bytes", "capacity_words")
 MODES = ("grid", "zip")
 DEFAULT_BOUND_MAX_TILINGS = 3_000_000
-DEFAULT_BOUND_SAMPLE_TILINGS = 100_000
+DEFAULT_BOUND_SAMPLE_TILINGS = 5_000
 MAX_POINTS = 10_000
 
 

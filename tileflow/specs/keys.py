@@ -261,7 +261,7 @@ SWEEP = Section("sweep", "`sweep` of a sweep config (`tileflow sweep`): an explo
         "pruning are left out of the bound (and named in its report)", "3000000"),
     Key("bound_sample_tilings", "integer >= 0", "random tilings of each left-out structure "
         "evaluated to show whether it would lower the bound (reported apart, never part of "
-        "the bound)", "100000"),
+        "the bound)", "5000"),
 ), about="A point's accelerator is the config's accelerator with the point's values written "
          "into it and validated like any accelerator file; it is saved beside the results.")
 
