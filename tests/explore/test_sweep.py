@@ -239,3 +239,19 @@ def test_points_write_their_values_into_the_accelerator(tmp_path):
     assert reg["fanout"] == 16  # one register per PE, as before
     assert doc["levels"][1]["capacity_words"] == 64  # the base document is untouched
     assert not math.isnan(l1["capacity_bytes"])
+
+
+def test_no_bound_sweeps_a_bandwidth_and_prints_json(tmp_path, capsys):
+    head = CONFIG.split("sweep:")[0].replace("evaluations: 40", "evaluations: 16")
+    path = write(tmp_path, head + "sweep:\n  parameters:\n    DRAM.bandwidth_gbps: [2, 8]\n")
+    code, out, _ = run(capsys, "sweep", str(path), "--out", str(tmp_path / "o"), "--json",
+                       "--quiet", "--no-bound")
+    assert code == 0
+    data = json.loads(out)
+    assert data["bound_level"] is None and data["bounds"] == {}
+    assert [r["parameters"]["DRAM.bandwidth_gbps"] for r in data["points"]] == [2, 8]
+    assert all("bound_dram_words" not in r for r in data["points"])
+    assert not (tmp_path / "o" / "bound.png").exists()
+    slow, fast = (load_arch(str(tmp_path / "o" / "accelerators" / f"p00{k}.yaml"))
+                  for k in (0, 1))
+    assert fast.levels[0].read_words_per_cycle == 4 * slow.levels[0].read_words_per_cycle
