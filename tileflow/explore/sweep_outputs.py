@@ -119,9 +119,13 @@ def sweep_plot(state: SweepState, path: Path) -> None:
         x = [r["parameters"][first] for r in rows]
         axes[0].plot(x, [r["cycles"] for r in rows], "o-", label=key or None)
         axes[1].plot(x, [r["dram_words"] for r in rows], "o-", label=key or None)
+    plotted = any(r["cycles"] for r in state.rows)
     for ax, what in zip(axes, ("cycles of the best dataflow", "its DRAM words"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        if plotted:  # a log axis needs positive data
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "no valid dataflow yet", ha="center", transform=ax.transAxes)
         ax.set_xlabel(first)
         ax.set_ylabel(what)
         ax.grid(True, which="both", alpha=0.3)
