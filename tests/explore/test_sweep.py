@@ -6,6 +6,7 @@ complete, and `--resume` repeats nothing finished."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,9 @@ import pytest
 
 from tileflow.cli import main
 from tileflow.cost import evaluate
+from tileflow.explore.sweep import SweepState
 from tileflow.explore.sweep_config import apply_point, load_sweep
+from tileflow.explore.sweep_outputs import write_all
 from tileflow.specs.arch import load_arch
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
@@ -255,3 +258,17 @@ def test_no_bound_sweeps_a_bandwidth_and_prints_json(tmp_path, capsys):
     slow, fast = (load_arch(str(tmp_path / "o" / "accelerators" / f"p00{k}.yaml"))
                   for k in (0, 1))
     assert fast.levels[0].read_words_per_cycle == 4 * slow.levels[0].read_words_per_cycle
+
+
+def test_plots_and_summaries_are_written_before_any_point_is_valid(tmp_path):
+    head = CONFIG.split("    L1.capacity_words")[0]
+    config = load_sweep(write(tmp_path, head + "    L1.capacity_words: [8]\n"))
+    config = dataclasses.replace(config, out=str(tmp_path / "o"))
+    row = {"label": "p000", "status": "done", "parameters": {"L1.capacity_words": 8.0},
+           "point": "L1.capacity_words=8", "structure": None, "valid": False, "cycles": None,
+           "latency_ms": None, "dram_words": None, "energy_pj": None, "evaluations": 0,
+           "seconds": 0.0, "files": {}}
+    data = write_all(SweepState(config, rows=[row]))
+    assert data["points_done"] == 1
+    assert (tmp_path / "o" / "sweep.png").stat().st_size > 0
+    assert "| p000 |" in (tmp_path / "o" / "summary.md").read_text()
