@@ -11,6 +11,7 @@ from tileflow.outputs import write_text_atomic
 from tileflow.specs.keys import (
     ACCELERATOR_SECTIONS,
     DATAFLOW_SECTIONS,
+    EXPLORE_SECTIONS,
     SWEEP_SECTIONS,
     WORKLOAD_SECTIONS,
     Section,
@@ -21,6 +22,7 @@ FILES: tuple[tuple[str, tuple[Section, ...]], ...] = (
     ("Accelerator files (`--arch`)", ACCELERATOR_SECTIONS),
     ("Workload files (`--workload`)", WORKLOAD_SECTIONS),
     ("Dataflow files (`--dataflow`)", DATAFLOW_SECTIONS),
+    ("Exploration configs (`tileflow explore CONFIG.yaml`)", EXPLORE_SECTIONS),
     ("Sweep configs (`tileflow sweep`)", SWEEP_SECTIONS),
 )
 

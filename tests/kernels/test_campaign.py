@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from tileflow.kernels import campaign
-from tileflow.kernels.campaign import CampaignConfig, run_campaign
+from tileflow.kernels.cachegrind import valgrind_missing
+from tileflow.kernels.campaign import CampaignConfig, remeasure, run_campaign
 
 TINY = {"gemm-chain": {"b": 1, "m": 16, "l": 16, "k": 8, "n": 8}}
 
@@ -30,3 +32,22 @@ def test_campaign_saves_as_it_goes_and_resumes(tmp_path, monkeypatch):
     again = run_campaign(config, tmp_path)
     assert len(calls) == 2  # only the two kernels the interrupted run had not saved
     assert sorted(again.key) == sorted(saved.key)
+
+
+@pytest.mark.skipif(valgrind_missing() is not None, reason=f"{valgrind_missing()}")
+def test_remeasuring_traffic_keeps_timings_and_measures_each_kernel_once(tmp_path,
+                                                                          monkeypatch):
+    config = CampaignConfig(workloads=TINY, points=3, traffic=False, repetitions=2)
+    timed = run_campaign(config, tmp_path)
+    again = remeasure(config, tmp_path)
+    saved = pd.read_csv(tmp_path / "measurements.csv")
+    assert list(saved.min_s) == list(timed.min_s) == list(again.min_s)
+    assert (saved.traffic_measured_by == campaign.TRAFFIC_METHOD).all()
+    # every kernel reads its inputs at least once: at least the compulsory lines come in
+    inputs = 16 * 8 + 8 * 16 + 16 * 8  # A, B, D words
+    assert (saved.measured_last_level_bytes >= 4 * inputs).all()
+    assert (saved.model_cache_last_level_bytes > 0).all()
+    calls = []
+    monkeypatch.setattr(campaign, "measure_traffic", lambda *a: calls.append(a) or {})
+    remeasure(config, tmp_path)
+    assert calls == []  # already measured by the current method: only the model is redone

@@ -13,9 +13,15 @@ from tileflow.errors import InputError
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
-                 report_only: bool) -> dict:
+                 report_only: bool, remeasure_traffic: bool = False) -> dict:
     from tileflow.calibrate import cpu, cpu_report
-    from tileflow.kernels.campaign import load_config, retime, run_campaign, tqdm_progress
+    from tileflow.kernels.campaign import (
+        load_config,
+        remeasure,
+        retime,
+        run_campaign,
+        tqdm_progress,
+    )
     from tileflow.kernels.trees import single_core
     from tileflow.specs.arch import load_arch
 
@@ -27,6 +33,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
             raise InputError(f"no measurements to report on: {csv} does not exist (run "
                              "`tileflow validate cpu` without --report-only first)")
         frame = pd.read_csv(csv)
+    elif remeasure_traffic:
+        frame = remeasure(config, folder, tqdm_progress)
     else:
         frame = run_campaign(config, folder, tqdm_progress)
         retime(frame, config, folder)  # the noise floor: a sample timed a second time
@@ -93,14 +101,21 @@ def add_campaign_options(parser) -> None:
     parser.add_argument("--points", type=int, help="dataflows per workload (default 200)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the saved measurements.csv")
+    parser.add_argument("--remeasure-traffic", action="store_true",
+                        help="cpu: measure the saved kernels' cache traffic again and "
+                             "recompute the model's traffic columns, keeping their timings; "
+                             "then rebuild the report")
 
 
 def run(args) -> int:
     """Entry point for the CLI's `validate cpu|gpu`."""
-    runner = validate_cpu if args.target == "cpu" else validate_gpu
     out = None if args.out == "validate/rtl-systolic" else args.out
     try:
-        summary = runner(args.config, args.points, out, args.report_only)
+        if args.target == "cpu":
+            summary = validate_cpu(args.config, args.points, out, args.report_only,
+                                   getattr(args, "remeasure_traffic", False))
+        else:
+            summary = validate_gpu(args.config, args.points, out, args.report_only)
     except KeyboardInterrupt:
         folder = Path(out or "validate/cpu")
         print(f"interrupted: every kernel measured so far is in {folder / 'measurements.csv'};"
@@ -109,8 +124,11 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"points: {summary['points']}; traffic R^2: "
+        print(f"points: {summary['points']}; traffic R^2 (tree view): "
               + ", ".join(f"{k} {v:.3f}" for k, v in summary["traffic_r2"].items())
+              + "; (cache view): "
+              + ", ".join(f"{k} {v:.3f}"
+                          for k, v in summary.get("traffic_r2_cache_view", {}).items())
               + f"; held-out latency Spearman {summary['latency_spearman_heldout']:.3f}, "
               f"MAPE {summary['latency_mape_heldout']:.1%}; top-1 regret "
               + ", ".join(f"{k} {v:.1%}" for k, v in summary["top1_regret"].items())

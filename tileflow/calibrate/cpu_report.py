@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tileflow.calibrate import metrics
-from tileflow.calibrate.cpu import TRAFFIC, CpuStudy, worst_cases
+from tileflow.calibrate.cpu import CACHE_TRAFFIC, VIEWS, CpuStudy, worst_cases
 from tileflow.errors import InputError
 from tileflow.outputs import save_figure
 from tileflow.outputs import write_text_atomic as write_text
@@ -17,6 +18,7 @@ from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field
 from tileflow.tree import render
 
+VIEW_TITLES = ("tree view", "cache view")
 TARGETS = ("traffic R^2 >= 0.97 at both boundaries; held-out latency Spearman >= 0.9 and "
            "MAPE <= 15 %; the model's top pick within 5 % of the measured best")
 
@@ -46,19 +48,27 @@ def plots(s: CpuStudy, out: Path, levels: dict[str, str]) -> list[str]:
     save_figure(fig, out / "latency.png")
     plt.close(fig)
     names.append("latency.png")
-    have = [(k, v) for k, v in TRAFFIC.items() if v[1] in f and f[v[1]].notna().any()]
-    if have:
-        fig, axes = plt.subplots(1, len(have), figsize=(6 * len(have), 5), squeeze=False)
-        for ax, (name, (model, measured)) in zip(axes[0], have, strict=True):
-            for workload, g in f.groupby("workload"):
-                ax.loglog(g[measured] / 1e6, g[model] / 1e6, ".", alpha=0.5, label=workload)
-            lo = min(f[measured].min(), f[model].min()) / 1e6 * 0.5
-            hi = max(f[measured].max(), f[model].max()) / 1e6 * 2
-            ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
-            ax.set_xlabel(f"measured misses x line (MB), {levels[name]}")
-            ax.set_ylabel("model words x word size (MB)")
-            ax.set_title(f"traffic into {levels[name]}: R^2 {s.summary['traffic_r2'][name]:.3f}")
-            ax.legend(fontsize=7)
+    views = [(suffix, title, [(k, v) for k, v in pairs.items()
+                              if v[0] in f and v[1] in f and f[v[1]].notna().any()])
+             for (suffix, pairs), title in zip(VIEWS.items(), VIEW_TITLES, strict=True)]
+    views = [v for v in views if v[2]]
+    if views:
+        ncols = max(len(v[2]) for v in views)
+        fig, axes = plt.subplots(len(views), ncols, figsize=(6 * ncols, 5 * len(views)),
+                                 squeeze=False)
+        for row, (suffix, title, have) in zip(axes, views, strict=True):
+            for ax, (name, (model, measured)) in zip(row, have, strict=False):
+                for workload, g in f.groupby("workload"):
+                    ax.loglog(g[measured] / 1e6, g[model] / 1e6, ".", alpha=0.5,
+                              label=workload)
+                lo = min(f[measured].min(), f[model].min()) / 1e6 * 0.5
+                hi = max(f[measured].max(), f[model].max()) / 1e6 * 2
+                ax.plot([lo, hi], [lo, hi], "k--", linewidth=1, label="y = x")
+                ax.set_xlabel(f"measured misses x line (MB), into {levels[name]}")
+                ax.set_ylabel("model: words brought in x word size (MB)")
+                ax.set_title(f"{title}, into {levels[name]}: R^2 "
+                             f"{s.summary['traffic_r2' + suffix][name]:.3f}")
+                ax.legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, out / "traffic.png")
         plt.close(fig)
@@ -70,29 +80,45 @@ def _limits(s: CpuStudy, levels: dict[str, str]) -> list[str]:
     """What limits the accuracy, with the figures that show it."""
     f = s.frame
     out = ["", "## What limits the accuracy", ""]
-    for name, (model, measured) in TRAFFIC.items():
-        if measured not in f or f[measured].isna().all():
-            continue
-        g = f.dropna(subset=[measured])
-        q = g[measured] / g[model]
-        near = float(((q > 0.8) & (q < 1.25)).mean())
-        over = float((q < 0.5).mean())
-        under = float((q > 2).mean())
-        spread = g[measured].max() / g[measured].min()
-        out.append(f"* Traffic into {levels[name]}: measured within 25 % of the model on "
-                   f"{near:.0%} of the kernels; the model predicts more than twice the "
-                   f"measurement on {over:.0%} and less than half on {under:.0%}. Measured "
-                   f"traffic spans {spread:.1f}x across the kernels, the model's "
-                   f"{g[model].max() / g[model].min():.1f}x.")
+    for pairs, title in zip(VIEWS.values(), VIEW_TITLES, strict=True):
+        for name, (model, measured) in pairs.items():
+            if model not in f or measured not in f or f[measured].isna().all():
+                continue
+            g = f.dropna(subset=[model, measured])
+            q = g[measured] / g[model]
+            near = float(((q >= 0.8) & (q <= 1.25)).mean())
+            out.append(f"* Traffic into {levels[name]}, {title}: measured within 25 % of the "
+                       f"model on {near:.0%} of the kernels (median measured / model "
+                       f"{q.median():.2f}); the model predicts more than twice the "
+                       f"measurement on {float((q < 0.5).mean()):.0%} and less than half on "
+                       f"{float((q > 2).mean()):.0%}. Measured traffic spans "
+                       f"{g[measured].max() / g[measured].min():.1f}x across the kernels, "
+                       f"the model's {g[model].max() / g[model].min():.1f}x.")
+    model, measured = CACHE_TRAFFIC["first_level"]
+    if model in f and measured in f and f[measured].notna().any():
+        g = f.dropna(subset=[model, measured]).copy()
+        g["q"] = g[measured] / g[model]
+        g["miss"] = np.abs(np.log(g.q))
+        worst = g.sort_values("miss", ascending=False).head(6)
+        out.append(f"* Largest cache-view misses into {levels['first_level']} (measured / "
+                   "model): " + "; ".join(f"{r.workload} / {r.dataflow} {r.q:.2f}"
+                                           for r in worst.itertuples()) + ".")
     out += [
-        "* Why traffic differs: the model keeps a tile's data only while the tree keeps it "
-        "(a tile at a level is what that level holds), while a hardware cache keeps whatever "
-        "fits until it is evicted (least recently used). When a tree drops a tile that is "
-        "reused soon after, the cache still holds it and the measurement is below the model; "
-        "when a whole problem fits in a cache level (as here in the last level of one core) "
-        "only first-touch misses remain, whatever the tree. The other way round, a line "
-        "brings 16 words where a narrow tile uses a few, writes allocate lines, and a "
-        "limited associativity evicts data a fully associative buffer would keep.",
+        "* Why the tree view differs: a tile tree says what each level keeps (a level holds "
+        "its tiles and nothing else, as a scratchpad would); a hardware cache keeps whatever "
+        "was touched recently. A tree with no tile at the last level, or tiles smaller than "
+        "it, is charged for reloads that a 1 MB cache never makes: here the whole working "
+        "set of most kernels fits in the last level, so only first-touch misses remain, "
+        "whatever the tree. The cache view evaluates the same model on the tree the caches "
+        "realise (one candidate tile per loop, each placed at the innermost cache level its "
+        "working set fits), and adds the first-touch allocation of the kernel's on-chip "
+        "buffers, which a scratchpad would not need.",
+        "* What the cache view still misses: least-recently-used replacement keeps a tile "
+        "that fills most of a cache only partly (the model keeps it whole); a line brings "
+        "16 words where a tile one to four words wide along the contiguous axis uses a few, "
+        "and brings them back if it was evicted before the next tile uses the rest; limited "
+        "associativity; rows padded by one line in the generated layout (allocated buffers "
+        "are whole rows of the padded width).",
         "* Why latency differs: the model charges one step per cycle to a unit of the "
         "description's width and transfers at nominal rates; the compiled loop nests are "
         "limited instead by which loops the compiler vectorises (not only the tree's lanes), "
@@ -103,6 +129,29 @@ def _limits(s: CpuStudy, levels: dict[str, str]) -> list[str]:
         "that, so calibration helps the scale more than the ranking.",
     ]
     return out
+
+
+def _stale(f: pd.DataFrame, environment: dict | None) -> list[str]:
+    """Say where the saved measurements come from older code than the current one: kernels
+    compiled with other flags, traffic measured by another method."""
+    from tileflow.kernels.build import FLAGS
+    from tileflow.kernels.campaign import TRAFFIC_METHOD
+
+    out = []
+    flags = (environment or {}).get("flags")
+    if flags and flags != " ".join(FLAGS):
+        out.append(f"The kernels were timed when built with `{flags}`; the current build "
+                   f"uses `{' '.join(FLAGS)}`: rerun the campaign to time the current kernels.")
+    if "traffic_measured_by" in f:
+        methods = f.traffic_measured_by.fillna("").astype(str)
+        old = methods[methods != TRAFFIC_METHOD].value_counts()
+        if len(old):
+            out.append(f"{int(old.sum())} kernels' traffic was measured by an earlier method ("
+                       + "; ".join(f"'{m or 'kernel function only'}': {n}"
+                                   for m, n in old.items())
+                       + f"; current: '{TRAFFIC_METHOD}'): `tileflow validate cpu "
+                       "--remeasure-traffic` measures it again, keeping the timings.")
+    return [x for line in out for x in ("", line)]
 
 
 def _same_work_spread(f: pd.DataFrame) -> float:
@@ -126,11 +175,13 @@ def _explain(row: pd.Series) -> str:
     if per_step < 4:
         reasons.append(f"{per_step:.1f} MACs per innermost step: short lane loops do not "
                        "vectorise, so loop overhead, not the units, sets the pace")
-    if "measured_first_level_bytes" in row and row.model_first_level_bytes > 0:
-        q = row.measured_first_level_bytes / row.model_first_level_bytes
+    model = next((c for c in ("model_cache_first_level_bytes", "model_first_level_bytes")
+                  if c in row and row[c] > 0), None)
+    if "measured_first_level_bytes" in row and model:
+        q = row.measured_first_level_bytes / row[model]
         if q < 0.5 or q > 2:
-            reasons.append(f"first-level traffic measured {q:.2f}x the model's (the cache "
-                           "keeps or loses more than the tree's tiles say)")
+            reasons.append(f"first-level traffic measured {q:.2f}x the model's "
+                           f"({'cache' if 'cache' in model else 'tree'} view)")
     strided, chained = _lane_findings(row)
     if strided:
         reasons.append("SIMD lanes along a dim that is not contiguous in memory ("
@@ -203,10 +254,11 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         "## Targets", "", f"Targets: {TARGETS}.", "",
         "| figure | value | target | met |", "|---|---|---|---|",
     ]
-    for name, value in summary["traffic_r2"].items():
-        lines.append(f"| traffic R^2, {levels[name]} (Spearman "
-                     f"{summary['traffic_spearman'][name]:.3f}) | {value:.3f} | >= 0.97 | "
-                     f"{'yes' if value >= 0.97 else 'no'} |")
+    for (suffix, _), title in zip(VIEWS.items(), VIEW_TITLES, strict=True):
+        for name, value in summary.get("traffic_r2" + suffix, {}).items():
+            lines.append(f"| traffic R^2, {levels[name]}, {title} (Spearman "
+                         f"{summary['traffic_spearman' + suffix][name]:.3f}) | {value:.3f} | "
+                         f">= 0.97 | {'yes' if value >= 0.97 else 'no'} |")
     rho, err = summary["latency_spearman_heldout"], summary["latency_mape_heldout"]
     yes = {True: "yes", False: "no"}
     lines += [f"| held-out latency Spearman | {rho:.3f} | >= 0.9 | {yes[rho >= 0.9]} |",
@@ -264,9 +316,17 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         lines += ["", "No parameter ended at a bound."]
     if images[1:]:
         lines += ["", "## Traffic", "", f"![traffic]({images[1]})", "",
-                  "Measured: (read + write misses) x line size for the kernel function alone, "
-                  "after the driver has evicted the caches. Model: words crossing the boundary "
-                  "(fills of the level below it plus write-backs of updates) x 4 bytes."]
+                  "Measured: cachegrind's read and write misses x line size for one call of "
+                  "the kernel with everything it calls (the compiler's memset and memcpy, "
+                  "malloc, libm): the whole driver's counts less those of the same driver "
+                  "without the kernel call, after the driver has evicted the caches. "
+                  "Cachegrind counts the lines brought into a cache (read misses and "
+                  "write-allocate misses), not write-backs. Model: the words brought in the "
+                  "same way (fills of the level below the boundary, plus one allocation per "
+                  "element written back; a partial sum written back k times is filled again "
+                  "k - 1 times) x 4 bytes. Tree view: the dataflow's own tree; cache view: "
+                  "the tree the caches realise (see below)."]
+        lines += _stale(f, environment)
     lines += _limits(s, levels)
     retest = out / "retest.csv"
     if retest.exists():

@@ -8,30 +8,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tileflow.errors import InputError
+from tileflow.explore.genetic import GAConfig
 from tileflow.explore.search import METHODS
 from tileflow.explore.space import OBJECTIVES, Limits
 from tileflow.explore.structure import Structure, structure_of
+from tileflow.specs import keys
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
 from tileflow.specs.yamlfile import Field, load_yaml
 
-# Every key an exploration config accepts (the docs' key reference checks against these).
-CONFIG_KEYS = {
-    "accelerator": "shipped name or YAML file (relative to the config's folder)",
-    "workload": "shipped name, preset (G1..G12, C1..C8) or YAML file",
-    "preset": "size preset of the workload, e.g. G3",
-    "sizes": "mapping of dimension -> size overriding the workload's",
-    "objective": "latency (default), energy, edp or dram",
-    "limits": "footprint_words: {LEVEL: words} and/or dram_words: extra constraints",
-    "structures": "list of baseline names whose structures are searched, or 'baselines'",
-    "method": "mcts (default), random or tpe",
-    "budget": "evaluations: N and/or seconds: S (default evaluations: 2000)",
-    "batch": "evaluations per trial (default 64)",
-    "seed": "random seed (default 0)",
-    "out": "output folder, relative to the current folder (default: explore-NAME)",
-    "name": "study name in reports (default: the config file's name)",
-}
+# Every key an exploration config accepts (declared with the other files' keys)
+CONFIG_KEYS = {k.name: k.meaning for k in keys.EXPLORE.keys}
 LIMIT_KEYS = ("footprint_words", "dram_words")
+STRUCTURE_MODES = ("search", "baselines")
 BUDGET_KEYS = ("evaluations", "seconds")
 
 
@@ -43,9 +32,12 @@ class ExploreConfig:
     workload: str
     preset: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)
-    objective: str = "latency"
+    objective: str = "latency"  # the scalar cost the tile-factor search minimises
+    objectives: tuple[str, ...] = ("latency",)  # two: the study returns a Pareto front
     limits: Limits = field(default_factory=Limits)
     structures: tuple[str, ...] | str = "baselines"
+    genetic: GAConfig = field(default_factory=GAConfig)
+    top: int = 4  # structures the genetic search hands to the tile-factor study
     method: str = "mcts"
     budget_evals: int | None = 2000
     budget_seconds: float | None = None
@@ -56,6 +48,11 @@ class ExploreConfig:
     def load(self) -> tuple[Workload, Architecture]:
         return (load_workload(self.workload, self.sizes, self.preset),
                 load_arch(self.accelerator))
+
+    @property
+    def genetic_config(self) -> GAConfig:
+        """The genetic search's settings with the study's seed and objectives."""
+        return replace(self.genetic, seed=self.seed, objectives=self.objectives)
 
     def with_budget(self, evals: int | None, seconds: float | None) -> ExploreConfig:
         if evals is None and seconds is None:
@@ -73,17 +70,14 @@ def _path_or_name(f: Field, key: str, base: Path) -> str:
 
 def parse_config(data: Field) -> ExploreConfig:
     data.require_mapping()
-    data.check_keys(CONFIG_KEYS, required={"accelerator", "workload"})
+    keys.EXPLORE.check(data)
     base = Path(data.source).parent
     sizes: dict[str, int] = {}
     if data.has("sizes"):
         block = data.child("sizes").require_mapping()
         for key in block.keys():
             sizes[str(key)] = block.integer(key)
-    objective = data.string("objective", "latency")
-    if objective not in OBJECTIVES:
-        raise data.error(f"'objective' must be one of {', '.join(OBJECTIVES)}, got "
-                         f"{objective!r}", "objective")
+    objectives = _objectives(data)
     method = data.string("method", "mcts")
     if method not in METHODS:
         raise data.error(f"'method' must be one of {', '.join(METHODS)}, got {method!r}",
@@ -99,23 +93,10 @@ def parse_config(data: Field) -> ExploreConfig:
         seconds = budget.number("seconds") if budget.has("seconds") else None
         if seconds is not None and not math.isfinite(seconds):
             raise budget.error("'seconds' must be finite", "seconds")
-    structures: tuple[str, ...] | str = "baselines"
-    if data.has("structures"):
-        f = data.child("structures")
-        if isinstance(f.data, str):
-            if f.data != "baselines":
-                raise data.error("'structures' must be a list of baseline names or "
-                                 f"'baselines', got {f.data!r}", "structures")
-        else:
-            items = f.elements()
-            if not items:
-                raise f.error("'structures' must name at least one structure")
-            names = []
-            for item in items:
-                if not isinstance(item.data, str):
-                    raise item.error(f"expected a baseline name, got {item.data!r}")
-                names.append(item.data)
-            structures = tuple(names)
+    structures = _structures(data)
+    seed = data.integer("seed", 0, minimum=0)
+    genetic, top = _genetic(data.child("genetic") if data.has("genetic") else None,
+                            objectives)
     name = data.string("name", Path(data.source).stem)
     out = data.string("out", "")
     return ExploreConfig(
@@ -123,10 +104,71 @@ def parse_config(data: Field) -> ExploreConfig:
         accelerator=_path_or_name(data, "accelerator", base),
         workload=_path_or_name(data, "workload", base),
         preset=data.string("preset") if data.has("preset") else None, sizes=sizes,
-        objective=objective, limits=limits, structures=structures, method=method,
-        budget_evals=evals, budget_seconds=seconds, batch=data.integer("batch", 64),
-        seed=data.integer("seed", 0, minimum=0),
+        objective=_scalar(objectives), objectives=objectives, limits=limits,
+        structures=structures, genetic=genetic, top=top, method=method,
+        budget_evals=evals, budget_seconds=seconds,
+        batch=data.integer("batch", 64, minimum=1), seed=seed,
         out=out or f"explore-{name}")
+
+
+def _objectives(data: Field) -> tuple[str, ...]:
+    if not data.has("objective"):
+        return ("latency",)
+    f = data.child("objective")
+    items = [f] if isinstance(f.data, str) else f.elements()
+    names = []
+    for item in items:
+        if not isinstance(item.data, str) or item.data not in OBJECTIVES:
+            raise item.error(f"'objective' must be one of {', '.join(OBJECTIVES)} or a list "
+                             f"of two of them, got {item.data!r}")
+        names.append(item.data)
+    if len(names) not in (1, 2) or len(set(names)) != len(names):
+        raise f.error(f"'objective' must name one objective or two different ones, got "
+                      f"{names}")
+    return tuple(names)
+
+
+def _scalar(objectives: tuple[str, ...]) -> str:
+    """The cost the tile-factor search minimises: the objective, or for latency and energy
+    together their product (EDP), else the first of the two."""
+    if len(objectives) == 1:
+        return objectives[0]
+    return "edp" if set(objectives) == {"latency", "energy"} else objectives[0]
+
+
+def _structures(data: Field) -> tuple[str, ...] | str:
+    if not data.has("structures"):
+        return "baselines"
+    f = data.child("structures")
+    if isinstance(f.data, str):
+        if f.data not in STRUCTURE_MODES:
+            raise data.error("'structures' must be 'search', 'baselines' or a list of "
+                             f"baseline names, got {f.data!r}", "structures")
+        return f.data
+    items = f.elements()
+    if not items:
+        raise f.error("'structures' must name at least one structure")
+    names = []
+    for item in items:
+        if not isinstance(item.data, str):
+            raise item.error(f"expected a baseline name, got {item.data!r}")
+        names.append(item.data)
+    return tuple(names)
+
+
+def _genetic(f: Field | None, objectives: tuple[str, ...]) -> tuple[GAConfig, int]:
+    """The genetic search's settings: small defaults that finish in seconds to a minute."""
+    base = GAConfig(population=12, generations=6, budget=32, rungs=3, objectives=objectives)
+    if f is None:
+        return base, 4
+    f.require_mapping()
+    keys.GENETIC.check(f)
+    population = f.integer("population", base.population, minimum=2)
+    return replace(base, population=population,
+                   generations=f.integer("generations", base.generations, minimum=0),
+                   budget=f.integer("evaluations", base.budget, minimum=1),
+                   rungs=f.integer("rungs", base.rungs, minimum=1),
+                   elite=min(base.elite, population - 1)), f.integer("top", 4, minimum=1)
 
 
 def _limits(f: Field) -> Limits:
@@ -164,18 +206,24 @@ def check_against(config: ExploreConfig, w: Workload, arch: Architecture) -> Non
                              f"has {', '.join(sorted(levels))}", config.source)
 
 
-def candidate_structures(config: ExploreConfig, w: Workload,
-                         arch: Architecture) -> list[tuple[str, Structure]]:
-    """The structures a study searches, by name. Named baselines give their own tree
-    shapes; this is where generated structures (a structure search) plug in."""
+def candidate_structures(config: ExploreConfig, w: Workload, arch: Architecture,
+                         found=()) -> list[tuple[str, Structure]]:
+    """The structures a study searches, by name: the named baselines' tree shapes and, with
+    `structures: search`, before them the structures the genetic search `found` (name,
+    structure) pairs."""
     from tileflow.dataflows import baselines_for, build
 
-    names = baselines_for(w) if config.structures == "baselines" else config.structures
-    out = []
+    names = config.structures if isinstance(config.structures, tuple) else baselines_for(w)
+    out = list(found)
     for name in names:
         try:
             flow = build(name, w, arch)
         except InputError as exc:
             raise InputError(f"structures: {exc.message}", config.source) from None
+        except (ValueError, IndexError) as exc:  # a builder that cannot size this case
+            if config.structures == "search":
+                continue
+            raise InputError(f"structures: '{name}' cannot be built for this workload: "
+                             f"{exc}", config.source) from None
         out.append((name, structure_of(w, arch, flow)))
     return out

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from tileflow.cost import Result
-from tileflow.explore import timeline
+from tileflow.explore import pareto, timeline
 from tileflow.explore.session import Outcome, objective_value
 from tileflow.tree import Dataflow, Op, Tile
 
 FILES = ("best.yaml", "points.csv", "convergence.png", "summary.md", "summary.json",
-         "timeline.png", "timeline.json")
+         "timeline.png", "timeline.json", "front.csv", "front.png")
 PRIMITIVE_WORDS = {
     "Seq": "one after another (a child's data is dropped unless the next one uses it)",
     "Shar": "one after another, sharing the data they hold",
@@ -90,6 +90,7 @@ def summary(outcome: Outcome) -> dict:
     data: dict = {
         "study": cfg.name, "accelerator": outcome.arch.name, "workload": outcome.workload.name,
         "sizes": dict(outcome.workload.sizes), "objective": cfg.objective,
+        "objectives": list(cfg.objectives), "structures": _mode(cfg.structures),
         "method": cfg.method, "evaluations": int(len(outcome.points)),
         "valid_points": int(outcome.points["valid"].sum()) if len(outcome.points) else 0,
         "seconds": outcome.seconds, "interrupted": outcome.interrupted,
@@ -111,7 +112,17 @@ def summary(outcome: Outcome) -> dict:
     valid = [b.result.cycles for b in outcome.baselines if b.result.valid]
     if best is not None and valid:
         data["found"]["speedup_over_best_baseline"] = min(valid) / best.cycles
+    if outcome.structure_search is not None:
+        data["structure_search"] = outcome.structure_search
+    if len(cfg.objectives) == 2:
+        table = pareto.front(outcome.points, cfg.objectives)
+        keep = ["structure", "factors", "cycles", "energy_pj", "dram_words", "edp"]
+        data["front"] = table[[k for k in keep if k in table]].to_dict("records")
     return data
+
+
+def _mode(structures) -> str | list[str]:
+    return list(structures) if isinstance(structures, tuple) else structures
 
 
 def _num(x, pattern: str = "{:,.0f}") -> str:
@@ -158,6 +169,25 @@ def summary_markdown(outcome: Outcome, data: dict) -> str:
                  "", *found["description"], ""]
     else:
         text += ["No valid dataflow was found within the budget.", ""]
+    search = data.get("structure_search")
+    if search:
+        text += [f"Structures: a genetic search over tree structures (seeded with the "
+                 f"baselines' {', '.join(search['baseline_seeds'])}) evaluated "
+                 f"{search['structures']:,} structures with {search['evaluations']:,} "
+                 f"tile-factor evaluations in {search['seconds']:,.1f} s; its best "
+                 f"structures (`searched-1`, ...) and the baselines' were then searched "
+                 f"above. Repairs by rule: {search['repairs']}; children rejected: "
+                 f"{search['rejected']}.", ""]
+    if "front" in data:
+        x, y = cfg.objectives
+        text += [f"Pareto front of {x} and {y} over the valid points ({len(data['front'])} "
+                 "points; `front.csv`, `front.png`):", "",
+                 "| structure | factors | cycles | energy (uJ) | DRAM words |",
+                 "|---|---|---|---|---|"]
+        text += [f"| {r['structure']} | {r['factors']} | {_num(r['cycles'])} | "
+                 f"{_num(r['energy_pj'] / 1e6, '{:,.2f}')} | {_num(r['dram_words'])} |"
+                 for r in data["front"]]
+        text += ["", "![front](front.png)", ""]
     text += ["Baselines: *own rule* is each baseline's factors chosen by its own rule (Chimera: "
              "least DRAM traffic that fits; TileFlow-Pipe: lowest latency; the others: "
              "largest tiles that fit); *searched* is the best point of its structure in this "
@@ -209,6 +239,7 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
     from tileflow.tree import to_dict
 
     out = Path(out_dir)
+    cfg = outcome.config
     data = summary(outcome)
     data["files"] = {}
     if outcome.best is not None:
@@ -226,6 +257,13 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
             timeline.trace_json(evs, outcome.arch.clock_ghz)))
     atomic_write(out / "points.csv", lambda p: outcome.points.to_csv(p, index=False))
     atomic_write(out / "convergence.png", lambda p: convergence_plot(outcome, p))
+    if len(cfg.objectives) == 2:
+        table = pareto.front(outcome.points, cfg.objectives)
+        atomic_write(out / "front.csv", lambda p: table.to_csv(p, index=False))
+        marks = {b.name: tuple(objective_value(b.result, o) for o in cfg.objectives)
+                 for b in outcome.baselines if b.result.valid}
+        atomic_write(out / "front.png", lambda p: pareto.plot(
+            outcome.points, table, cfg.objectives, marks, f"{cfg.name}: Pareto front", p))
     data["slots"] = outcome.slots
     data["files"] = {name: str(out / name) for name in FILES if (out / name).exists()}
     atomic_write(out / "summary.json", lambda p: p.write_text(json.dumps(data, indent=2)))

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ class Outcome:
     slots: dict[str, list[str]]  # structure -> slot labels (the factors' order)
     seconds: float
     interrupted: bool = False
+    structure_search: dict | None = None  # what the genetic search did (structures: search)
 
 
 def slot_labels(structure) -> list[str]:
@@ -54,22 +56,58 @@ def slot_labels(structure) -> list[str]:
 
 
 def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
-                   fitted: dict[str, Dataflow], seed: int) -> list[studies.Candidate]:
+                   fitted: dict[str, Dataflow], seed: int, found=None) -> list[studies.Candidate]:
     """Candidate structures with their warm starts: the builder's default factors, the
-    baseline's fitted factors and, for chains, the closed-form DRAM-minimising tiles."""
+    baseline's fitted factors, the structure search's best factors and, for chains, the
+    closed-form DRAM-minimising tiles."""
+    from tileflow.explore.structure import structure_of
+    from tileflow.explore.structure_study import structures_of
+
     rng = np.random.default_rng(seed)
     tiles = closed_form_tiles(w, arch)
+    searched = structures_of(found, w, arch) if found is not None else []
+    best = {name: factors for name, _, factors in searched}
     out = []
-    for name, structure in candidate_structures(config, w, arch):
+    for name, structure in candidate_structures(config, w, arch,
+                                                [(n, s) for n, s, _ in searched]):
         warm = [structure.default_factors]
+        if name in best:
+            warm.append(best[name])
         if name in fitted:
-            from tileflow.explore.structure import structure_of
-
             warm.append(structure_of(w, arch, fitted[name]).default_factors)
         if tiles:
             warm += warm_rows(Space(structure), tiles, rng)
         out.append(studies.Candidate(name, structure, tuple(warm)))
     return out
+
+
+def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dataflow],
+              found) -> dict[str, list[np.ndarray]]:
+    """Points every study holds: each baseline's own factors (where its fitted tree has its
+    candidate's shape) and the structure search's best factors of each structure it found
+    (so the found dataflow is never worse than them)."""
+    from tileflow.explore.structure import structure_of
+    from tileflow.explore.structure_study import structures_of
+
+    shapes = {c.name: c.structure.key for c in candidates}
+    rows = {}
+    for name, flow in fitted.items():
+        own = structure_of(w, arch, flow)
+        if shapes.get(name) == own.key:
+            rows[name] = [own.default_factors]
+    for name, _, factors in structures_of(found, w, arch) if found is not None else []:
+        rows.setdefault(name, []).append(factors)
+    return rows
+
+
+def search_structures(config: ExploreConfig, w: Workload, arch: Architecture, storage,
+                      resume: bool):
+    """The genetic search over structures (`structures: search`), kept in `storage`."""
+    from tileflow.explore.structure_study import run_search
+
+    return run_search(w, arch, storage, objectives=config.objectives,
+                      objective=config.objective, limits=config.limits, method=config.method,
+                      ga=config.genetic_config, top=config.top, resume=resume)
 
 
 def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
@@ -84,9 +122,13 @@ def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str
 def _worker_entry(config: ExploreConfig, url: str, worker: int) -> None:
     """A worker process: the same candidates (warm-started from defaults and closed form),
     its own seed, the shared study."""
+    from tileflow.explore.structure_study import read_found
+
     w, arch = config.load()
-    candidates = candidates_for(config, w, arch, {}, config.seed + worker)
-    study = studies.create_or_load(studies.open_storage(url), candidates, config.objective,
+    storage = studies.open_storage(url)
+    found = read_found(storage, w, arch) if config.structures == "search" else None
+    candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
+    study = studies.create_or_load(storage, candidates, config.objective,
                                    config.limits, resume=True, extra=config.method,
                                    fail_running=False)
     studies.run(study, candidates, config.objective, config.limits, method=config.method,
@@ -106,11 +148,25 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
     from tileflow.dataflows import baselines_for
 
     url = storage_url(config, storage, workers)
-    bare = [studies.Candidate(n, s) for n, s in candidate_structures(config, w, arch)]
-    study = studies.create_or_load(studies.open_storage(url), bare, config.objective,
+    store = studies.open_storage(url)
+    start = time.perf_counter()
+    found = None
+    if config.structures == "search":
+        if progress:
+            print(f"explore {config.name}: searching structures", file=sys.stderr)
+        found = search_structures(config, w, arch, store, resume)
+    candidates = candidates_for(config, w, arch, {}, config.seed, found)
+    bare = [studies.Candidate(c.name, c.structure) for c in candidates]
+    if found is not None and resume:  # a run stopped during the structure search resumes
+        import optuna  # with the tile-factor study not yet started
+
+        resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
+    study = studies.create_or_load(store, bare, config.objective,
                                    config.limits, resume, extra=config.method)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
-    candidates = candidates_for(config, w, arch, fitted, config.seed)
+    candidates = candidates_for(config, w, arch, fitted, config.seed, found)
+    studies.seed_points(study, candidates, config.objective, config.limits,
+                        seed_rows(w, arch, candidates, fitted, found))
     procs = []
     if workers > 1:
         context = multiprocessing.get_context("spawn")
@@ -120,7 +176,6 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
             p.start()
     bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
                desc=f"explore {config.name}", leave=False)
-    start = time.perf_counter()
 
     def show(worker: studies.Worker) -> None:
         best = worker.best()
@@ -147,8 +202,11 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
     for p in procs:
         if p.exitcode not in (0, None) and not interrupted:
             raise InputError(f"explore worker process {p.pid} failed (exit {p.exitcode})")
-    return gather(config, w, arch, study, candidates, fitted,
-                  time.perf_counter() - start, interrupted)
+    outcome = gather(config, w, arch, study, candidates, fitted,
+                     time.perf_counter() - start, interrupted)
+    if found is not None:
+        outcome = replace(outcome, structure_search=found.summary)
+    return outcome
 
 
 def points_frame(study, candidates) -> pd.DataFrame:

@@ -286,6 +286,38 @@ def _answer(cache: PointCache, rows: np.ndarray) -> Evaluated:
     return Evaluated(rows, cost, valid, metrics)
 
 
+def seed_points(study, candidates: Sequence[Candidate], objective: str, limits: Limits,
+                rows: dict[str, list[np.ndarray]]) -> int:
+    """Evaluate the given rows of each structure (points the study must hold whatever its
+    budget: the baselines' own factors, the structure search's best) as one trial per
+    structure, skipping rows a completed trial holds already. Returns rows evaluated."""
+    from optuna.trial import TrialState
+
+    held: dict[str, set[bytes]] = {}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if "points" in trial.user_attrs:
+            done, _ = decode(trial.user_attrs["points"])
+            held.setdefault(trial.user_attrs.get("structure"), set()).update(
+                r.tobytes() for r in done)
+    total = 0
+    for c in candidates:
+        space = Space(c.structure)
+        fresh = {np.asarray(r, dtype=np.int64).tobytes(): np.asarray(r, dtype=np.int64)
+                 for r in rows.get(c.name, ()) if len(r) == space.size}
+        new = [r for key, r in fresh.items() if key not in held.get(c.name, set())]
+        if not new:
+            continue
+        cache = PointCache(space, objective, limits)
+        result = cache.evaluate(np.array(new))
+        trial = study.ask()
+        trial.set_user_attr("structure", c.name)
+        trial.set_user_attr("points", _encode(np.array(new), result, 0))
+        best = float(np.min(result.cost))
+        study.tell(trial, best if math.isfinite(best) else 1e300)
+        total += len(new)
+    return total
+
+
 def run(study, candidates: Sequence[Candidate], objective: str, limits: Limits, *,
         method: str = "mcts", seed: int = 0, worker: int = 0, batch: int = 64,
         shared: bool = False, budget_evals: int | None = None, budget_seconds: float | None = None,

@@ -19,8 +19,11 @@ from tileflow.kernels.c_source import ENTRY, KernelSource
 
 CC = os.environ.get("CC", "cc")
 # the compiler may vectorise any loop; the tree's SIMD lanes are marked `omp simd`
+# -O3 would interchange loops and unroll-and-jam them: the kernel would no longer run the
+# tree's loop order (a third of the random trees' kernels were reordered)
+KEEP_LOOP_ORDER = ("-fno-loop-interchange", "-fno-loop-unroll-and-jam")
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fno-math-errno",
-         "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math")
+         "-fno-trapping-math", "-fno-signed-zeros", "-fassociative-math", *KEEP_LOOP_ORDER)
 
 
 class BuildError(RuntimeError):

@@ -72,6 +72,17 @@ def pitched(shape) -> tuple[int, ...]:
     return (*shape[:-1], last + 16 if last % 64 == 0 else last)
 
 
+def _fill(array: str, shape, value: str) -> str:
+    """Set every element of an array to `value`, its rows' padding left alone (a cache
+    would otherwise bring in lines the kernel never uses)."""
+    shape = tuple(int(e) for e in shape)
+    n, last, pitch = math.prod(shape), (shape[-1] if shape else 1), pitched(shape)[-1:] or (1,)
+    if pitch[0] == last:
+        return f"for (long z = 0; z < {n}L; ++z) {array}[z] = {value};"
+    return (f"for (long r = 0; r < {n // last}L; ++r) for (long z = 0; z < {last}L; ++z) "
+            f"{array}[r * {pitch[0]}L + z] = {value};")
+
+
 @dataclass(frozen=True)
 class KernelSource:
     """Generated C: the source text, the entry point and the order of its array arguments."""
@@ -114,8 +125,7 @@ class _Generator:
         for op in w.ops:  # final outputs that accumulate start from the update's identity
             t = op.output.tensor
             if op.accumulates and t not in self.buffers:
-                n = math.prod(pitched(w.shapes[t]))
-                self.emit(f"for (long z = 0; z < {n}L; ++z) {t}[z] = {INIT[op.update]};", 1)
+                self.emit(_fill(t, w.shapes[t], INIT[op.update]), 1)
                 scope.init_depth[t] = 0
         self.tile("root", self.nest.plan.flow.root, scope, 1)
         body = self.lines[body_start:]
@@ -211,7 +221,7 @@ class _Generator:
             return
         value = INIT[producer.update]
         if b.local:
-            self.emit(f"for (long z = 0; z < {words}L; ++z) {t}_local[z] = {value};", depth)
+            self.emit(_fill(f"{t}_local", b.extents, value), depth)
             return
         depth0 = depth
         index = []

@@ -12,8 +12,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tileflow.cost import Result
-from tileflow.kernels.build import CC, BuildError
+from tileflow.kernels.build import CC, KEEP_LOOP_ORDER, BuildError
 from tileflow.kernels.c_source import ENTRY, KernelSource
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -23,7 +22,10 @@ CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 # the driver targets x86-64-v2 (SSE4.2); the addresses touched, hence the misses, are the
 # same whatever the vector width
 DRIVER_FLAGS = ("-O3", "-march=x86-64-v2", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math",
-                "-fno-signed-zeros", "-fassociative-math")
+                "-fno-signed-zeros", "-fassociative-math", *KEEP_LOOP_ORDER,
+                # bind library calls at load time: the first memset call inside the kernel
+                # would otherwise run the dynamic linker, whose misses are not the kernel's
+                "-Wl,-z,now")
 
 
 def valgrind_missing() -> str | None:
@@ -68,11 +70,15 @@ def geometry(arch: Architecture, level: str) -> CacheGeometry:
     return CacheGeometry(sets * assoc * line, assoc, line)
 
 
-def driver_source(kernel: KernelSource, w: Workload, flush_bytes: int) -> str:
+def driver_source(kernel: KernelSource, w: Workload, flush_bytes: int,
+                  baseline: bool = False) -> str:
     """The kernel plus a main(): allocate and fill the arrays, evict them from the caches by
-    sweeping a large buffer, call the kernel once on one thread."""
+    sweeping a large buffer, call the kernel once on one thread. The `baseline` driver is
+    the same program but for one constant that skips the call: the setup's own misses (and
+    the loader's, which bind the same symbols), to be subtracted from the whole program's."""
     lines = [f"void {ENTRY}(float **args, int nthreads) __attribute__((noinline));",
-             kernel.text, "#include <stdio.h>", "int main(void) {",
+             kernel.text, "#include <stdio.h>",
+             f"volatile int tf_run_kernel = {0 if baseline else 1};", "int main(void) {",
              f"    float *args[{max(len(kernel.arguments), 1)}];", "    unsigned s = 1u;"]
     for i, t in enumerate(kernel.arguments):
         n = math.prod(kernel.layouts.get(t, w.shapes[t]))
@@ -82,7 +88,7 @@ def driver_source(kernel: KernelSource, w: Workload, flush_bytes: int) -> str:
                   f"args[{i}][z] = (float)(s >> 8) / 16777216.0f - 0.5f; }}"]
     lines += [f"    volatile char *flush = (volatile char *)malloc({flush_bytes}L);",
               f"    for (long z = 0; z < {flush_bytes}L; z += 64) flush[z] = (char)z;",
-              f"    {ENTRY}(args, 1);",
+              f"    if (tf_run_kernel) {ENTRY}(args, 1);",
               "    double check = 0;"]
     for i, t in enumerate(kernel.arguments):
         if t in w.outputs:
@@ -93,9 +99,12 @@ def driver_source(kernel: KernelSource, w: Workload, flush_bytes: int) -> str:
 
 @dataclass(frozen=True)
 class Misses:
-    """Cachegrind's counts for the kernel function alone."""
+    """Cachegrind's counts for one call of the kernel, with everything it calls (memset and
+    memcpy that the compiler substitutes for loops, malloc, libm): the whole program's
+    counts less those of the same driver without the kernel call."""
 
-    d1_misses: int  # D1mr + D1mw: lines brought into the first-level data cache
+    d1_misses: int  # D1mr + D1mw: lines brought into the first-level data cache (read
+    # misses and write-allocate misses; cachegrind does not count write-backs)
     ll_misses: int  # DLmr + DLmw: lines brought into the last-level cache
     d1: CacheGeometry
     ll: CacheGeometry
@@ -110,8 +119,9 @@ class Misses:
         return self.ll_misses * self.ll.line_bytes
 
 
-def parse_output(text: str, function: str = ENTRY) -> dict[str, int]:
-    """Sum the events of `function` in a cachegrind.out file."""
+def parse_output(text: str, function: str | None = ENTRY) -> dict[str, int]:
+    """Sum the events of `function` in a cachegrind.out file; function None: the whole
+    program's totals (its `summary:` line)."""
     events: list[str] = []
     totals: dict[str, int] = {}
     current = None
@@ -119,6 +129,8 @@ def parse_output(text: str, function: str = ENTRY) -> dict[str, int]:
         if line.startswith("events:"):
             events = line.split()[1:]
             totals = dict.fromkeys(events, 0)
+        elif line.startswith("summary:") and function is None:
+            return {n: int(v) for n, v in zip(events, line.split()[1:], strict=False)}
         elif line.startswith("fn="):
             current = line[3:].strip()
         elif current == function and line[:1].isdigit():
@@ -128,52 +140,45 @@ def parse_output(text: str, function: str = ENTRY) -> dict[str, int]:
     return totals
 
 
-def measure(kernel: KernelSource, w: Workload, d1: CacheGeometry, ll: CacheGeometry,
-            timeout_s: float = 600) -> Misses:
-    """Compile the driver and run it once under cachegrind (the kernel must be generated
-    single-threaded)."""
-    reason = valgrind_missing()
-    if reason:
-        raise RuntimeError(f"cannot measure cache traffic: {reason}")
+EVENTS = ("D1mr", "D1mw", "DLmr", "DLmw", "Dr", "Dw")
+
+
+def _run(source: str, d1: CacheGeometry, ll: CacheGeometry, timeout_s: float) -> dict[str, int]:
+    """Compile a driver and run it once under cachegrind: the whole program's totals."""
     with tempfile.TemporaryDirectory() as tmp:
         src, exe, out = Path(tmp) / "driver.c", Path(tmp) / "driver", Path(tmp) / "cg.out"
-        src.write_text(driver_source(kernel, w, 4 * ll.size_bytes))
+        src.write_text(source)
         done = subprocess.run([CC, *DRIVER_FLAGS, str(src), "-o", str(exe), "-lm"],
                               capture_output=True, text=True)
         if done.returncode:
             raise BuildError(f"{CC} failed on a cachegrind driver:\n{done.stderr[-4000:]}")
-        d1_size_ok = d1.option()
         i1 = CacheGeometry(32768, 8, d1.line_bytes)
         run = subprocess.run(
             ["valgrind", "--tool=cachegrind", f"--cachegrind-out-file={out}",
-             f"--I1={i1.option()}", f"--D1={d1_size_ok}", f"--LL={ll.option()}", str(exe)],
+             f"--I1={i1.option()}", f"--D1={d1.option()}", f"--LL={ll.option()}", str(exe)],
             capture_output=True, text=True, timeout=timeout_s,
             env={**os.environ, "OMP_NUM_THREADS": "1"})
         if run.returncode:
             lines = run.stderr.splitlines() or ["(no output)"]
             reason = next((x for x in lines if "unhandled" in x or "Illegal" in x), lines[-1])
             raise RuntimeError(f"cachegrind failed ({reason.strip()}):\n{run.stderr[-4000:]}")
-        totals = parse_output(out.read_text())
-    return Misses(totals.get("D1mr", 0) + totals.get("D1mw", 0),
-                  totals.get("DLmr", 0) + totals.get("DLmw", 0), d1, ll,
-                  totals.get("Dr", 0) + totals.get("Dw", 0))
+        totals = parse_output(out.read_text(), None)
+    return {e: totals.get(e, 0) for e in EVENTS}
 
 
-def boundary_words(result: Result, inner: str) -> float:
-    """Words the model moves across the boundary just above level `inner`: per tensor, the
-    fills of the outermost level at or below the boundary that the tensor passes through,
-    plus the updates into the innermost level above it (write-backs)."""
-    levels = list(result.levels)
-    j = levels.index(inner)
-    words = 0.0
-    tensors = {t for per in result.traffic.values() for t in per}
-    for t in tensors:
-        below = [lv for lv in levels[j:] if t in result.traffic.get(lv, {})]
-        above = [lv for lv in levels[:j] if t in result.traffic.get(lv, {})]
-        if below and above:
-            words += result.traffic[below[0]][t].fill
-            words += result.traffic[above[-1]][t].update
-    return words
+def measure(kernel: KernelSource, w: Workload, d1: CacheGeometry, ll: CacheGeometry,
+            timeout_s: float = 600) -> Misses:
+    """Run the driver once under cachegrind (the kernel must be generated single-threaded)
+    and subtract the baseline driver's counts."""
+    reason = valgrind_missing()
+    if reason:
+        raise RuntimeError(f"cannot measure cache traffic: {reason}")
+    flush = 4 * ll.size_bytes
+    base = _run(driver_source(kernel, w, flush, baseline=True), d1, ll, timeout_s)
+    totals = _run(driver_source(kernel, w, flush), d1, ll, timeout_s)
+    net = {e: max(totals[e] - base[e], 0) for e in EVENTS}
+    return Misses(net["D1mr"] + net["D1mw"], net["DLmr"] + net["DLmw"], d1, ll,
+                  net["Dr"] + net["Dw"])
 
 
 def tempdir() -> str:

@@ -16,12 +16,14 @@ import pandas as pd
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
 from tileflow.calibrate.latency import boundaries, words_column
-from tileflow.cost import evaluate_plan
+from tileflow.cost import Result, evaluate, evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
+from tileflow.kernels.boundary import boundary_words, inbound_words
 from tileflow.kernels.c_source import generate_c
-from tileflow.kernels.cachegrind import boundary_words, geometry, measure, valgrind_missing
+from tileflow.kernels.cache_view import cache_view_words
+from tileflow.kernels.cachegrind import geometry, measure, valgrind_missing
 from tileflow.kernels.cpu import build_checked
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.timing import environment, time_kernel
@@ -37,6 +39,11 @@ DEFAULT_WORKLOADS = {
     "gemm-chain": {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64},
     "attention": {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64},
 }
+
+
+# how measured traffic is obtained: whole-program cachegrind counts less a baseline run of
+# the same driver without the kernel call (so memset/memcpy/libm calls count, setup does not)
+TRAFFIC_METHOD = "cachegrind, less the same driver not calling the kernel; loop order kept"
 
 
 @dataclass(frozen=True)
@@ -117,14 +124,26 @@ def model_row(w: Workload, arch: Architecture, flow: Dataflow,
            "leaf_steps": sum(leaf.steps for leaf in counts.leaves.values())}
     for outer, inner in boundaries(arch):
         row[words_column(outer, inner)] = boundary_words(result, inner)
-    row["model_first_level_bytes"] = row[_column(arch, config.first_level)] * arch.word_bytes
-    row["model_last_level_bytes"] = row[_column(arch, config.last_level)] * arch.word_bytes
+    return {**row, **model_traffic(w, arch, flow, result, config)}
+
+
+def model_traffic(w: Workload, arch: Architecture, flow: Dataflow, result: Result,
+                  config: CampaignConfig) -> dict:
+    """The model's bytes brought into the measured levels, as cachegrind counts them (read
+    and write-allocate misses): the tree's view and the cache view (with the simulated
+    caches' sizes)."""
+    sizes = {t: w.tensor_words(t) for t in w.tensors}
+    capacities = {level: geometry(arch, level).size_bytes / arch.word_bytes
+                  for level in (config.first_level, config.last_level)}
+    row = {}
+    for name, level in (("first_level", config.first_level), ("last_level", config.last_level)):
+        row[f"model_{name}_bytes"] = inbound_words(result, level, sizes) * arch.word_bytes
+        try:
+            row[f"model_cache_{name}_bytes"] = cache_view_words(
+                w, arch, flow, result, level, capacities) * arch.word_bytes
+        except InvalidDataflow:  # a tree the cache view cannot rebuild: no figure
+            row[f"model_cache_{name}_bytes"] = float("nan")
     return row
-
-
-def _column(arch: Architecture, inner: str) -> str:
-    outer = arch.levels[arch.level_index[inner] - 1].name
-    return words_column(outer, inner)
 
 
 def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: CampaignConfig) -> dict:
@@ -134,16 +153,63 @@ def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: Campaig
            "spread": timing.spread, "repetitions": timing.repetitions,
            "threads": timing.threads, "max_error": checked.max_error}
     if config.traffic:
-        single = generate_c(analyse(w, arch, flow), threads=False)
-        try:
-            misses = measure(single, w, geometry(arch, config.first_level),
-                             geometry(arch, config.last_level))
-        except RuntimeError as exc:  # recorded, not fatal: the row keeps its timing
-            row["traffic_error"] = str(exc).splitlines()[0][:200]
-            return row
-        row["measured_first_level_bytes"] = misses.d1_bytes
-        row["measured_last_level_bytes"] = misses.ll_bytes
+        row.update(measure_traffic(w, arch, flow, config))
     return row
+
+
+def measure_traffic(w: Workload, arch: Architecture, flow: Dataflow,
+                    config: CampaignConfig) -> dict:
+    """Bytes brought into the two measured levels by the single-threaded kernel under
+    cachegrind; a failure is recorded in the row, not raised (the row keeps its timing)."""
+    single = generate_c(analyse(w, arch, flow), threads=False)
+    try:
+        misses = measure(single, w, geometry(arch, config.first_level),
+                         geometry(arch, config.last_level))
+    except RuntimeError as exc:
+        return {"measured_first_level_bytes": float("nan"),
+                "measured_last_level_bytes": float("nan"),
+                "traffic_error": str(exc).splitlines()[0][:200]}
+    return {"measured_first_level_bytes": misses.d1_bytes,
+            "measured_last_level_bytes": misses.ll_bytes, "traffic_error": ""}
+
+
+def remeasure(config: CampaignConfig, out: Path,
+              progress: Callable | None = None) -> pd.DataFrame:
+    """Recompute the model's traffic columns of every kernel in out/measurements.csv, and
+    measure the traffic again of those not yet measured by TRAFFIC_METHOD, keeping the
+    timings (they do not depend on how traffic is measured). Rows are saved as they go: an
+    interrupted run keeps what it re-measured (`traffic_measured_by` names each row's
+    method), and running it again continues."""
+    from tileflow.specs.dataflow import parse_dataflow
+
+    if valgrind_missing():
+        raise InputError(f"cannot measure traffic: {valgrind_missing()}")
+    csv = out / "measurements.csv"
+    frame = read_rows(csv)
+    if not len(frame):
+        raise InputError(f"no measurements to re-measure: {csv} is missing or empty")
+    arch = _campaign_arch(config)
+    for column in ("traffic_measured_by", "traffic_error"):
+        text = frame[column].astype(object) if column in frame else pd.Series("", frame.index)
+        frame[column] = text.where(text.notna(), "").astype(str)
+    bar = progress(total=len(frame)) if progress else None
+    for i, r in frame.iterrows():
+        w = load_workload(r.workload, config.workloads[r.workload])
+        flow = parse_dataflow(Field(json.loads(r.tree), str(csv)))
+        values = model_traffic(w, arch, flow, evaluate(w, arch, flow), config)
+        if r.traffic_measured_by != TRAFFIC_METHOD:
+            values.update(measure_traffic(w, arch, flow, config),
+                          traffic_measured_by=TRAFFIC_METHOD)
+        for k, v in values.items():
+            frame.loc[i, k] = v
+        if r.traffic_measured_by != TRAFFIC_METHOD:
+            write_atomic(frame, csv)
+        if bar:
+            bar.update(1)
+    write_atomic(frame, csv)
+    if bar:
+        bar.close()
+    return frame
 
 
 def read_rows(csv: Path) -> pd.DataFrame:
@@ -164,7 +230,7 @@ def run_campaign(config: CampaignConfig, out: Path,
     if config.traffic and valgrind_missing():
         raise InputError(f"cannot measure traffic: {valgrind_missing()} (set traffic: false "
                          "in the campaign config to time kernels only)")
-    arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    arch = _campaign_arch(config)
     for level in (config.first_level, config.last_level):
         if level not in arch.level_index or arch.level_index[level] == 0:
             raise InputError(f"campaign level '{level}' is not a cache level of {arch.name} "
@@ -187,6 +253,7 @@ def run_campaign(config: CampaignConfig, out: Path,
             row = {"key": key, "workload": name, "shape": _shape(w), "kind": kind,
                    "dataflow": flow.name, "point": index,
                    **model_row(w, arch, flow, config), **measure_one(w, arch, flow, config),
+                   "traffic_measured_by": TRAFFIC_METHOD if config.traffic else "",
                    "tree": json.dumps(to_dict(flow))}
             rows.append(row)
             seen.add(key)
@@ -205,7 +272,7 @@ def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int =
     error."""
     from tileflow.specs.dataflow import parse_dataflow
 
-    arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    arch = _campaign_arch(config)
     rows = []
     for r in frame.sample(min(sample, len(frame)), random_state=seed).itertuples():
         w = load_workload(r.workload, config.workloads[r.workload])
@@ -217,6 +284,12 @@ def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int =
     result = pd.DataFrame(rows)
     write_atomic(result, out / "retest.csv")
     return result
+
+
+def _campaign_arch(config: CampaignConfig) -> Architecture:
+    """The description the kernels run on: one core's view when single-threaded."""
+    arch = load_arch(config.arch)
+    return single_core(arch) if config.threads == 1 else arch
 
 
 def _shape(w: Workload) -> str:

@@ -192,6 +192,13 @@ OPERATOR = Section("operator", "each item of `ops`", (
     Key("expr", "text", "`OUT[i,..] += A[..] * B[..]` (a contraction: matrix array), or "
         "`OUT[..] = f(A[..])`, `OUT[..] = A[..] - B[..]`, `OUT[..] max= A[..]`, ... (vector "
         "unit); indices are dims or affine expressions such as `st1*p+r-pad1`", None),
+    Key("carried", "dimension name", "a reduction dim of this operator (`max=` or `+=`) "
+        "whose running value its consumers may read at every step of a loop over it in "
+        "their common ancestor (online softmax: the running maximum); the state stays "
+        "resident and the accumulators downstream that reduce over the same dim are "
+        "rescaled at every step after the first (see docs/mechanisms.md)", "none: a loop "
+        "over a reduction dim in a common ancestor of producer and consumers is a "
+        "`dependency` violation"),
 ))
 
 DATAFLOW = Section("dataflow", "top level of a dataflow file", (
@@ -243,7 +250,49 @@ LOOP = Section("loop", "an item of `loops` written as a mapping", (
         "the next free axis, x (rows) first, in the order the loops are written"),
 ))
 
+EXPLORE = Section("explore", "top level of an exploration config (`tileflow explore`)", (
+    Key("accelerator", "shipped name or YAML file", "the accelerator (a file relative to the "
+        "config's folder)", None),
+    Key("workload", "shipped name, preset or YAML file", "the workload (`G1`..`G12`, "
+        "`C1`..`C8` or a file relative to the config's folder)", None),
+    Key("preset", "text", "size preset of the workload, e.g. `G3`", "none"),
+    Key("sizes", "mapping dimension -> integer", "sizes overriding the workload's", "none"),
+    Key("objective", "`latency`, `energy`, `edp`, `dram`, or a list of two of them",
+        "what the search minimises; two objectives give a Pareto front (`front.csv`, "
+        "`front.png`), the tile-factor search then minimising their product for latency "
+        "and energy (EDP), else the first", "`latency`"),
+    Key("limits", "mapping", "`footprint_words: {LEVEL: words}` and/or `dram_words: N`: "
+        "constraints beyond the accelerator's", "none"),
+    Key("structures", "`search`, `baselines` or a list of baseline names", "`search`: a "
+        "genetic search over tree structures (fusion, levels, primitives, homes, loop "
+        "orders, spatial loops, array shares), seeded with every applicable baseline's "
+        "structure, then the tile-factor search over its best structures (`searched-1`, ...) "
+        "and the baselines' structures; `baselines`: every applicable baseline's structure; "
+        "a list: those baselines' structures", "`baselines`"),
+    Key("genetic", "mapping", "settings of the structure search (see `genetic`)", "see "
+        "`genetic`"),
+    Key("method", "`mcts`, `random` or `tpe`", "the tile-factor search (also the structure "
+        "search's fitness)", "`mcts`"),
+    Key("budget", "mapping", "`evaluations: N` and/or `seconds: S` of the tile-factor study "
+        "(after the structure search)", "`evaluations: 2000`"),
+    Key("batch", "integer >= 1", "evaluations per trial", "64"),
+    Key("seed", "integer >= 0", "random seed of both searches", "0"),
+    Key("out", "folder", "output folder, relative to the current folder", "`explore-NAME`"),
+    Key("name", "text", "the study's name in reports", "the config file's name"),
+))
+
+GENETIC = Section("genetic", "`genetic` of an exploration config", (
+    Key("population", "integer >= 2", "structures per generation", "12"),
+    Key("generations", "integer >= 0", "generations after the first", "6"),
+    Key("evaluations", "integer >= 1", "tile-factor evaluations a new structure gets; the "
+        "better half of a generation gets twice as many, and so on (successive halving)",
+        "32"),
+    Key("rungs", "integer >= 1", "budget doublings of successive halving", "3"),
+    Key("top", "integer >= 1", "best structures handed to the tile-factor study", "4"),
+))
+
 ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
+EXPLORE_SECTIONS = (EXPLORE, GENETIC)
 WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
 DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
 
