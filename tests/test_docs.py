@@ -13,6 +13,7 @@ import pytest
 
 from tileflow.errors import InputError
 from tileflow.explore.config import parse_config
+from tileflow.explore.sweep_config import parse_sweep
 from tileflow.reference import FILES, markdown
 from tileflow.specs.arch import parse_arch
 from tileflow.specs.dataflow import parse_dataflow
@@ -38,6 +39,8 @@ WORKLOAD = {"dims": {"m": 2, "k": 2, "n": 2},
 EXPLORE = {"accelerator": "edge", "workload": "G1", "structures": "search",
            "genetic": {"population": 4}, "limits": {"dram_words": 1},
            "budget": {"evaluations": 10}}
+SWEEP = {"accelerator": "edge", "workload": "gemm-chain",
+         "sweep": {"parameters": {"L1.capacity_bytes": [4096, 8192]}}}
 DATAFLOW = {"root": {"level": "DRAM", "loops": [{"dim": "m", "factor": 2}],
                      "children": [{"op": "mm"}]}}
 
@@ -59,6 +62,8 @@ PROBES = {
     "genetic": (parse_config, EXPLORE, ("genetic",)),
     "limits": (parse_config, EXPLORE, ("limits",)),
     "budget": (parse_config, EXPLORE, ("budget",)),
+    "sweep": (parse_sweep, SWEEP, ("sweep",)),
+    "sweep.parameters": (parse_sweep, SWEEP, ("sweep", "parameters")),
 }
 
 

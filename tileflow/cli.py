@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tileflow.errors import InputError
+from tileflow.sweep_command import add_sweep_parser, cmd_sweep
 
 EXAMPLES = """examples:
   tileflow compare --arch edge --workload attention
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--batch-rows", type=int, default=8192,
                     help="factor assignments per batched call (default 8192)")
     add_explore_parser(sub)
+    add_sweep_parser(sub)
     return parser
 
 
@@ -560,7 +562,8 @@ def cmd_explore(args) -> int:
 
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
             "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
-            "export-timeloop": cmd_export_timeloop, "explore": cmd_explore}
+            "export-timeloop": cmd_export_timeloop, "explore": cmd_explore,
+            "sweep": cmd_sweep}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

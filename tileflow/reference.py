@@ -12,6 +12,7 @@ from tileflow.specs.keys import (
     ACCELERATOR_SECTIONS,
     DATAFLOW_SECTIONS,
     EXPLORE_SECTIONS,
+    SWEEP_SECTIONS,
     WORKLOAD_SECTIONS,
     Section,
 )
@@ -22,6 +23,7 @@ FILES: tuple[tuple[str, tuple[Section, ...]], ...] = (
     ("Workload files (`--workload`)", WORKLOAD_SECTIONS),
     ("Dataflow files (`--dataflow`)", DATAFLOW_SECTIONS),
     ("Exploration configs (`tileflow explore CONFIG.yaml`)", EXPLORE_SECTIONS),
+    ("Sweep configs (`tileflow sweep`)", SWEEP_SECTIONS),
 )
 
 HEAD = """# Reference: every key of the input files

@@ -308,3 +308,45 @@ ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
 WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
 DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
 EXPLORE_SECTIONS = (EXPLORE, GENETIC, EXPLORE_LIMITS, EXPLORE_BUDGET)
+
+SWEEP = Section("sweep", "`sweep` of a sweep config (`tileflow sweep`): an exploration config "
+                "(the keys of `tileflow explore`) with this section added", (
+    Key("parameters", "mapping parameter -> list of values", "the accelerator parameters "
+        "swept and their values; see `sweep.parameters`", None),
+    Key("mode", "`grid` or `zip`", "`grid`: every combination of the parameters' values; "
+        "`zip`: the i-th values of every parameter together (the lists must be as long)",
+        "`grid`"),
+    Key("bound", "level name or `none`", "the on-chip level whose capacity the data-movement "
+        "bound is drawn against (docs in README, `tileflow sweep`)", "the level of the first "
+        "capacity parameter, else `none`"),
+    Key("bound_max_tilings", "integer >= 1", "structures with more tilings than this after "
+        "pruning are left out of the bound (and named in its report)", "3000000"),
+    Key("bound_sample_tilings", "integer >= 0", "random tilings of each left-out structure "
+        "evaluated to show whether it would lower the bound (reported apart, never part of "
+        "the bound)", "5000"),
+), about="A point's accelerator is the config's accelerator with the point's values written "
+         "into it and validated like any accelerator file; it is saved beside the results.")
+
+SWEEP_PARAMETERS = Section("sweep.parameters", "each key of `sweep.parameters`: "
+                           "`LEVEL.NAME`, `matrix.NAME` or `vector.NAME`", (
+    Key("LEVEL.capacity_bytes", "list of numbers > 0", "capacity of one instance of LEVEL "
+        "(replaces its `capacity_words`)", None, "bytes"),
+    Key("LEVEL.capacity_words", "list of numbers > 0", "capacity of one instance of LEVEL "
+        "(replaces its `capacity_bytes`)", None, "words"),
+    Key("LEVEL.read_bandwidth_gbps", "list of numbers > 0", "read bandwidth of one instance",
+        None, "GB/s"),
+    Key("LEVEL.write_bandwidth_gbps", "list of numbers > 0", "write bandwidth of one instance",
+        None, "GB/s"),
+    Key("LEVEL.bandwidth_gbps", "list of numbers > 0", "read and write bandwidth together",
+        None, "GB/s"),
+    Key("LEVEL.fanout", "list of integers >= 1", "instances per instance of the level above "
+        "(the number of cores for the level under DRAM); drops the level's `mesh`", None,
+        "instances"),
+    Key("matrix.size", "list of integers >= 1", "rows and columns of the PE array (a "
+        "per-PE level feeding it keeps one instance per PE)", None, "PEs"),
+    Key("matrix.rows", "list of integers >= 1", "rows of the PE array", None, "PEs"),
+    Key("matrix.cols", "list of integers >= 1", "columns of the PE array", None, "PEs"),
+    Key("vector.lanes", "list of integers >= 1", "lanes of the vector unit", None, "lanes"),
+))
+
+SWEEP_SECTIONS = (SWEEP, SWEEP_PARAMETERS)
