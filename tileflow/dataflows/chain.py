@@ -59,8 +59,8 @@ def _shared(r: Roles) -> tuple[str, ...]:
 
 
 def _middle_group(w: Workload, hw: Hardware, r: Roles, ext: Mapping[str, int],
-                  primitive: str = "Seq") -> list[Tile]:
-    tiles = [compute_tile(w, hw, o, ext, shared=_shared(r)) for o in r.middle]
+                  primitive: str = "Seq", array: tuple[int, int] | None = None) -> list[Tile]:
+    tiles = [compute_tile(w, hw, o, ext, array, shared=_shared(r)) for o in r.middle]
     if len(tiles) <= 1:
         return tiles
     return [Tile(hw.buffer, (), tuple(tiles), primitive, name="softmax")]
@@ -193,11 +193,20 @@ def _fused_chain(w: Workload, arch: Architecture, tm: int, tl: int, primitive: s
                  split_array: bool, name: str) -> Dataflow:
     hw, r = Hardware.of(arch), Roles.of(w)
     loops, ext = core_split(w, hw, r.batch, r.rows, tm)
-    half = (hw.rows, max(hw.cols // 2, 1)) if split_array else None
-    stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, _shared(r), half)]
-    stages += _middle_group(w, hw, r, ext, "Shar")
-    stages.append(_branch(w, hw, r.last, ext, {r.inner: tl}, _shared(r), half))
+    ends, middle = _array_split(hw, r) if split_array else (None, None)
+    stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, _shared(r), ends)]
+    stages += _middle_group(w, hw, r, ext, "Shar", middle)
+    stages.append(_branch(w, hw, r.last, ext, {r.inner: tl}, _shared(r), ends))
     return Dataflow(Tile(hw.outer, loops, tuple(stages), primitive, name=name), name)
+
+
+def _array_split(hw: Hardware, r: Roles) -> tuple[tuple[int, int], tuple[int, int] | None]:
+    """The PE columns of pipelined stages running at once: half each for the two matrix
+    stages; where the vector operators run on the array too, a quarter each and the middle
+    stage the other half."""
+    if hw.vector_on_matrix and r.middle:
+        return (hw.rows, max(hw.cols // 4, 1)), (hw.rows, max(hw.cols // 2, 1))
+    return (hw.rows, max(hw.cols // 2, 1)), None
 
 
 def _default_tiles(w: Workload, r: Roles, hw: Hardware,
