@@ -56,8 +56,10 @@ def installed(tmp_path_factory) -> dict:
     wheel = next((root / "dist").glob("tileflow-*.whl"))
     venv = root / "venv"
     _run(sys.executable, "-m", "venv", "--system-site-packages", venv, cwd=root)
-    _run(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", wheel, cwd=root)
+    # without the checkout on the path, and over any tileflow the system site already has
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--force-reinstall",
+         wheel, cwd=root, env=env)
     work = root / "elsewhere"
     work.mkdir()
     return {"wheel": wheel, "bin": venv / "bin", "env": env, "cwd": work}
