@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, workload
 from hypothesis import HealthCheck, given, settings
-from trees import ARCH, trees
+from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.bench import exact_assignments
@@ -112,17 +112,19 @@ TIMED = replace(ARCH, levels=tuple(
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))
 CASES = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv-halo": CONV,
-         "strided": STRIDED, "independent twins": TWINS}
+         "strided": STRIDED, "independent twins": TWINS, "conv-halo kept": CONV}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_random_trees(case: str) -> None:
+    """(`conv-halo kept`: trees that keep the halo, which the batch evaluates row by row.)"""
     w = workload(CASES[case])
     rng = np.random.default_rng(7)
     totals = [0, 0]
+    kept = case.endswith("kept")
 
     @SETTINGS
-    @given(trees(w))
+    @given(trees(w).map(lambda flow: keep_halos(w, flow) if kept else flow))
     def check(flow) -> None:
         try:
             evaluate(w, TIMED, flow)

@@ -84,7 +84,21 @@ def _dims(plan: Plan, path: OpPath, j: int) -> dict[str, DimRec]:
     """Each dim's size, extent inside the buffer below path position j, and shift."""
     sizes = plan.workload.sizes
     extents = path.extents_from[j + 1]
-    return {d: DimRec(sizes[d], extents[d], path.shift.get(d, 0)) for d in path.op.dims}
+    cut = path.cut or {}
+    return {d: DimRec(sizes[d], extents[d], path.shift.get(d, 0), cut.get(d, 0))
+            for d in path.op.dims}
+
+
+def _point_dims(plan: Plan, path: OpPath) -> dict[str, DimRec]:
+    """Each dim of the operator as single iterations (extent 1): its iteration space."""
+    sizes = plan.workload.sizes
+    cut = path.cut or {}
+    return {d: DimRec(sizes[d], 1, path.shift.get(d, 0), cut.get(d, 0)) for d in path.op.dims}
+
+
+def _all_loops(path: OpPath) -> list[LoopRec]:
+    return [LoopRec(lp.dim, lp.n, lp.stride, False, m)
+            for lp, m in zip(path.loops, path.marks, strict=True)]
 
 
 def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
@@ -203,7 +217,8 @@ def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, dims_y: dict[str
     union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
     inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
     inst_y = inst_x * math.prod(lp.n for lp in union_sp)
-    union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
+    marks = dict(zip(path.loops, path.marks, strict=True))
+    union = [LoopRec(lp.dim, lp.n, lp.stride, False, marks[lp]) for lp in union_sp]
     return union, _ExactTiling(plan, path, j, run_start, dims_y, union_sp), inst_x, inst_y
 
 
@@ -223,15 +238,18 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
     """Words moved over the boundary below path position j, by the exact per-axis sums:
     (into the child level, out of the parent, partial sums refilled into each)."""
     temporal = []
-    for lp, ep in zip(path.loops, epoch, strict=True):
+    for lp, ep, m in zip(path.loops, epoch, path.marks, strict=True):
         if lp.node > j or lp.spatial:
             continue
-        temporal.append((LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse)), ep))
+        temporal.append((LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse), m),
+                         ep))
     # spatial instances above the boundary each hold their own copy: no reuse between them
-    inst_y = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
-              for lp in path.loops if lp.spatial and lp.node <= j]
-    inst_x = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
-              for lp in path.loops if lp.spatial and lp.node < run_start]
+    inst_y = [(LoopRec(lp.dim, lp.n, lp.stride, True, m), True)
+              for lp, m in zip(path.loops, path.marks, strict=True)
+              if lp.spatial and lp.node <= j]
+    inst_x = [(LoopRec(lp.dim, lp.n, lp.stride, True, m), True)
+              for lp, m in zip(path.loops, path.marks, strict=True)
+              if lp.spatial and lp.node < run_start]
     loops_y = [r for r, _ in inst_y + temporal]
     loops_x = [r for r, _ in inst_x + temporal]
     moved_y = words_moved(axes, dims_y, loops_y)
@@ -375,8 +393,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     if exact:  # every iteration is a real one: a product of trip counts
         ops = math.prod(lp.n for lp in path.loops)
     else:
-        dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
-        all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
+        dims = _point_dims(plan, path)
+        all_loops = _all_loops(path)
         op_axes = tuple(AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
         ops = iteration_count(op_axes, dims, all_loops)
     reads = 0.0
@@ -399,8 +417,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
                 lp.n for lp, m in zip(path.loops, marks, strict=True)
                 if m and lp.dim not in op.output.dims)
         else:  # clipped, shifted, or summed output indices (instances may overlap)
-            dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
-            all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
+            dims = _point_dims(plan, path)
+            all_loops = _all_loops(path)
             guards = [d for d in op.dims if d not in op.output.dims]
             starts = first_touches(axes, dims, all_loops, marks, guards)
         counts.traffic[(home, out)][READ] += ops - starts
@@ -413,6 +431,10 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         fed.append(Transfer(home, ops, instances[out], "write", out))
         updates = 0
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
+    if path.cut:  # a kept halo: the iterations past the first of a sweep do fewer rows
+        whole = iteration_count(op_axes, {d: r._replace(cut=0) for d, r in dims.items()},
+                                all_loops)
+        steps = steps * ops / whole if whole else steps
     counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, x,
                                   reads, updates, inst_x, tuple(fed))
 

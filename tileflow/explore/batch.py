@@ -75,8 +75,8 @@ SHARING_PRIMITIVES = ("Shar", "Para", "Pipe")
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass or set buffering depths, levels with a default depth or perfect overlap,
-    siblings that may share an input, outputs written through a summed index. Such
+    that bypass, set buffering depths or keep a halo, levels with a default depth or perfect
+    overlap, siblings that may share an input, outputs written through a summed index. Such
     structures are evaluated row by row with the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
     if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
@@ -88,6 +88,8 @@ def scalar_only(structure: Structure) -> str:
             continue
         if node.bypass or node.buffering:
             return "a tile bypasses a level or sets a buffering depth"
+        if any(mode == "cache" for _, mode in node.halo):
+            return "a tile keeps an intermediate's halo (halo: cache)"
         if node.primitive in SHARING_PRIMITIVES and len(node.children) > 1:
             inputs = [{a.tensor for o in ops_under(c) for a in w.op_by_name[o].inputs}
                       for c in node.children]

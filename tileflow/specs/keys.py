@@ -226,6 +226,11 @@ TILE = Section("tile", "`root` and every tile among `children`", (
     Key("bypass", "list of tensor names", "tensors this tile's level does not hold (Timeloop's "
         "bypass): they move between the levels above and below it, and the compute reads "
         "them from the nearest level that holds them (docs/mechanisms.md)", "none"),
+    Key("halo", "mapping intermediate -> `cache` or `recompute`", "on the common ancestor of "
+        "an intermediate's producer and consumers: `cache` keeps the rows a windowed consumer "
+        "reads in two consecutive steps (the halo) and has the producer compute only the new "
+        "ones; `recompute` has it compute every row a step needs (docs/mechanisms.md)",
+        "`recompute`"),
 ))
 
 LEAF = Section("leaf", "an operator among `children`: `{op: NAME}` or just `NAME`", (
