@@ -189,10 +189,11 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
                 geometry[run_start] = _geometry(plan, path, j, run_start, dims_y)
             union, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
-            moved = fast.counts(access, is_out, drops, no_reuse, epoch)
+            first = is_out and plan.arch.levels[y].first_touch_fills
+            moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
             if moved is None:
                 moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
-                                        drops, no_reuse, epoch)
+                                        drops, no_reuse, epoch, first)
             serial = serialised(depth(plan.arch, y, t, inner))
             _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
 
@@ -234,9 +235,11 @@ def _run_tiles(path: OpPath, start: int) -> list[Tile]:
 
 def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
                     union: list[LoopRec], axes: tuple[AxisRec, ...], is_out: bool,
-                    drops: list[int], no_reuse: set[int], epoch: list[bool]):
+                    drops: list[int], no_reuse: set[int], epoch: list[bool],
+                    first: bool = False):
     """Words moved over the boundary below path position j, by the exact per-axis sums:
-    (into the child level, out of the parent, partial sums refilled into each)."""
+    (into the child level, out of the parent, partial sums refilled into each). `first`:
+    outputs are filled on their first touch too (the child level's `first_touch_fills`)."""
     temporal = []
     for lp, ep, m in zip(path.loops, epoch, path.marks, strict=True):
         if lp.node > j or lp.spatial:
@@ -259,10 +262,11 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
     # partial sums come back only for elements touched before in their epoch
     epoch_y = [e for _, e in inst_y + temporal]
     epoch_x = [e for _, e in inst_x + temporal]
-    refill_y = (words_moved(axes, dims_y, loops_y, epoch_y)
-                - first_touches(axes, dims_y, loops_y, epoch_y))
-    refill_x = (words_moved(axes, dims_y, loops_x, epoch_x, union)
-                - first_touches(axes, dims_y, loops_x, epoch_x, union=union))
+    refill_y = words_moved(axes, dims_y, loops_y, epoch_y)
+    refill_x = words_moved(axes, dims_y, loops_x, epoch_x, union)
+    if not first:
+        refill_y -= first_touches(axes, dims_y, loops_y, epoch_y)
+        refill_x -= first_touches(axes, dims_y, loops_x, epoch_x, union=union)
     return moved_y, moved_x, refill_y, refill_x
 
 
@@ -338,7 +342,7 @@ class _ExactTiling:
         return [(loops[i], drop, e) for i, drop, e in flags]
 
     def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
-               epoch: list[bool]):
+               epoch: list[bool], first: bool = False):
         dims = []
         for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
             if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
@@ -356,6 +360,9 @@ class _ExactTiling:
         if not is_out:
             return moved_y, moved_x, 0, 0
         restarts = _steps(loops, dims, fresh=True)
+        if first:  # every entry is filled, first touches included
+            return moved_y, moved_x, slice_y * self.inst_y * restarts, \
+                slice_x * self.inst_x * restarts
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
         others = [lp for lp in self.path.loops if lp.node <= self.j and lp.dim not in dims]

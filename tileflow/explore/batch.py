@@ -79,8 +79,10 @@ def scalar_only(structure: Structure) -> str:
     overlap, siblings that may share an input, outputs written through a summed index. Such
     structures are evaluated row by row with the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
-    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
-        return "the accelerator sets an overlap convention or a buffering depth"
+    if arch.overlap != "fill-drain" or any(lv.buffering or lv.first_touch_fills
+                                           for lv in arch.levels):
+        return ("the accelerator sets an overlap convention, a buffering depth or fills on "
+                "first touch")
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
     for _, node in walk(structure.template.root):
