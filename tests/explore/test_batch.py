@@ -200,3 +200,25 @@ def _chain(node, op: str):
         if below is not None:
             return [node, *below]
     return None
+
+
+
+def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
+    """A kept halo, or outputs filled on their first touch: the batch says why it does not
+    model them and gives the scalar model's rows."""
+    from tileflow.explore.batch import scalar_only
+    from tileflow.tree import Dataflow, tile
+
+    w = workload(CONV)
+    flow = Dataflow(tile("DRAM", "p:3",
+                         tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
+                         tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
+    filling = replace(TIMED, levels=tuple(replace(lv, first_touch_fills=lv.name == "Reg")
+                                          for lv in TIMED.levels))
+    rng = np.random.default_rng(3)
+    for arch, tree, why in ((TIMED, keep_halos(w, flow), "halo"),
+                            (filling, flow, "first touch")):
+        structure = structure_of(w, arch, tree)
+        assert why in scalar_only(structure)
+        compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
+        assert compared >= 1
