@@ -40,7 +40,7 @@ class OpPath:
     loops: tuple[PathLoop, ...]  # outermost first
     shift: Mapping[str, int]  # start offset per dimension (halo of a windowed consumer)
     size_of: Mapping[str, int]  # dimension sizes
-    cut: Mapping[str, int] = None  # halo rows kept per dim (`halo: cache`), none by default
+    cut: Mapping[str, int] | None = None  # halo rows kept per dim (`halo: cache`)
     cut_depth: int = -1  # path position of the common ancestor the halo is kept across
     slide: frozenset[int] = frozenset()  # indices in `loops` of the loops the halo slides on
 

@@ -44,7 +44,8 @@ class Leaf:
     unit: str
     function: str
     ops: int  # operations performed (recomputation included)
-    steps: int  # temporal iterations (clipped ones included: they still take cycles)
+    steps: float  # temporal iterations (clipped ones included: they still take cycles;
+    # fewer where a kept halo shortens the producer's later steps)
     level: int  # innermost storage level, which feeds the unit
     operand_reads: float
     result_updates: float
