@@ -60,6 +60,9 @@ def test_a_kept_halo_computes_and_writes_back_every_row_of_the_intermediate_once
     # the consumer is unchanged: the same operations, the same reads of A from its home
     assert cache.ops["conv2"] == recompute.ops["conv2"] == 5 * 2 * 2 * 3
     assert cache.traffic["L1"]["A"].read == recompute.traffic["L1"]["A"].read == 5 * 2
+    # and fills its registers with A's rows once each (its window slides, in one register
+    # file): 5 rows x 2 channels
+    assert cache.traffic["Reg"]["A"].fill == recompute.traffic["Reg"]["A"].fill == 5 * 2
     # X (dropped between steps by the Seq root) follows conv1's rows: rows [2s - 2, 2s + 4)
     # for the 4 rows recomputed, clipped: 4 + 5 + 3; kept: rows [-1, 4) then [2, 6),
     # clipped: 4 + 3, and none for the last step; 2 channels each
