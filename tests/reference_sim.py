@@ -43,7 +43,8 @@ FILL, READ, UPDATE = 0, 1, 2
 
 class Oracle:
     """Executes one dataflow: `traffic` {(level name, tensor): [fill, read, update]}, `ops`
-    {operator: operations}, `footprints` {level name: words}."""
+    {operator: operations}, `footprints` {level name: words}, `rescale` {carried operator:
+    {function: operations}}."""
 
     def __init__(self, w: Workload, level_names: list[str], flow: Dataflow):
         self.w = w
@@ -65,6 +66,7 @@ class Oracle:
         for op in w.ops:
             self._run(op.name)
         self._share()
+        self.rescale = self._rescaling()
         self.footprints = {name: self._footprint(i) for i, name in enumerate(self.names)
                            if i > 0}
 
@@ -401,8 +403,57 @@ class Oracle:
         """Loops whose advance starts the tensor afresh (see the module's rules)."""
         marks = {n for n, (_, _, _, lp) in enumerate(loops) if lp.dim not in op.dims}
         if tensor in self.lca:
-            marks |= {n for n, (k, _, _, _) in enumerate(loops) if k <= self.lca[tensor]}
+            carried = self.w.op_by_name[self.w.producer[tensor]].carried
+            marks |= {n for n, (k, _, _, lp) in enumerate(loops) if k <= self.lca[tensor]
+                      and not (lp.dim == carried and not lp.spatial)}
         return marks
+
+    # ---- carried state: rescaling -----------------------------------------------------
+
+    def _rescaling(self) -> dict[str, dict[str, int]]:
+        """Per carried operator, the rescaling operations by function, by enumeration: at
+        every value of the loops at or above the common ancestor of it and its consumers
+        where a carried loop (temporal, over its carried dim) is past its first step and the
+        step covers part of the dim, a subtraction and an exponential per element of the
+        state its slice holds, and a multiplication per element of the slice of every
+        accumulator over that dim downstream of it and under the same ancestor."""
+        w = self.w
+        out: dict[str, dict[str, int]] = {}
+        for op in w.ops:
+            t = op.output.tensor
+            if not op.carried or t not in self.lca:
+                continue
+            depth = self.lca[t]
+            loops = [x for x in self.loops(op.name) if x[0] <= depth]
+            carried = [n for n, (_, _, _, lp) in enumerate(loops)
+                       if lp.dim == op.carried and not lp.spatial and lp.factor > 1]
+            if not carried:
+                continue
+            ancestor = self.paths[op.name][depth][0]
+            inside = [a for a in w.rescaled[op.name]
+                      if len(self.paths[a]) > depth and self.paths[a][depth][0] == ancestor]
+            counts = {"sub": 0, "exp": 0, "mul": 0}
+            for values in itertools.product(*(range(lp.factor) for _, _, _, lp in loops)):
+                if all(values[n] == 0 for n in carried):
+                    continue
+                start = sum(values[n] * self.stride[(loops[n][1], loops[n][2])]
+                            for n in carried)
+                if start >= w.sizes[op.carried]:
+                    continue
+                keyed = {(p, i): v for (_, p, i, _), v in zip(loops, values, strict=True)}
+                state = len(self._keyed_slice(op.name, t, keyed, depth))
+                counts["sub"] += state
+                counts["exp"] += state
+                for a in inside:
+                    acc = w.op_by_name[a].output.tensor
+                    counts["mul"] += len(self._keyed_slice(a, acc, keyed, depth))
+            out[op.name] = counts
+        return out
+
+    def _keyed_slice(self, op: str, tensor: str, keyed: dict, depth: int):
+        loops = self.loops(op)
+        values = {n: keyed.get((p, i), 0) for n, (_, p, i, _) in enumerate(loops)}
+        return self._slice(op, tensor, loops, values, depth)
 
     # ---- footprints ---------------------------------------------------------------------
 

@@ -250,3 +250,39 @@ def test_no_reuse_example(tmp_path):
     assert _moves(reuse, "DRAM", "A") == (0, 2 * 8 * 2, 0)
     assert _moves(reload, "DRAM", "A") == (0, 4 * 16, 0)
     assert _moves(reload, "DRAM", "B") == _moves(reuse, "DRAM", "B") == (0, 64, 0)
+
+
+def test_online_softmax_example():
+    """docs/online-softmax.md: attention-online at b=2 m=8 l=8 k=4 n=4, row blocks of 4 and
+    a sweep over l in tiles of 2 (4 steps)."""
+    import json
+
+    from test_cli import tileflow
+
+    sizes = [x for d, v in (("b", 2), ("m", 8), ("l", 8), ("k", 4), ("n", 4))
+             for x in ("--set", f"{d}={v}")]
+    proc = tileflow("evaluate", "--arch", str(EXAMPLES / "tiny-npu.yaml"), "--workload",
+                    "attention-online", *sizes, "--dataflow",
+                    str(EXAMPLES / "flash-online.yaml"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["valid"]
+    dram = {t: (m["reads"], m["updates"]) for t, m in r["levels"]["DRAM"]["per_tensor"].items()}
+    # 4 sweeps: Q's block once each (64), K and V all of l per sweep (4 x 32), O once
+    assert dram == {"Q": (64, 0), "K": (128, 0), "V": (128, 0), "O": (0, 64)}
+    assert r["dram_words"] == 384
+    # 3 corrections per sweep x 4 sweeps: sub and exp of 4 maxima, mul of 4 + 16
+    assert r["ops"]["max"] == 2 * 8 * 8 + 48 + 48 + 240
+    assert r["vector_ops"] == 464 + 3 * 128 + 64  # max, sub, exp, sum, div
+    assert r["footprint_words"]["L1"] == 16 + 8 + 8 + 3 * 8 + 4 + 4 + 16
+    # the max leaf: 128 steps on one lane, plus 48 + 48 x 4 + 240 rescaling cycles
+    from tileflow.cost import evaluate
+    from tileflow.specs.arch import load_arch
+    from tileflow.specs.dataflow import load_dataflow_file
+    from tileflow.specs.workload import load_workload
+
+    w = load_workload("attention-online", {"b": 2, "m": 8, "l": 8, "k": 4, "n": 4})
+    arch = load_arch(str(EXAMPLES / "tiny-npu.yaml"))
+    result = evaluate(w, arch, load_dataflow_file(EXAMPLES / "flash-online.yaml"))
+    tiles = {t.path: t for t in result.latency_breakdown}
+    assert tiles["root.0.1"].inner_cycles == 128 + 48 + 4 * 48 + 240

@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "and write the Markdown report with plots")
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
     rp.add_argument("--json", action="store_true", help="print every result as JSON")
+    rp.add_argument("--online-only", action="store_true",
+                    help="only the online softmax beside the five-operator form (G1-G12 on "
+                         "Edge and Cloud, baselines and explorer): its section of the report")
+    rp.add_argument("--online-budget", type=int, default=1000, metavar="N",
+                    help="explorer points per study of the online comparison (default 1000)")
     va = sub.add_parser("validate", help="model accuracy against measurements")
     va.add_argument("target", choices=["rtl", "cpu", "gpu"],
                     help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains); "
@@ -411,16 +416,33 @@ def cmd_validate(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from tileflow.experiments import run_studies, write_report
+    from tileflow.online_study import run_online, write_online
     from tileflow.outputs import check_output_folder
 
     check_output_folder(args.out, "--out")
-    frame = run_studies(progress=not args.json)
-    path = write_report(frame, args.out, f"tileflow reproduce --out {args.out}")
+    if not 1 <= args.online_budget <= 10**7:
+        raise InputError(f"--online-budget must be from 1 to 10,000,000, got "
+                         f"{args.online_budget}")
+    frames = []
+    if not args.online_only:
+        frames.append(run_studies(progress=not args.json))
+        path = write_report(frames[-1], args.out, f"tileflow reproduce --out {args.out}")
+    online = run_online(budget_evals=args.online_budget, progress=not args.json)
+    path = write_online(online, args.out, f"tileflow reproduce --out {args.out} --online-only"
+                        + (f" --online-budget {args.online_budget}"
+                           if args.online_budget != 1000 else ""))
+    frames.append(online)
     if args.json:
-        print(frame.to_json(orient="records"))
+        print(_records_json(frames))
     else:
         print(f"report written to {path}")
     return 0
+
+
+def _records_json(frames) -> str:
+    import pandas as pd
+
+    return pd.concat(frames, ignore_index=True).to_json(orient="records")
 
 
 def cmd_import(args) -> int:

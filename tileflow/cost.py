@@ -207,12 +207,16 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
         traffic[lv.name][tensor] = Movement(fill, read, update)
         energy[lv.name][tensor] = (fill * lv.write_energy_pj + read * lv.read_energy_pj
                                    + update * lv.update_energy_pj)
-    ops = {name: leaf.ops for name, leaf in counts.leaves.items()}
-    macs = sum(v for name, v in ops.items() if w.op_by_name[name].unit == MATRIX)
+    ops = {name: leaf.ops + leaf.rescale_ops for name, leaf in counts.leaves.items()}
+    macs = sum(leaf.ops for name, leaf in counts.leaves.items()
+               if w.op_by_name[name].unit == MATRIX)
     compute_by_unit: dict[str, float] = defaultdict(float)
     for leaf in counts.leaves.values():
         unit = arch.unit(leaf.unit)
         compute_by_unit[unit.kind] += leaf.ops * unit.energy_pj_per_op
+        if leaf.rescale:  # a carried operator's rescaling runs on the vector unit
+            vector = arch.unit("vector")
+            compute_by_unit[vector.kind] += leaf.rescale_ops * vector.energy_pj_per_op
     compute_pj = sum(compute_by_unit.values())
     breakdown: list[NodeLatency] = []
     cycles, bottleneck = _latency(plan, counts, breakdown, fill_drain)
@@ -279,6 +283,9 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         lf = counts.leaves[op]
         unit = arch.unit(lf.unit)
         compute = lf.steps * unit.cycles(lf.function)
+        if lf.rescale:  # on the lanes the leaf uses: its operations per step
+            lanes = max(lf.ops / max(lf.steps, 1), 1.0)
+            compute += sum(n * unit.cycles(fn) for fn, n in lf.rescale) / lanes
         lv = arch.levels[lf.level]
         inst = max(lf.instances, 1)
         reads = lf.operand_reads / (inst * lv.read_words_per_cycle)

@@ -140,6 +140,7 @@ def test_random_trees(case: str) -> None:
 
 
 SMALL = {"attention": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
+         "attention-online": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
          "gemm-chain": {"m": 64, "l": 96, "k": 32, "n": 32},
          "mlp": {"m": 64, "d": 48, "f": 192, "e": 32},
          "conv-chain": {"c0": 8, "c1": 16, "c2": 8, "h": 14, "w": 14}}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
+from tileflow.analysis.carried import check_carried, is_carried
 from tileflow.analysis.records import Violation
 from tileflow.analysis.shape import Shape, shape_of
 from tileflow.errors import InputError
@@ -422,7 +423,8 @@ def _check_dependences(plan: Plan) -> list[Violation]:
         path = plan.paths[producer.name]
         depth = lca.count(".")
         for lp in path.loops:
-            if lp.node <= depth and lp.dim in producer.reduction_dims and lp.n > 1:
+            if lp.node <= depth and lp.dim in producer.reduction_dims and lp.n > 1 \
+                    and not is_carried(plan, t, lp):
                 node_path, tile = path.tiles[lp.node]
                 out.append(Violation(
                     "dependency", node_path, tile.level, t, None, None, None,
@@ -432,7 +434,7 @@ def _check_dependences(plan: Plan) -> list[Violation]:
                     f"of '{t}'"))
         for consumer in w.consumers[t]:
             out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
-    return out
+    return out + check_carried(plan)
 
 
 def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,

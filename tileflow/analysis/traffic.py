@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tileflow.analysis.buffering import depth, serialised
 from tileflow.analysis.bypass import bypassed
+from tileflow.analysis.carried import is_carried, rescaling
 from tileflow.analysis.movement import (
     AxisRec,
     DimRec,
@@ -52,6 +53,12 @@ class Leaf:
     instances: int  # instances of the innermost level in use
     fed: tuple[Transfer, ...] = ()  # tensors that bypass the innermost level: read from
     # (and, for the result, updated in) a level above it, straight to the unit
+    rescale: tuple[tuple[str, int], ...] = ()  # a carried operator's rescaling (function,
+    # operations): vector work on the leaf's lanes besides its own operations
+
+    @property
+    def rescale_ops(self) -> int:
+        return sum(n for _, n in self.rescale)
 
 
 @dataclass
@@ -72,6 +79,8 @@ def count(plan: Plan) -> Counts:
     served = served_by_sibling(plan)
     for path in plan.paths.values():
         _count_path(plan, path, counts, served)
+    for name, ops in rescaling(plan).items():
+        counts.leaves[name] = replace(counts.leaves[name], rescale=ops)
     return counts
 
 
@@ -141,7 +150,8 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
         no_reuse = {k for k, (_, tile) in enumerate(path.tiles) if t in tile.no_reuse}
         if t in plan.lca:
             lca_depth = plan.lca[t].count(".")
-            epoch = [lp.node <= lca_depth for lp in path.loops]
+            epoch = [lp.node <= lca_depth and not is_carried(plan, t, lp)
+                     for lp in path.loops]
         else:
             epoch = [lp.dim not in op.dims for lp in path.loops]
         info[t] = (_axes(plan, access), drops, no_reuse, epoch)

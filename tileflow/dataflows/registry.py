@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from tileflow.dataflows import chain, conv
+from tileflow.dataflows import chain, conv, online
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -14,6 +14,7 @@ Builder = Callable[[Workload, Architecture, Mapping[str, int] | None], Dataflow]
 
 CHAIN = ("layerwise", "uni-pipe", "flat-hgran", "flat-rgran", "chimera", "tileflow-pipe")
 CONV = ("layerwise", "fused-layer", "isos")
+ONLINE = ("layerwise", "flash", "flash-pipe")
 
 BASELINES: dict[str, Builder] = {
     "layerwise": chain.layerwise,
@@ -24,11 +25,15 @@ BASELINES: dict[str, Builder] = {
     "tileflow-pipe": chain.tileflow_pipe,
     "fused-layer": conv.fused_layer,
     "isos": conv.isos,
+    "flash": online.flash,
+    "flash-pipe": online.flash_pipe,
 }
 
 
 def baselines_for(w: Workload) -> tuple[str, ...]:
     """The named dataflows that apply to this workload (Layerwise applies to every one)."""
+    if any(op.carried for op in w.ops):
+        return ONLINE
     try:
         conv._check(w)
         return CONV

@@ -75,8 +75,9 @@ SHARING_PRIMITIVES = ("Shar", "Para", "Pipe")
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth or perfect
-    overlap, siblings that may share an input, outputs written through a summed index. Such
+    that bypass, set buffering depths or keep a halo, levels with a default depth, first-touch
+    fills or perfect overlap, siblings that may share an input, outputs written through a
+    summed index, state carried across a reduction loop (its rescaling and epochs). Such
     structures are evaluated row by row with the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
     if arch.overlap != "fill-drain" or any(lv.buffering or lv.first_touch_fills
@@ -85,6 +86,8 @@ def scalar_only(structure: Structure) -> str:
                 "first touch")
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
+    if any(op.carried for op in w.ops):
+        return "an operator carries state across a reduction loop (online softmax)"
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue

@@ -92,10 +92,12 @@ class Frame:
 
     def group_dims(self, members) -> tuple[str, ...]:
         """Dims a loop shared by `members` may run over: used by every member and not a
-        reduction of a member whose result another member reads (partial values)."""
+        reduction of a member whose result another member reads (partial values), unless
+        that member carries its state across the dim (online softmax)."""
         common = set.intersection(*(set(self.dims(o)) for o in members))
+        ops = self.workload.op_by_name
         banned = {d for p, c in self.deps if p in members and c in members
-                  for d in self.workload.op_by_name[self.ops[p]].reduction_dims}
+                  for d in ops[self.ops[p]].reduction_dims if d != ops[self.ops[p]].carried}
         return tuple(d for d in self.workload.sizes if d in common and d not in banned)
 
     def fanout_below(self, level: int) -> int:

@@ -2,7 +2,8 @@
 
 Each named baseline keeps its tree shape and has its factors chosen under its own rule:
 Chimera takes the least DRAM traffic among the factors that fit, TileFlow-Pipe the lowest
-latency (the rule its shape was published with), the others the largest tiles that fit.
+latency (the rule its shape was published with), and so do Flash and Flash-Pipe (the online
+softmax's sweep); the others the largest tiles that fit.
 Their builders already pick the largest tiles that fit along the dims they tile; where that
 does not fit, the tile search looks for the largest tiles that do (the fewest steps at the
 outermost level). Ties go to the lower latency. Where nothing fits, the dataflow with the
@@ -26,7 +27,9 @@ from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow
 
-RULES = {"chimera": "dram", "tileflow-pipe": "latency"}  # others: "steps" (largest tiles)
+RULES = {"chimera": "dram", "tileflow-pipe": "latency", "flash": "latency",
+         "flash-pipe": "latency"}
+# others: "steps" (largest tiles)
 
 
 def rule_of(name: str) -> str:

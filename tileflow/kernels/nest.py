@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tileflow.analysis.prepare import Plan, loop_strides, prepare
+from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Tile
@@ -79,4 +80,9 @@ class Nest:
 
 
 def analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Nest:
+    carried = [op.name for op in w.ops if op.carried]
+    if carried:  # the generators emit no running-state rescaling: the kernel would be wrong
+        raise InputError(f"kernels are not generated for workloads whose operators carry "
+                         f"state across a reduction loop ({', '.join(carried)} in "
+                         f"'{w.name}'); evaluate them with the model")
     return Nest(prepare(w, arch, flow))

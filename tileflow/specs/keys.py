@@ -197,6 +197,13 @@ OPERATOR = Section("operator", "each item of `ops`", (
     Key("expr", "text", "`OUT[i,..] += A[..] * B[..]` (a contraction: matrix array), or "
         "`OUT[..] = f(A[..])`, `OUT[..] = A[..] - B[..]`, `OUT[..] max= A[..]`, ... (vector "
         "unit); indices are dims or affine expressions such as `st1*p+r-pad1`", None),
+    Key("carried", "dimension name", "a reduction dim of this operator (`max=` or `+=`) "
+        "whose running value its consumers may read at every step of a loop over it in "
+        "their common ancestor (online softmax: the running maximum); the state stays "
+        "resident and the accumulators downstream that reduce over the same dim are "
+        "rescaled at every step after the first (see docs/mechanisms.md)", "none: a loop "
+        "over a reduction dim in a common ancestor of producer and consumers is a "
+        "`dependency` violation"),
 ))
 
 DATAFLOW = Section("dataflow", "top level of a dataflow file", (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -42,6 +42,7 @@ class Operator:
     update: str  # "+=", "max=" or "="
     function: str  # "mul", "exp", "sub", ...
     dims: tuple[str, ...]  # every loop dimension of the operator, in order of appearance
+    carried: str = ""  # a reduction dim whose partial result consumers may read (online)
 
     @cached_property
     def unit(self) -> str:
@@ -114,6 +115,25 @@ class Workload:
     def tensors(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(t for op in self.ops for t in op.tensors))
 
+    @cached_property
+    def downstream(self) -> dict[str, tuple[str, ...]]:
+        """Operator -> the operators that read its result, directly or through others."""
+        out: dict[str, tuple[str, ...]] = {}
+        for op in reversed(self.ops):
+            found = dict.fromkeys(c for c in self.consumers.get(op.output.tensor, ()))
+            for c in list(found):
+                found.update(dict.fromkeys(out[c]))
+            out[op.name] = tuple(o.name for o in self.ops if o.name in found)
+        return out
+
+    @cached_property
+    def rescaled(self) -> dict[str, tuple[str, ...]]:
+        """Carried operator -> the accumulators downstream of it that reduce over its carried
+        dim: their partial results are rescaled whenever the carried state changes."""
+        return {op.name: tuple(o for o in self.downstream[op.name]
+                               if op.carried in self.op_by_name[o].reduction_dims)
+                for op in self.ops if op.carried}
+
     @property
     def inputs(self) -> tuple[str, ...]:
         return tuple(t for t in self.tensors if t not in self.producer)
@@ -182,8 +202,12 @@ def parse_workload(
             statement = parse_statement(item.string("expr"), set(sizes), params)
         except ExpressionError as exc:
             raise item.error(f"in operator '{name}': {exc}", "expr") from None
-        ops.append(_operator(name, statement, item))
+        op = _operator(name, statement, item)
+        if item.has("carried"):
+            op = replace(op, carried=item.string("carried"))
+        ops.append(op)
     workload = Workload(data.string("name", "workload"), tuple(ops), sizes, {})
+    _check_carried(workload, data)
     shapes = _shapes(workload, data, {**params, **sizes})
     lines = {}
     for key in data.keys():
@@ -257,6 +281,25 @@ def _operator(name: str, s: Statement, where: Field) -> Operator:
     if s.update != "=" and not op.reduction_dims and op.unit != MATRIX and not summed:
         raise where.error(f"operator '{name}' uses '{s.update}' but reduces no dimension", "expr")
     return op
+
+
+def _check_carried(w: Workload, data: Field) -> None:
+    """`carried: DIM` names a reduction dim of the operator whose running value its consumers
+    may read; the state and the accumulators rescaled with it are indexed by plain dims."""
+    items = list(data.child("ops").elements())
+    for op, item in zip(w.ops, items, strict=True):
+        if not op.carried:
+            continue
+        if op.carried not in op.reduction_dims:
+            raise item.error(f"operator '{op.name}': carried '{op.carried}' must be one of "
+                             f"its reduction dims ({', '.join(op.reduction_dims) or 'none'})",
+                             "carried")
+        for name in (op.name, *w.rescaled[op.name]):
+            other = w.op_by_name[name]
+            if not all(axis.is_plain for axis in other.output.axes):
+                raise item.error(f"operator '{name}' carries or rescales state over "
+                                 f"'{op.carried}', so its output must be indexed by plain "
+                                 f"dims, not {other.output}", "carried")
 
 
 def _shapes(w: Workload, data: Field, names: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
@@ -334,7 +377,11 @@ def resolve_workload(name_or_path: str, preset: str | None = None) -> tuple[Path
     shipped = resources.find("workloads", name_or_path)
     if shipped is not None:
         return shipped, preset
-    for candidate in resources.shipped("workloads").values():
+    # a bare preset picks the base workload among those that have it (attention, not its
+    # variants such as attention-online): the shortest name first
+    candidates = sorted(resources.shipped("workloads").values(),
+                        key=lambda p: (len(p.stem), p.stem))
+    for candidate in candidates:
         presets = load_yaml(candidate).get("presets") or {}
         if name_or_path.upper() in presets:
             if preset is not None and preset != name_or_path.upper():
