@@ -58,6 +58,7 @@ class Oracle:
         self._strides(flow.root, "root")
         self.lca = {t: self._lca([w.producer[t], *w.consumers[t]]) for t in self._intermediates()}
         self.shift = self._shifts()
+        self.cut = self._cuts()
         self.home = {t: self._home(t) for t in self.lca}
         self.traffic: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         self.ops: dict[str, int] = {}
@@ -138,6 +139,50 @@ class Oracle:
                                                     theirs.offset)
         return out
 
+    def _cuts(self) -> dict[str, dict[str, tuple[int, int, int]]]:
+        """`halo: cache` on an intermediate's common ancestor: per windowed dimension d of
+        its producer, (rows kept, the ancestor's depth, the index of the innermost temporal
+        loop over d at or above it): that loop's consecutive iterations give the producer
+        regions overlapping by (its extent below the ancestor - the loop's stride) rows,
+        which are not computed again."""
+        w = self.w
+        out: dict[str, dict[str, tuple[int, int, int]]] = defaultdict(dict)
+        for t, depth in self.lca.items():
+            producer = w.producer[t]
+            node = self.paths[producer][depth][1]
+            if dict(node.halo).get(t) != "cache":
+                continue
+            loops = self.loops(producer)
+            for consumer in w.consumers[t]:
+                axes = w.op_by_name[consumer].access(t).axes
+                for mine, theirs in zip(w.op_by_name[producer].output.axes, axes, strict=True):
+                    d = mine.terms[0][0]
+                    above = [n for n, (k, _, _, lp) in enumerate(loops)
+                             if lp.dim == d and k <= depth and not lp.spatial and lp.factor > 1]
+                    if len(theirs.terms) < 2 or not above:
+                        continue
+                    extent = 1 + sum((lp.factor - 1) * self.stride[(p, i)]
+                                     for k, p, i, lp in loops if lp.dim == d and k > depth)
+                    _, p, i, _ = loops[above[-1]]
+                    kept = extent - self.stride[(p, i)]
+                    if kept > 0:
+                        out[producer][d] = (kept, depth, above[-1])
+        return out
+
+    def _floor(self, op: str, d: str, loops, values: dict, depth: int) -> int | None:
+        """The first row of d the producer computes at these loop values under a kept
+        halo (None where nothing is kept: no cut, the sweep's first iteration, or the
+        sliding loop inside the slice below `depth`)."""
+        if d not in self.cut.get(op, {}):
+            return None
+        kept, lca, slide = self.cut[op][d]
+        if loops[slide][0] > depth or not values.get(slide):
+            return None
+        base = sum(values.get(n, 0) * self.stride[(p, i)]
+                   for n, (k, p, i, lp) in enumerate(loops)
+                   if lp.dim == d and k <= lca)
+        return self.shift.get(op, {}).get(d, 0) + base + kept
+
     def _home(self, t: str) -> int:
         """Named by the dataflow; else the common ancestor's level when on chip; else the
         outermost on-chip level that every operator's path passes through below it."""
@@ -188,6 +233,11 @@ class Oracle:
                 start[lp.dim] += values[key] * self.stride[(p, i)]
             else:
                 extent[lp.dim] += (lp.factor - 1) * self.stride[(p, i)]
+        for d in dims:
+            floor = self._floor(op, d, loops, values, depth)
+            if floor is not None and floor > start[d]:
+                extent[d] -= floor - start[d]
+                start[d] = floor
         return self._box(op, tensor, start, extent)
 
     # ---- execution of one operator ------------------------------------------------------
@@ -275,6 +325,9 @@ class Oracle:
                         point[lp.dim] += values[n] * self.stride[(p, i)]
                 if any(not 0 <= point[d] < w.sizes[d] for d in op.dims):
                     continue
+                if any(point[d] < (self._floor(name, d, loops, values, len(chain)) or -1)
+                       for d in op.dims):
+                    continue  # a kept halo row, computed in the previous step
                 ops += 1
                 for a in op.inputs:
                     self.traffic[(inner, a.tensor)][READ] += 1

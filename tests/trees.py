@@ -148,3 +148,20 @@ def with_unit_loops(flow: Dataflow, seed: int, dims: list[str]) -> Dataflow:
         return replace(t, loops=tuple(loops))
 
     return replace(flow, root=map_tiles(flow.root, add))
+
+
+def keep_halos(w: Workload, flow: Dataflow) -> Dataflow:
+    """The same tree with `halo: cache` for every intermediate, on its common ancestor."""
+    chains = {}
+    for path, node in walk(flow.root):
+        if not isinstance(node, Tile):
+            chains[node.op] = path.rsplit(".", 1)[0]
+    halo: dict[str, dict[str, str]] = {}
+    for t in w.intermediates:
+        paths = [chains[o].split(".") for o in (w.producer[t], *w.consumers[t])]
+        common = 0
+        while all(len(p) > common and p[common] == paths[0][common] for p in paths):
+            common += 1
+        halo.setdefault(".".join(paths[0][:common]), {})[t] = "cache"
+    return replace(flow, root=map_tiles(flow.root, lambda p, t: replace(
+        t, halo=tuple(sorted(halo[p].items()))) if p in halo else t))

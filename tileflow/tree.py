@@ -52,6 +52,12 @@ class Tile:
     no_reuse: tuple[str, ...] = ()
     buffering: tuple[tuple[str, int], ...] = ()  # (tensor, depth 1 or 2) over the level's
     bypass: tuple[str, ...] = ()  # tensors not held at this tile's level
+    halo: tuple[tuple[str, str], ...] = ()  # (intermediate, 'cache' or 'recompute')
+
+    def halo_of(self, tensor: str) -> str:
+        """'cache' when this tile keeps `tensor`'s halo rows across its steps, else
+        'recompute' (the default)."""
+        return next((m for t, m in self.halo if t == tensor), "recompute")
 
     def depth_of(self, tensor: str) -> int | None:
         """The buffering depth this tile sets for `tensor`, if it sets one."""
@@ -92,11 +98,13 @@ def parse_loop(text: str) -> Loop:
 
 def tile(level: str, spec: str = "", *children: Node | str, primitive: str = "Seq",
          name: str = "", no_reuse: tuple[str, ...] = (),
-         buffering: Mapping[str, int] | None = None, bypass: tuple[str, ...] = ()) -> Tile:
+         buffering: Mapping[str, int] | None = None, bypass: tuple[str, ...] = (),
+         halo: Mapping[str, str] | None = None) -> Tile:
     """Shorthand builder: tile('L1', 'm:4 k:2', 'qk') — strings as children become Op leaves."""
     kids = tuple(Op(c) if isinstance(c, str) else c for c in children)
     return Tile(level, loops(spec), kids, primitive, name, tuple(no_reuse),
-                tuple(sorted((buffering or {}).items())), tuple(bypass))
+                tuple(sorted((buffering or {}).items())), tuple(bypass),
+                tuple(sorted((halo or {}).items())))
 
 
 def walk(node: Node, path: str = "root") -> Iterator[tuple[str, Node]]:
@@ -156,6 +164,8 @@ def to_dict(flow: Dataflow) -> dict:
             out["buffering"] = dict(n.buffering)
         if n.bypass:
             out["bypass"] = list(n.bypass)
+        if n.halo:
+            out["halo"] = dict(n.halo)
         out["children"] = [node(c) for c in n.children]
         return out
     data: dict = {"name": flow.name}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, workload
 from hypothesis import HealthCheck, given, settings
-from trees import ARCH, trees
+from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.bench import exact_assignments
@@ -112,17 +112,19 @@ TIMED = replace(ARCH, levels=tuple(
 SETTINGS = settings(max_examples=50, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))
 CASES = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv-halo": CONV,
-         "strided": STRIDED, "independent twins": TWINS}
+         "strided": STRIDED, "independent twins": TWINS, "conv-halo kept": CONV}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_random_trees(case: str) -> None:
+    """(`conv-halo kept`: trees that keep the halo, which the batch evaluates row by row.)"""
     w = workload(CASES[case])
     rng = np.random.default_rng(7)
     totals = [0, 0]
+    kept = case.endswith("kept")
 
     @SETTINGS
-    @given(trees(w))
+    @given(trees(w).map(lambda flow: keep_halos(w, flow) if kept else flow))
     def check(flow) -> None:
         try:
             evaluate(w, TIMED, flow)
@@ -222,3 +224,24 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
     assert any(served) and not all(served)
     compared, _ = assert_rows_equal(structure, rows)
     assert compared >= 20
+
+
+def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
+    """A kept halo, or outputs filled on their first touch: the batch says why it does not
+    model them and gives the scalar model's rows."""
+    from tileflow.explore.batch import scalar_only
+    from tileflow.tree import Dataflow, tile
+
+    w = workload(CONV)
+    flow = Dataflow(tile("DRAM", "p:3",
+                         tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
+                         tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
+    filling = replace(TIMED, levels=tuple(replace(lv, first_touch_fills=lv.name == "Reg")
+                                          for lv in TIMED.levels))
+    rng = np.random.default_rng(3)
+    for arch, tree, why in ((TIMED, keep_halos(w, flow), "halo"),
+                            (filling, flow, "first touch")):
+        structure = structure_of(w, arch, tree)
+        assert why in scalar_only(structure)
+        compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
+        assert compared >= 1

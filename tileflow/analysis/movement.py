@@ -29,12 +29,15 @@ class LoopRec(NamedTuple):
     """A loop above the buffer: `n` iterations of `dim`, moving the slice by `stride`.
 
     `drop`: the buffer keeps nothing of this tensor across iterations of this loop
-    (spatial instances, Seq siblings that drop data, no-reuse programs)."""
+    (spatial instances, Seq siblings that drop data, no-reuse programs). `mark` (halo
+    caching, see DimRec.cut): 1 for a loop that places the region of a step of the common
+    ancestor, 2 for the loop the kept halo slides along (also placing it)."""
 
     dim: str
     n: int
     stride: int
     drop: bool = False
+    mark: int = 0
 
 
 class AxisRec(NamedTuple):
@@ -46,11 +49,16 @@ class AxisRec(NamedTuple):
 
 
 class DimRec(NamedTuple):
-    """A dimension's size, the slice extent inside the buffer, and the op's start shift."""
+    """A dimension's size, the slice extent inside the buffer, and the op's start shift.
+
+    `cut` (halo caching): at every iteration but the first of the loop marked 2, the rows
+    before (the region's start + cut) were computed in the previous iteration and kept, so
+    the slice starts no earlier than there."""
 
     size: int
     extent: int
     shift: int = 0
+    cut: int = 0
 
 
 Dims = Mapping[str, DimRec]
@@ -62,7 +70,7 @@ def _regular(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> bool:
         return False
     d = axis.terms[0][0]
     rec = dims[d]
-    if rec.shift or rec.size != axis.size:
+    if rec.shift or rec.cut or rec.size != axis.size:
         return False
     span = rec.extent
     for stride, n in sorted((lp.stride, lp.n) for lp in loops if lp.dim == d and lp.n > 1):
@@ -78,6 +86,8 @@ def _interval(axis: AxisRec, dims: Dims, pos: Mapping[str, int]) -> tuple[int, i
         rec = dims[d]
         x = rec.shift + pos.get(d, 0)
         dlo, dhi = max(x, 0), min(x + rec.extent, rec.size)
+        if rec.cut and pos.get(("slide", d)):
+            dlo = max(dlo, rec.shift + pos.get(("base", d), 0) + rec.cut)
         if dhi <= dlo:
             return 0, 0
         lo += c * dlo
@@ -139,8 +149,8 @@ def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec],
         if len(axis.terms) == 1 and axis.terms[0][1] == 1 and _contiguous(dims, mine, loops):
             d = axis.terms[0][0]
             rec = widened[d]
-            widened[d] = DimRec(rec.size, rec.extent + sum((lp.n - 1) * lp.stride
-                                                           for lp in mine), rec.shift)
+            widened[d] = rec._replace(extent=rec.extent + sum((lp.n - 1) * lp.stride
+                                                              for lp in mine))
             per_axis.append(())
         else:
             per_axis.append(mine)
@@ -163,10 +173,17 @@ def _contiguous(dims: Dims, union: Sequence[LoopRec], loops: Sequence[LoopRec]) 
     return all(lp.stride % extent == 0 for lp in loops if lp.dim == d and lp.n > 1)
 
 
-def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict[str, int]:
-    pos: dict[str, int] = {}
+def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict:
+    """Offset per dimension; with halo marks also ('base', dim), the offset of the common
+    ancestor's step, and ('slide', dim) = 1 past the first iteration of the sliding loop."""
+    pos: dict = {}
     for lp, v in zip(loops, values, strict=True):
         pos[lp.dim] = pos.get(lp.dim, 0) + v * lp.stride
+        if lp.mark:
+            key = ("base", lp.dim)
+            pos[key] = pos.get(key, 0) + v * lp.stride
+            if lp.mark == 2 and v:
+                pos[("slide", lp.dim)] = 1
     return pos
 
 
@@ -247,6 +264,16 @@ def _kept(axis: AxisRec, dims: Dims, before: Mapping[str, int], after: Mapping[s
 
 def _pair_positions(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
     return _positions([lp for lp, _ in pairs], [v for _, v in pairs])
+
+
+def largest_slice(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> int:
+    """The longest clipped interval of the axis over the positions of the loops above."""
+    sub = [loops[i] for i in _axis_loops(axis, loops)]
+    best = 0
+    for values in product(*(range(lp.n) for lp in sub)):
+        lo, hi = _interval(axis, dims, _positions(sub, values))
+        best = max(best, hi - lo)
+    return best
 
 
 def iteration_count(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],

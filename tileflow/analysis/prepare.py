@@ -41,6 +41,19 @@ class OpPath:
     loops: tuple[PathLoop, ...]  # outermost first
     shift: Mapping[str, int]  # start offset per dimension (halo of a windowed consumer)
     size_of: Mapping[str, int]  # dimension sizes
+    cut: Mapping[str, int] | None = None  # halo rows kept per dim (`halo: cache`)
+    cut_depth: int = -1  # path position of the common ancestor the halo is kept across
+    slide: frozenset[int] = frozenset()  # indices in `loops` of the loops the halo slides on
+
+    @cached_property
+    def marks(self) -> tuple[int, ...]:
+        """Per loop: 2 for a loop the kept halo slides along, 1 for another loop at or above
+        the common ancestor over a dimension with a kept halo (it places the step's
+        region), 0 otherwise."""
+        cut = self.cut or {}
+        return tuple(2 if i in self.slide else
+                     1 if lp.dim in cut and lp.node <= self.cut_depth else 0
+                     for i, lp in enumerate(self.loops))
 
     def extent_below(self, node: int, dim: str) -> int:
         """Extent of `dim` covered by the loops of tiles strictly below path position `node`."""
@@ -69,7 +82,8 @@ class OpPath:
                     break
                 span *= n
             else:
-                if span == self.size_of[d] and not self.shift.get(d):
+                if span == self.size_of[d] and not self.shift.get(d) and \
+                        d not in (self.cut or {}):
                     exact.add(d)
         return frozenset(exact)
 
@@ -128,6 +142,8 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
     for name, shift in _halo_shifts(workload, paths, shape.lca).items():
         paths[name] = replace(paths[name], shift=shift)
+    for name, cut in _halo_cuts(workload, paths, shape.lca, tiles).items():
+        paths[name] = replace(paths[name], **cut)
     _check_summed_outputs(paths)
     plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
     plan.__dict__["tiles"] = tiles  # the walk above, not another one
@@ -315,6 +331,42 @@ def _halo_shifts(w: Workload, paths: Mapping[str, OpPath],
                     own = shifts.setdefault(producer.name, {})
                     own[d] = min(own.get(d, 0), axis.offset)
     return shifts
+
+
+def _halo_cuts(w: Workload, paths: Mapping[str, OpPath], lca: Mapping[str, str],
+               tiles: Mapping[str, Tile]) -> dict[str, dict]:
+    """`halo: cache` on an intermediate's common ancestor: along each dimension a windowed
+    consumer reads through, the producer's regions of two consecutive iterations of the
+    innermost temporal loop over it at or above the ancestor overlap by (its extent below
+    the ancestor - that loop's stride) rows; those rows are kept, and every iteration but
+    the first of a sweep computes only the rows after them."""
+    cuts: dict[str, dict] = {}
+    for t, where in lca.items():
+        if tiles[where].halo_of(t) != "cache":
+            continue
+        producer = w.op_by_name[w.producer[t]]
+        path = paths[producer.name]
+        depth = where.count(".")
+        windowed = {out_axis.terms[0][0]
+                    for consumer in w.consumers[t]
+                    for out_axis, axis in zip(producer.output.axes,
+                                              w.op_by_name[consumer].access(t).axes,
+                                              strict=True) if len(axis.terms) > 1}
+        cut: dict[str, int] = {}
+        slide = set()
+        for d in sorted(windowed):
+            above = [i for i, lp in enumerate(path.loops)
+                     if lp.dim == d and lp.node <= depth and not lp.spatial]
+            if not above:
+                continue
+            kept = path.extent_below(depth, d) - path.loops[above[-1]].stride
+            if kept > 0:
+                cut[d] = kept
+                slide.add(above[-1])
+        if cut:
+            cuts[producer.name] = {"cut": cut, "cut_depth": depth,
+                                   "slide": frozenset(slide)}
+    return cuts
 
 
 def _home(w: Workload, arch: Architecture, flow: Dataflow, t: str, lca: str,

@@ -10,6 +10,7 @@ from itertools import product
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
 from tileflow.analysis.bypass import bypassed
+from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, largest_slice
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
 from tileflow.tree import Op, Tile, label, ops_under
@@ -36,8 +37,21 @@ def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
                 not path.shift.get(axis.terms[0][0]):
             words *= min(extents[axis.terms[0][0]], size)
             continue
+        if path.cut and any(d in path.cut for d, _ in axis.terms):
+            words *= _cut_span(w, path, axis, size, extents, position)
+            continue
         words *= _largest_span(w, path, axis, size, extents, position)
     return words
+
+
+def _cut_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
+    """`_largest_span` of a producer that keeps a halo: past the first iteration of the
+    sliding loop, its slices start after the kept rows."""
+    dims = {d: DimRec(w.sizes[d], extents[d], path.shift.get(d, 0), path.cut.get(d, 0))
+            for d, _ in axis.terms}
+    loops = [LoopRec(lp.dim, lp.n, lp.stride, False, m)
+             for lp, m in zip(path.loops, path.marks, strict=True) if lp.node < position]
+    return largest_slice(AxisRec(axis.terms, axis.offset, size), dims, loops)
 
 
 def _largest_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
@@ -105,8 +119,33 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
         if lca == path and plan.homes[t] == level:
             here = [node] if level_index[node.level] == level else []
             scale = footprint_scale(buffer_depth(plan.arch, level, t, here), double_buffer)
-            combined[t] = combined.get(t, 0.0) + scale * _lca_extent(plan, t, path)
+            combined[t] = combined.get(t, 0.0) + scale * (_lca_extent(plan, t, path)
+                                                          + _kept_rows(plan, t))
     return combined
+
+
+def _kept_rows(plan: Plan, tensor: str) -> float:
+    """A kept halo (`halo: cache`) when loops of the common ancestor inside the sliding one
+    step over other axes of the intermediate: the rows kept for each of their positions stay
+    resident until the slide comes back to them (a line buffer), beyond the one step's
+    extent."""
+    path = plan.paths[plan.workload.producer[tensor]]
+    if not path.cut:
+        return 0.0
+    w = plan.workload
+    step = path.extents_from[path.cut_depth + 1]
+    dims = [a.terms[0][0] for a in path.op.output.axes]
+    extra = 0.0
+    for d, kept in path.cut.items():
+        slide = max(i for i in path.slide if path.loops[i].dim == d)
+        sweep = dict(step)
+        for lp in path.loops[slide + 1:]:
+            if lp.node <= path.cut_depth and not lp.spatial and lp.dim != d:
+                sweep[lp.dim] = sweep.get(lp.dim, 1) + (lp.n - 1) * lp.stride
+        others = [e for e in dims if e != d]
+        extra += kept * (math.prod(min(sweep[e], w.sizes[e]) for e in others)
+                         - math.prod(min(step[e], w.sizes[e]) for e in others))
+    return extra
 
 
 def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:

@@ -35,6 +35,7 @@ def node_key(node: Node) -> tuple:
     if isinstance(node, Op):
         return ("op", node.op)
     return (node.level, node.name, node.primitive, node.no_reuse, node.bypass, node.buffering,
+            node.halo,
             tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
             tuple(node_key(c) for c in node.children))
 
@@ -88,6 +89,7 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
            for t in w.intermediates}
     stub = {o: SimpleNamespace(levels=v) for o, v in levels.items()}
     homes = {t: p._home(w, arch, flow, t, lca[t], stub, tiles) for t in lca}
+    _check_halo(tiles, lca, w)
     ops_below: dict[str, tuple[str, ...]] = {}
     for path, node in walk(root):
         if isinstance(node, Op):
@@ -100,6 +102,28 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
     drops = {(op.name, t): _drop_depths(tiles, chains[op.name], op.name, t, tensors)
              for op in w.ops for t in op.tensors}
     return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found))
+
+
+def _check_halo(tiles: Mapping[str, Tile], lca: Mapping[str, str], w: Workload) -> None:
+    """`halo` names intermediates whose common ancestor is the tile that names them."""
+    from tileflow.analysis.prepare import InvalidDataflow
+    from tileflow.tree import label
+
+    for path, tile in tiles.items():
+        for tensor, mode in tile.halo:
+            if mode not in ("cache", "recompute"):
+                raise InvalidDataflow(f"halo of '{tensor}' must be cache or recompute, not "
+                                      f"{mode!r}", where=label(path, tile))
+            if tensor not in lca:
+                raise InvalidDataflow(
+                    f"halo names '{tensor}', which is not an intermediate of the workload "
+                    f"(intermediates: {', '.join(w.intermediates) or 'none'})",
+                    where=label(path, tile))
+            if lca[tensor] != path:
+                raise InvalidDataflow(
+                    f"halo of '{tensor}' belongs on the common ancestor of its producer and "
+                    f"consumers, {label(lca[tensor], tiles[lca[tensor]])}, whose steps it "
+                    "is kept across", where=label(path, tile))
 
 
 def _drop_depths(tiles: Mapping[str, Tile], chain: tuple[str, ...], op: str, tensor: str,

@@ -45,7 +45,8 @@ class Leaf:
     unit: str
     function: str
     ops: int  # operations performed (recomputation included)
-    steps: int  # temporal iterations (clipped ones included: they still take cycles)
+    steps: float  # temporal iterations (clipped ones included: they still take cycles;
+    # fewer where a kept halo shortens the producer's later steps)
     level: int  # innermost storage level, which feeds the unit
     operand_reads: float
     result_updates: float
@@ -93,7 +94,21 @@ def _dims(plan: Plan, path: OpPath, j: int) -> dict[str, DimRec]:
     """Each dim's size, extent inside the buffer below path position j, and shift."""
     sizes = plan.workload.sizes
     extents = path.extents_from[j + 1]
-    return {d: DimRec(sizes[d], extents[d], path.shift.get(d, 0)) for d in path.op.dims}
+    cut = path.cut or {}
+    return {d: DimRec(sizes[d], extents[d], path.shift.get(d, 0), cut.get(d, 0))
+            for d in path.op.dims}
+
+
+def _point_dims(plan: Plan, path: OpPath) -> dict[str, DimRec]:
+    """Each dim of the operator as single iterations (extent 1): its iteration space."""
+    sizes = plan.workload.sizes
+    cut = path.cut or {}
+    return {d: DimRec(sizes[d], 1, path.shift.get(d, 0), cut.get(d, 0)) for d in path.op.dims}
+
+
+def _all_loops(path: OpPath) -> list[LoopRec]:
+    return [LoopRec(lp.dim, lp.n, lp.stride, False, m)
+            for lp, m in zip(path.loops, path.marks, strict=True)]
 
 
 def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
@@ -168,10 +183,11 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
                 geometry[run_start] = _geometry(plan, path, j, run_start, dims_y)
             union, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
-            moved = fast.counts(access, is_out, drops, no_reuse, epoch)
+            first = is_out and plan.arch.levels[y].first_touch_fills
+            moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
             if moved is None:
                 moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
-                                        drops, no_reuse, epoch)
+                                        drops, no_reuse, epoch, first)
             _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
 
 
@@ -237,7 +253,8 @@ def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, dims_y: dict[str
     union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
     inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
     inst_y = inst_x * math.prod(lp.n for lp in union_sp)
-    union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in union_sp]
+    marks = dict(zip(path.loops, path.marks, strict=True))
+    union = [LoopRec(lp.dim, lp.n, lp.stride, False, marks[lp]) for lp in union_sp]
     return union, _ExactTiling(plan, path, j, run_start, dims_y, union_sp), inst_x, inst_y
 
 
@@ -253,19 +270,24 @@ def _run_tiles(path: OpPath, start: int) -> list[Tile]:
 
 def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
                     union: list[LoopRec], axes: tuple[AxisRec, ...], is_out: bool,
-                    drops: list[int], no_reuse: set[int], epoch: list[bool]):
+                    drops: list[int], no_reuse: set[int], epoch: list[bool],
+                    first: bool = False):
     """Words moved over the boundary below path position j, by the exact per-axis sums:
-    (into the child level, out of the parent, partial sums refilled into each)."""
+    (into the child level, out of the parent, partial sums refilled into each). `first`:
+    outputs are filled on their first touch too (the child level's `first_touch_fills`)."""
     temporal = []
-    for lp, ep in zip(path.loops, epoch, strict=True):
+    for lp, ep, m in zip(path.loops, epoch, path.marks, strict=True):
         if lp.node > j or lp.spatial:
             continue
-        temporal.append((LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse)), ep))
+        temporal.append((LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse), m),
+                         ep))
     # spatial instances above the boundary each hold their own copy: no reuse between them
-    inst_y = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
-              for lp in path.loops if lp.spatial and lp.node <= j]
-    inst_x = [(LoopRec(lp.dim, lp.n, lp.stride, True), True)
-              for lp in path.loops if lp.spatial and lp.node < run_start]
+    inst_y = [(LoopRec(lp.dim, lp.n, lp.stride, True, m), True)
+              for lp, m in zip(path.loops, path.marks, strict=True)
+              if lp.spatial and lp.node <= j]
+    inst_x = [(LoopRec(lp.dim, lp.n, lp.stride, True, m), True)
+              for lp, m in zip(path.loops, path.marks, strict=True)
+              if lp.spatial and lp.node < run_start]
     loops_y = [r for r, _ in inst_y + temporal]
     loops_x = [r for r, _ in inst_x + temporal]
     moved_y = words_moved(axes, dims_y, loops_y)
@@ -275,10 +297,11 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
     # partial sums come back only for elements touched before in their epoch
     epoch_y = [e for _, e in inst_y + temporal]
     epoch_x = [e for _, e in inst_x + temporal]
-    refill_y = (words_moved(axes, dims_y, loops_y, epoch_y)
-                - first_touches(axes, dims_y, loops_y, epoch_y))
-    refill_x = (words_moved(axes, dims_y, loops_x, epoch_x, union)
-                - first_touches(axes, dims_y, loops_x, epoch_x, union=union))
+    refill_y = words_moved(axes, dims_y, loops_y, epoch_y)
+    refill_x = words_moved(axes, dims_y, loops_x, epoch_x, union)
+    if not first:
+        refill_y -= first_touches(axes, dims_y, loops_y, epoch_y)
+        refill_x -= first_touches(axes, dims_y, loops_x, epoch_x, union=union)
     return moved_y, moved_x, refill_y, refill_x
 
 
@@ -354,7 +377,7 @@ class _ExactTiling:
         return [(loops[i], drop, e) for i, drop, e in flags]
 
     def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
-               epoch: list[bool]):
+               epoch: list[bool], first: bool = False):
         dims = []
         for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
             if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
@@ -372,6 +395,9 @@ class _ExactTiling:
         if not is_out:
             return moved_y, moved_x, 0, 0
         restarts = _steps(loops, dims, fresh=True)
+        if first:  # every entry is filled, first touches included
+            return moved_y, moved_x, slice_y * self.inst_y * restarts, \
+                slice_x * self.inst_x * restarts
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
         others = [lp for lp in self.path.loops if lp.node <= self.j and lp.dim not in dims]
@@ -409,8 +435,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     if exact:  # every iteration is a real one: a product of trip counts
         ops = math.prod(lp.n for lp in path.loops)
     else:
-        dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
-        all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
+        dims = _point_dims(plan, path)
+        all_loops = _all_loops(path)
         op_axes = tuple(AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
         ops = iteration_count(op_axes, dims, all_loops)
     reads = 0.0
@@ -433,8 +459,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
                 lp.n for lp, m in zip(path.loops, marks, strict=True)
                 if m and lp.dim not in op.output.dims)
         else:  # clipped, shifted, or summed output indices (instances may overlap)
-            dims = {d: DimRec(w.sizes[d], 1, path.shift.get(d, 0)) for d in op.dims}
-            all_loops = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops]
+            dims = _point_dims(plan, path)
+            all_loops = _all_loops(path)
             guards = [d for d in op.dims if d not in op.output.dims]
             starts = first_touches(axes, dims, all_loops, marks, guards)
         counts.traffic[(home, out)][READ] += ops - starts
@@ -447,6 +473,10 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         fed.append(Transfer(home, ops, instances[out], "write", out))
         updates = 0
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
+    if path.cut:  # a kept halo: the iterations past the first of a sweep do fewer rows
+        whole = iteration_count(op_axes, {d: r._replace(cut=0) for d, r in dims.items()},
+                                all_loops)
+        steps = steps * ops / whole if whole else steps
     counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, x,
                                   reads, updates, inst_x, tuple(fed))
 

@@ -178,6 +178,12 @@ def transfers(rows: Sequence[Row], arch: Architecture) -> pd.DataFrame:
 split_halves = halves
 
 
+def without_first_touch_fills(arch: Architecture) -> Architecture:
+    """The accelerator with every level's `first_touch_fills` off (the model before it)."""
+    return replace(arch, levels=tuple(replace(lv, first_touch_fills=False)
+                                      for lv in arch.levels))
+
+
 @dataclass(frozen=True)
 class SetResult:
     frame: pd.DataFrame  # the dataset plus predictions and errors
@@ -206,6 +212,14 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
         hits += [{**h, "half": half} for h in result.bound_hits]
         calibrated[test] = predict([rows[i] for i in test], with_dram(arch, result.values))
     frame["calibrated_heldout"] = calibrated
+    plain = without_first_touch_fills(arch)
+    if plain != arch:  # the previous model, for the report's before / after
+        earlier = analyse(kind, frame, plain)
+        frame["predicted_before"] = predict(earlier, plain)
+        if kind == "fused":
+            words = transfers(earlier, plain)
+            for column in TRANSFERS:
+                frame[f"{column}_predicted_before"] = words[column].to_numpy()
     frame["error"] = frame.predicted / frame.rtl_cycles - 1
     frame["error_calibrated"] = frame.calibrated_heldout / frame.rtl_cycles - 1
     if kind == "fused":

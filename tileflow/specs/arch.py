@@ -40,6 +40,7 @@ class Level:
     component: str = ""  # what the component model took it for, e.g. "SRAM 64 KB, ..."
     mesh: tuple[int, ...] = ()  # the instances under one parent instance as x by y
     buffering: int | None = None  # default depth of every tensor held here (BUFFERINGS)
+    first_touch_fills: bool = False  # outputs are filled here on their first touch too
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,8 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
     return Level(name, capacity_words, fanout, parent_instances * fanout, rates[0], rates[1],
                  *energy, f.number("step_overhead_cycles", 0.0, positive=False),
                  f.number("latency_cycles", 0.0, positive=False), mesh=_mesh(f, fanout),
-                 buffering=buffering)
+                 buffering=buffering,
+                 first_touch_fills=f.boolean("first_touch_fills", False))
 
 
 def _mesh(f: Field, fanout: int) -> tuple[int, ...]:

@@ -62,7 +62,7 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
     if not children:
         raise f.error("a tile needs at least one child", "children")
     return Tile(f.string("level"), tuple(loops), children, primitive, f.string("name", ""),
-                f.strings("no_reuse"), _buffering(f), f.strings("bypass"))
+                f.strings("no_reuse"), _buffering(f), f.strings("bypass"), _halo(f))
 
 
 def _buffering(f: Field) -> tuple[tuple[str, int], ...]:
@@ -75,6 +75,26 @@ def _buffering(f: Field) -> tuple[tuple[str, int], ...]:
                       "buffering")
     return tuple(sorted((str(t), depths.integer(t, minimum=1, maximum=2))
                         for t in depths.keys()))
+
+
+HALO_MODES = ("cache", "recompute")
+
+
+def _halo(f: Field) -> tuple[tuple[str, str], ...]:
+    """`halo: {INTERMEDIATE: cache or recompute, ...}` of a tile."""
+    if not f.has("halo") or f.get("halo") is None:
+        return ()
+    modes = f.child("halo")
+    if not isinstance(modes.data, dict):
+        raise f.error("'halo' must be a mapping intermediate -> cache or recompute, e.g. "
+                      "{A: cache}", "halo")
+    out = []
+    for t in modes.keys():
+        mode = modes.get(t)
+        if not isinstance(mode, str) or mode not in HALO_MODES:
+            raise modes.error(f"halo of '{t}' must be cache or recompute, got {mode!r}", t)
+        out.append((str(t), mode))
+    return tuple(sorted(out))
 
 
 def _loop(f: Field) -> Loop:

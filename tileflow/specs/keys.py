@@ -113,6 +113,11 @@ LEVEL = Section("level", "each item of `levels`", (
         "steps' compute); a tile's `buffering` wins (docs/mechanisms.md)", "unset: footprint "
         "once and transfers overlapped (the published tools' convention); `evaluate "
         "--double-buffer` makes it 2"),
+    Key("first_touch_fills", "boolean", "outputs accumulated below this level are filled into "
+        "it on their first touch too, read from the level above (zeros): the unit adds to a "
+        "partial sum it always reads, as a systolic array's reduction chain takes its initial "
+        "value from its buffer at every pass (docs/mechanisms.md)", "false: a first touch "
+        "needs no fill"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
         "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
@@ -233,6 +238,11 @@ TILE = Section("tile", "`root` and every tile among `children`", (
     Key("bypass", "list of tensor names", "tensors this tile's level does not hold (Timeloop's "
         "bypass): they move between the levels above and below it, and the compute reads "
         "them from the nearest level that holds them (docs/mechanisms.md)", "none"),
+    Key("halo", "mapping intermediate -> `cache` or `recompute`", "on the common ancestor of "
+        "an intermediate's producer and consumers: `cache` keeps the rows a windowed consumer "
+        "reads in two consecutive steps (the halo) and has the producer compute only the new "
+        "ones; `recompute` has it compute every row a step needs (docs/mechanisms.md)",
+        "`recompute`"),
 ))
 
 LEAF = Section("leaf", "an operator among `children`: `{op: NAME}` or just `NAME`", (
