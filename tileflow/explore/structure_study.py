@@ -24,6 +24,7 @@ from tileflow.explore.genetic import GAConfig, GeneticSearch, SearchResult
 from tileflow.explore.space import Limits, Space
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.explore.structure_space import StructureSpace
+from tileflow.explore.study import open_marked
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, to_dict
@@ -131,22 +132,10 @@ def fingerprint(w: Workload, arch: Architecture, objectives, limits: Limits, met
 
 
 def _open(storage, mark: str, resume: bool):
-    import optuna
-
-    names = optuna.get_all_study_names(storage)
-    if STUDY_NAME in names:
-        study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
-        if study.user_attrs.get("fingerprint") != mark:
-            raise InputError("the structure search in this storage was started with another "
-                             "accelerator, workload, objective, limits or genetic settings; "
-                             "give another --storage or --out")
-        if not resume:
-            raise InputError("a study already exists in this storage; give --resume to "
-                             "continue it, or another --storage or --out")
-        return study
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="minimize")
-    study.set_user_attr("fingerprint", mark)
-    return study
+    """The structure search's study; resuming a run stopped before it began starts it."""
+    return (open_marked(storage, STUDY_NAME, mark, "the structure search", "genetic settings",
+                        resume)
+            or open_marked(storage, STUDY_NAME, mark, "", "", False))
 
 
 def _ranked(result: SearchResult, objectives, top: int):

@@ -112,28 +112,38 @@ def create_or_load(storage, candidates: Sequence[Candidate], objective: str, lim
     """The study for these candidates; an existing one only with `resume` (its trials left
     running by a killed process are marked failed, unless `fail_running` is False: a
     worker joining a study that runs)."""
-    import optuna
     from optuna.trial import TrialState
 
     mark = fingerprint(candidates, objective, limits, extra)
-    names = optuna.get_all_study_names(storage)
-    if STUDY_NAME in names:
-        study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    study = open_marked(storage, STUDY_NAME, mark, "the study", "set of structures", resume)
+    if study is None:
+        raise InputError("--resume: there is no study to resume in this storage (an "
+                         "in-memory study ends with its process; give --storage)")
+    if fail_running:
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    return study
+
+
+def open_marked(storage, name: str, mark: str, what: str, settings: str, resume: bool):
+    """The study `name` of a storage, started with the settings whose fingerprint is `mark`:
+    an existing one only with `resume` (else an error naming `what` and `settings`); a new
+    one without `resume`; None where `resume` finds none."""
+    import optuna
+
+    if name in optuna.get_all_study_names(storage):
+        study = optuna.load_study(study_name=name, storage=storage)
         if study.user_attrs.get("fingerprint") != mark:
-            raise InputError("the study in this storage was started with another accelerator, "
-                             "workload, objective, limits or set of structures; give another "
+            raise InputError(f"{what} in this storage was started with another accelerator, "
+                             f"workload, objective, limits or {settings}; give another "
                              "--storage or --out")
         if not resume:
             raise InputError("a study already exists in this storage; give --resume to "
                              "continue it, or another --storage or --out")
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if fail_running:
-                storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         return study
     if resume:
-        raise InputError("--resume: there is no study to resume in this storage (an "
-                         "in-memory study ends with its process; give --storage)")
-    study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="minimize")
+        return None
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize")
     study.set_user_attr("fingerprint", mark)
     return study
 
