@@ -257,8 +257,12 @@ def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfe
                  steps: int) -> float:
     """Cycles the single-buffered tensors' loads and stores add in series with the compute:
     the buffer they use is busy while the children compute, so they cannot overlap them."""
-    load = _transfer_time(arch, [tr for tr in loads if tr.serial], steps)[0]
-    return load + _transfer_time(arch, [tr for tr in stores if tr.serial], steps)[0]
+    serial_loads = [tr for tr in loads if tr.serial]
+    serial_stores = [tr for tr in stores if tr.serial]
+    if not serial_loads and not serial_stores:
+        return 0.0
+    load = _transfer_time(arch, serial_loads, steps)[0]
+    return load + _transfer_time(arch, serial_stores, steps)[0]
 
 
 def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,

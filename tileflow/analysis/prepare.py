@@ -9,8 +9,9 @@ from functools import cached_property
 from typing import NamedTuple
 
 from tileflow.analysis.carried import check_carried, is_carried
+from tileflow.analysis.layout import loop_layout
 from tileflow.analysis.records import Violation
-from tileflow.analysis.shape import Shape, shape_of
+from tileflow.analysis.shape import Shape, shape_of, spec_key, tile_map
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
@@ -55,6 +56,23 @@ class OpPath:
                      1 if lp.dim in cut and lp.node <= self.cut_depth else 0
                      for i, lp in enumerate(self.loops))
 
+    @cached_property
+    def loop_key(self) -> tuple:
+        """Which loops the path holds (memo entries that index them use it as key): the same
+        for every factor choice of a shape as long as the path keeps every loop."""
+        return tuple((lp.dim, lp.spatial, lp.node) for lp in self.loops)
+
+    @cached_property
+    def spread_above(self) -> list[int]:
+        """Per path position k (0 to the leaf's + 1): the instances the spatial loops of the
+        tiles above position k spread the operator over (the product of their factors)."""
+        out = [1] * (len(self.tiles) + 1)
+        for lp in self.loops:
+            if lp.spatial:
+                for k in range(lp.node + 1, len(out)):
+                    out[k] *= lp.n
+        return out
+
     def extent_below(self, node: int, dim: str) -> int:
         """Extent of `dim` covered by the loops of tiles strictly below path position `node`."""
         return self.extents_from[node + 1][dim] if node + 1 < len(self.extents_from) else 1
@@ -62,11 +80,18 @@ class OpPath:
     @cached_property
     def extents_from(self) -> list[dict[str, int]]:
         """For each path position, every dim's extent covered by the tiles from there down."""
-        dims = dict.fromkeys((*self.op.dims, *(lp.dim for lp in self.loops)), 1)
-        out = [dict(dims) for _ in range(len(self.tiles) + 1)]
+        extent = dict.fromkeys((*self.op.dims, *(lp.dim for lp in self.loops)), 1)
+        nodes = len(self.tiles)
+        by_node: list[list[PathLoop]] = [[] for _ in range(nodes)]
         for lp in self.loops:
-            for position in range(lp.node + 1):
-                out[position][lp.dim] += (lp.n - 1) * lp.stride
+            by_node[lp.node].append(lp)
+        out = [extent] * (nodes + 1)
+        for position in reversed(range(nodes)):
+            if by_node[position]:
+                extent = dict(extent)
+                for lp in by_node[position]:
+                    extent[lp.dim] += (lp.n - 1) * lp.stride
+            out[position] = extent
         return out
 
     @cached_property
@@ -106,6 +131,18 @@ class Plan:
         return {p: n for p, n in walk(self.flow.root) if isinstance(n, Tile)}
 
     @cached_property
+    def memo(self) -> dict:
+        """Facts that depend only on the tree's shape and the accelerator, kept across the
+        plans of one shape (the shape's memo). A plan given another accelerator than its
+        shape's (`replace(plan, arch=...)`) keeps its own; a plan without a shape, a fresh
+        one."""
+        if self.shape is None:
+            return {}
+        if self.arch is self.shape.arch:
+            return self.shape.memo
+        return self.shape.memo.setdefault(("arch", spec_key(self.arch)), {})
+
+    @cached_property
     def tensors_under(self) -> dict[int, frozenset[str]]:
         """Tensors used below each node, keyed by the node's id()."""
         ops = self.workload.op_by_name
@@ -123,28 +160,33 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
     shape = shape_of(workload, arch, flow)
-    tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
-    for p, t in tiles.items():
-        for lp in t.loops:
-            if lp.factor < 1:
-                raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=label(p, t))
+    layout = shape.memo.get("layout")
+    if layout is None:
+        layout = shape.memo["layout"] = loop_layout(workload, root, shape.chains, shape.levels,
+                                                    shape.lca)
+    tiles = tile_map(root)
+    factors = layout.factors(tiles)
+    if factors and min(factors) < 1:
+        p, i = layout.loops[next(g for g, f in enumerate(factors) if f < 1)]
+        raise InvalidDataflow(f"loop {tiles[p].loops[i]}: factor must be >= 1",
+                              where=label(p, tiles[p]))
     found: list[Violation] = list(shape.violations)
-    strides = loop_strides(workload, root)
+    strides = layout.strides(factors)
     paths: dict[str, OpPath] = {}
     for op in workload.ops:
         tile_list = tuple((p, tiles[p]) for p in shape.chains[op.name])
-        levels = shape.levels[op.name]
-        loop_list = tuple(
-            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k], lp.axis)
-            for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
-            if lp.factor > 1  # a loop of one iteration moves, repeats and spreads nothing
-        )
-        paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
-    for name, shift in _halo_shifts(workload, paths, shape.lca).items():
+        loop_list = tuple(  # a loop of one iteration moves, repeats and spreads nothing
+            PathLoop(dim, factors[g], strides[g], spatial, k, level, axis)
+            for g, dim, spatial, k, level, axis in layout.op_loops[op.name] if factors[g] > 1)
+        paths[op.name] = OpPath(op, tile_list, shape.levels[op.name], loop_list, {},
+                                workload.sizes)
+    for name, shift in _halo_shifts(layout.shift_candidates, paths).items():
         paths[name] = replace(paths[name], shift=shift)
-    for name, cut in _halo_cuts(workload, paths, shape.lca, tiles).items():
-        paths[name] = replace(paths[name], **cut)
-    _check_summed_outputs(paths)
+    if layout.cached_halos:
+        for name, cut in _halo_cuts(workload, paths, shape.lca, tiles).items():
+            paths[name] = replace(paths[name], **cut)
+    if layout.summed_outputs:
+        _check_summed_outputs(paths)
     plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
     plan.__dict__["tiles"] = tiles  # the walk above, not another one
     found += _check_dependences(plan)
@@ -312,24 +354,16 @@ def _lca(chains: list[tuple[str, ...]]) -> str:
     return common[-1]
 
 
-def _halo_shifts(w: Workload, paths: Mapping[str, OpPath],
-                 lca: Mapping[str, str]) -> dict[str, dict[str, int]]:
+def _halo_shifts(candidates, paths: Mapping[str, OpPath]) -> dict[str, dict[str, int]]:
     """A producer whose output a consumer reads through a window (A[p+t-1]), tiled along p in
     their common ancestor, computes per step the rows the window needs: its tile starts at
-    the window's offset (and its factors must cover the halo)."""
+    the window's offset (and its factors must cover the halo). `candidates`: the layout's
+    (producer, dim, common ancestor's depth, offset) of every windowed or offset read."""
     shifts: dict[str, dict[str, int]] = {}
-    for t in w.intermediates:
-        producer = w.op_by_name[w.producer[t]]
-        depth = lca[t].count(".")
-        for consumer in w.consumers[t]:
-            access = w.op_by_name[consumer].access(t)
-            for out_axis, axis in zip(producer.output.axes, access.axes, strict=True):
-                d = out_axis.terms[0][0]
-                tiled = any(lp.dim == d and lp.node <= depth and lp.n > 1
-                            for lp in paths[producer.name].loops)
-                if tiled and (len(axis.terms) > 1 or axis.offset):
-                    own = shifts.setdefault(producer.name, {})
-                    own[d] = min(own.get(d, 0), axis.offset)
+    for producer, d, depth, offset in candidates:
+        if any(lp.dim == d and lp.node <= depth and lp.n > 1 for lp in paths[producer].loops):
+            own = shifts.setdefault(producer, {})
+            own[d] = min(own.get(d, 0), offset)
     return shifts
 
 

@@ -28,6 +28,7 @@ class Shape:
     drops: Mapping[tuple[str, str], tuple[int, ...]]  # (op, tensor) -> Seq drop positions
     violations: tuple = ()  # structural violation records (Para children that depend)
     memo: dict = field(default_factory=dict)  # further shape-only facts, filled on first use
+    arch: Architecture | None = None  # the accelerator it was analysed for
 
 
 def node_key(node: Node) -> tuple:
@@ -38,6 +39,20 @@ def node_key(node: Node) -> tuple:
             node.halo,
             tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
             tuple(node_key(c) for c in node.children))
+
+
+def tile_map(root: Tile) -> dict[str, Tile]:
+    """Every tile by node path, parents first (`walk`'s tiles, in one plain recursion)."""
+    out: dict[str, Tile] = {}
+
+    def go(node: Tile, path: str) -> None:
+        out[path] = node
+        for i, child in enumerate(node.children):
+            if isinstance(child, Tile):
+                go(child, f"{path}.{i}")
+
+    go(root, "root")
+    return out
 
 
 def spec_key(spec) -> str:
@@ -101,7 +116,7 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
                for path, ops in ops_below.items()}
     drops = {(op.name, t): _drop_depths(tiles, chains[op.name], op.name, t, tensors)
              for op in w.ops for t in op.tensors}
-    return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found))
+    return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found), arch=arch)
 
 
 def _check_halo(tiles: Mapping[str, Tile], lca: Mapping[str, str], w: Workload) -> None:

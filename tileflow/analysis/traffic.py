@@ -138,7 +138,7 @@ def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> in
 def _tensor_info(plan: Plan, path: OpPath) -> dict:
     """Per tensor of the operator: its axes, Seq drop positions, no-reuse positions and which
     loops start a new epoch of it (shape-only: kept in the shape's memo)."""
-    memo = plan.shape.memo if plan.shape is not None else {}
+    memo = plan.memo
     key = ("tensor_info", path.op.name, _signature(path))
     if key in memo:
         return memo[key]
@@ -162,7 +162,7 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
 def _signature(path: OpPath) -> tuple:
     """Which loops the path holds (the memo's entries index them): the same for every
     factor choice of a shape as long as the path keeps every loop."""
-    return tuple((lp.dim, lp.spatial, lp.node) for lp in path.loops)
+    return path.loop_key
 
 
 def _count_path(plan: Plan, path: OpPath, counts: Counts,
@@ -173,21 +173,23 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
         if y is None:  # the innermost tile: the compute
             _count_compute(plan, path, counts, links, tensor_info)
             continue
-        dims_y = _dims(plan, path, j)
+        extents = path.extents_from[j + 1]
+        dims_y = None  # built when a link needs the general sums
         geometry: dict[int, tuple] = {}
         for access, is_out, run_start, x, serial in links:
             t = access.tensor
             if (op.name, j, t) in served:
                 continue  # resident already: an earlier sibling loaded the same slice
             if run_start not in geometry:
-                geometry[run_start] = _geometry(plan, path, j, run_start, dims_y)
-            union, fast, inst_x, inst_y = geometry[run_start]
+                geometry[run_start] = _geometry(plan, path, j, run_start, extents)
+            union_sp, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
             first = is_out and plan.arch.levels[y].first_touch_fills
             moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
             if moved is None:
-                moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
-                                        drops, no_reuse, epoch, first)
+                dims_y = dims_y or _dims(plan, path, j)
+                moved = _general_counts(path, j, run_start, dims_y, _union(path, union_sp),
+                                        axes, is_out, drops, no_reuse, epoch, first)
             _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
 
 
@@ -196,7 +198,7 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
     the tensors crossing it with their source run and level and whether they are
     single-buffered); the innermost tile gives (position, owner, None, each tensor's source
     run). Shape-only, kept in the shape's memo."""
-    memo = plan.shape.memo if plan.shape is not None else {}
+    memo = plan.memo
     key = ("links", path.op.name)
     found = memo.get(key)
     if found is not None:
@@ -247,15 +249,18 @@ def _source(path: OpPath, j: int, tensor: str) -> int:
         start -= 1
 
 
-def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec]):
+def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, extents: dict[str, int]):
     """Spatial loops whose instances one parent instance serves (it sends the union), the
     closed-form counter, and the instances on each side of the link."""
     union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
-    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
-    inst_y = inst_x * math.prod(lp.n for lp in union_sp)
+    fast = _ExactTiling(plan, path, j, run_start, extents, union_sp)
+    return union_sp, fast, fast.inst_x, fast.inst_y
+
+
+def _union(path: OpPath, union_sp: list[PathLoop]) -> list[LoopRec]:
+    """The union's spatial loops as the general sums take them."""
     marks = dict(zip(path.loops, path.marks, strict=True))
-    union = [LoopRec(lp.dim, lp.n, lp.stride, False, marks[lp]) for lp in union_sp]
-    return union, _ExactTiling(plan, path, j, run_start, dims_y, union_sp), inst_x, inst_y
+    return [LoopRec(lp.dim, lp.n, lp.stride, False, marks[lp]) for lp in union_sp]
 
 
 def _run_tiles(path: OpPath, start: int) -> list[Tile]:
@@ -338,17 +343,16 @@ class _ExactTiling:
     one that changes or drops it). Returns None for anything else."""
 
     def __init__(self, plan: Plan, path: OpPath, j: int, run_start: int,
-                 dims_y: dict[str, DimRec], union_sp: list[PathLoop]):
+                 extents: dict[str, int], union_sp: list[PathLoop]):
         self.sizes = plan.workload.sizes
         self.shapes = plan.workload.shapes
-        self.memo = plan.shape.memo if plan.shape is not None else {}
+        self.memo = plan.memo
         self.path = path
         self.j = j
         self.run_start = run_start
-        above = [lp for lp in path.loops if lp.node <= j]
-        self.inst_y = math.prod(lp.n for lp in above if lp.spatial)
-        self.inst_x = math.prod(lp.n for lp in above if lp.spatial and lp.node < run_start)
-        self.extent_y = {d: r.extent for d, r in dims_y.items()}
+        self.inst_y = path.spread_above[j + 1]
+        self.inst_x = path.spread_above[run_start]
+        self.extent_y = {d: extents[d] for d in path.op.dims}
         self.extent_x = dict(self.extent_y)
         # strides grow up the path, so a dim tiled exactly overall is tiled exactly from any
         # boundary up; the spatial instances under one parent must also abut (no temporal
@@ -376,16 +380,27 @@ class _ExactTiling:
         loops = self.path.loops
         return [(loops[i], drop, e) for i, drop, e in flags]
 
+    def _plain_dims(self, access) -> list[str] | None:
+        """The dims of a tensor whose every axis is one whole dimension (shape-only, kept
+        in the memo); None for any other tensor."""
+        key = ("plain_dims", self.path.op.name, access.tensor)
+        if key in self.memo:
+            return self.memo[key]
+        dims: list[str] | None = []
+        for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
+            if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset or \
+                    size != self.sizes[axis.terms[0][0]]:
+                dims = None
+                break
+            dims.append(axis.terms[0][0])
+        self.memo[key] = dims
+        return dims
+
     def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
                epoch: list[bool], first: bool = False):
-        dims = []
-        for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
-            if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
-                return None
-            d = axis.terms[0][0]
-            if d not in self.regular or size != self.sizes[d]:
-                return None
-            dims.append(d)
+        dims = self._plain_dims(access)
+        if dims is None or not self.regular.issuperset(dims):
+            return None
         loops = self._flagged(access.tensor, drops, no_reuse, epoch)
         moved = _steps(loops, dims, fresh=False)
         slice_y = math.prod(self.extent_y[d] for d in dims)
@@ -427,9 +442,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     op = path.op
     w = plan.workload
     x = path.levels[-1]
-    instances = {t: math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < start)
-                 for t, start in sources.items()}
-    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < _run_start(path))
+    instances = {t: path.spread_above[start] for t, start in sources.items()}
+    inst_x = path.spread_above[_run_start(path)]
     fed: list[Transfer] = []  # what bypassing tensors move straight to and from the unit
     exact = path.exact_dims == frozenset(op.dims)
     if exact:  # every iteration is a real one: a product of trip counts
