@@ -236,13 +236,13 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins.
     A level read at every step adds its per-step overhead. Returns the time, the busiest
     level's index and the latency before the first word arrives."""
+    if not transfers:
+        return 0.0, 0, 0.0
     busy: dict[tuple[int, str], float] = defaultdict(float)
     for tr in transfers:
         lv = arch.levels[tr.level]
         rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
         busy[(tr.level, tr.kind)] += tr.words / (max(tr.instances, 1) * rate)
-    if not busy:
-        return 0.0, 0, 0.0
     latency = 0.0
     for (index, kind), time in list(busy.items()):
         lv = arch.levels[index]

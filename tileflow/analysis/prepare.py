@@ -98,11 +98,14 @@ class OpPath:
     def exact_dims(self) -> frozenset[str]:
         """Dims whose loops tile them exactly: no clipped step, no shift (then every slice
         along them is full and the closed forms apply)."""
+        steps: dict[str, list[tuple[int, int]]] = {d: [] for d in self.op.dims}
+        for lp in self.loops:
+            if lp.n > 1 and lp.dim in steps:
+                steps[lp.dim].append((lp.stride, lp.n))
         exact = set()
-        for d in self.op.dims:
+        for d, found in steps.items():
             span = 1
-            for stride, n in sorted((lp.stride, lp.n) for lp in self.loops
-                                    if lp.dim == d and lp.n > 1):
+            for stride, n in sorted(found):
                 if stride != span:
                     break
                 span *= n
@@ -431,10 +434,11 @@ def _check_coverage(plan: Plan) -> list[Violation]:
     w = plan.workload
     out = []
     for name, path in plan.paths.items():
+        extents = path.extents_from[0]
         for d in path.op.dims:
             size = w.sizes[d]
             shift = path.shift.get(d, 0)
-            covered = shift + path.extent_below(-1, d)
+            covered = shift + extents[d]
             if covered < size:
                 factors = [str(lp.n) for lp in path.loops if lp.dim == d]
                 node_path, tile = path.tiles[-1]
@@ -468,8 +472,20 @@ def _check_dependences(plan: Plan) -> list[Violation]:
                     f"its consumers {', '.join(w.consumers[t])}: they would read partial values "
                     f"of '{t}'"))
         for consumer in w.consumers[t]:
-            out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
+            if (t, consumer) in _windowed_reads(w):
+                out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
     return out + check_carried(plan)
+
+
+def _windowed_reads(w: Workload) -> frozenset[tuple[str, str]]:
+    """(tensor, consumer) for every read through a window (an axis summing dims), kept on
+    the workload."""
+    found = w.__dict__.get("_tileflow_windowed_reads")
+    if found is None:
+        found = frozenset((a.tensor, op.name) for op in w.ops for a in op.inputs
+                          if any(len(axis.terms) > 1 for axis in a.axes))
+        object.__setattr__(w, "_tileflow_windowed_reads", found)
+    return found
 
 
 def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,
