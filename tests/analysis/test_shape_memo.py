@@ -16,9 +16,9 @@ from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis import shape as shape_module
 from tileflow.analysis.prepare import InvalidDataflow, loop_strides, prepare
-from tileflow.analysis.shape import shape_of
+from tileflow.analysis.shape import node_key, scan, shape_of
 from tileflow.cost import evaluate, evaluate_plan
-from tileflow.tree import Dataflow, Tile, map_tiles
+from tileflow.tree import Dataflow, Tile, map_tiles, walk
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))
@@ -66,13 +66,17 @@ def test_warm_shape_cache_gives_the_cold_results(text, data, seed):
 
 @SETTINGS
 @given(st.sampled_from(TEXTS), st.data())
-def test_layout_strides_are_the_walks(text, data):
+def test_scan_and_layout_strides_are_the_walks(text, data):
     w = workload(text)
     flow = data.draw(trees(w))
     try:
         plan = prepare(w, ARCH, flow)
     except InvalidDataflow:
         return
+    key, tiles = scan(flow.root)
+    assert key == node_key(flow.root)
+    assert tiles == {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
+    assert list(tiles) == [p for p, n in walk(flow.root) if isinstance(n, Tile)]
     layout = shape_of(w, ARCH, flow).memo["layout"]
     tiles = plan.tiles
     strides = dict(zip(layout.loops, layout.strides(layout.factors(tiles)), strict=True))

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from tileflow.analysis.carried import check_carried, is_carried
 from tileflow.analysis.layout import loop_layout
 from tileflow.analysis.records import Violation
-from tileflow.analysis.shape import Shape, shape_of, spec_key, tile_map
+from tileflow.analysis.shape import Shape, scan, shape_of, spec_key
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
@@ -162,12 +162,12 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     root = flow.root
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
-    shape = shape_of(workload, arch, flow)
+    tree_key, tiles = scan(root)
+    shape = shape_of(workload, arch, flow, tree_key)
     layout = shape.memo.get("layout")
     if layout is None:
         layout = shape.memo["layout"] = loop_layout(workload, root, shape.chains, shape.levels,
                                                     shape.lca)
-    tiles = tile_map(root)
     factors = layout.factors(tiles)
     if factors and min(factors) < 1:
         p, i = layout.loops[next(g for g, f in enumerate(factors) if f < 1)]

@@ -107,12 +107,10 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
         double_buffer: bool = False) -> dict[str, float]:
     if isinstance(node, Op):
         return {}
-    level_index = plan.arch.level_index
-    same_level_group = (len(node.children) > 1
-                        and all(isinstance(c, Tile) and c.level == node.level
-                                for c in node.children)
-                        and not any(lp.factor > 1 for lp in node.loops))
-    if level_index[node.level] == level and not same_level_group:
+    holds, at_level, group = _fp_facts(plan, path, node, level)
+    if not holds:
+        return {}
+    if at_level and not (group and not any(lp.factor > 1 for lp in node.loops)):
         return _own(plan, path, node, level, double_buffer)
     kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer)
             for i, c in enumerate(node.children)]
@@ -133,6 +131,25 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
         combined[t] = combined.get(t, 0.0) + scale * (_lca_extent(plan, t, path)
                                                       + _kept_rows(plan, t))
     return combined
+
+
+def _fp_facts(plan: Plan, path: str, node: Tile, level: int) -> tuple[bool, bool, bool]:
+    """Shape-only facts of a tile for the footprint at `level` (kept in the shape's memo):
+    whether anything below it (itself included) holds data at that level (a tile there, or
+    an intermediate homed there), whether it is at that level, and whether it groups
+    several tiles at its own level (then, without loops of its own, its children count)."""
+    memo = plan.memo
+    key = ("fp_facts", path, level)
+    found = memo.get(key)
+    if found is None:
+        level_index = plan.arch.level_index
+        below = [p for p in plan.tiles if p == path or p.startswith(path + ".")]
+        holds = any(level_index[plan.tiles[p].level] == level for p in below) or any(
+            lca in below and plan.homes[t] == level for t, lca in plan.lca.items())
+        group = len(node.children) > 1 and all(isinstance(c, Tile) and c.level == node.level
+                                               for c in node.children)
+        found = memo[key] = (holds, level_index[node.level] == level, group)
+    return found
 
 
 def _homed_here(plan: Plan, path: str, node: Tile, level: int,

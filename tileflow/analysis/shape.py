@@ -41,18 +41,21 @@ def node_key(node: Node) -> tuple:
             tuple(node_key(c) for c in node.children))
 
 
-def tile_map(root: Tile) -> dict[str, Tile]:
-    """Every tile by node path, parents first (`walk`'s tiles, in one plain recursion)."""
-    out: dict[str, Tile] = {}
+def scan(root: Tile) -> tuple[tuple, dict[str, Tile]]:
+    """`node_key(root)` and every tile by node path, parents first (`walk`'s tiles), in one
+    recursion."""
+    tiles: dict[str, Tile] = {}
 
-    def go(node: Tile, path: str) -> None:
-        out[path] = node
-        for i, child in enumerate(node.children):
-            if isinstance(child, Tile):
-                go(child, f"{path}.{i}")
+    def go(node: Node, path: str) -> tuple:
+        if isinstance(node, Op):
+            return ("op", node.op)
+        tiles[path] = node
+        kids = tuple(go(c, f"{path}.{i}") for i, c in enumerate(node.children))
+        return (node.level, node.name, node.primitive, node.no_reuse, node.bypass,
+                node.buffering, node.halo,
+                tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops), kids)
 
-    go(root, "root")
-    return out
+    return go(root, "root"), tiles
 
 
 def spec_key(spec) -> str:
@@ -69,10 +72,12 @@ _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 512
 
 
-def shape_of(workload: Workload, arch: Architecture, flow: Dataflow) -> Shape:
+def shape_of(workload: Workload, arch: Architecture, flow: Dataflow,
+             tree_key: tuple | None = None) -> Shape:
     """The cached shape analysis of a dataflow (raises InvalidDataflow for a malformed
-    tree, nothing cached then; structural violations are kept in the shape)."""
-    key = (spec_key(workload), spec_key(arch), node_key(flow.root),
+    tree, nothing cached then; structural violations are kept in the shape). `tree_key`:
+    `node_key(flow.root)` when the caller has it already."""
+    key = (spec_key(workload), spec_key(arch), tree_key or node_key(flow.root),
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
     if found is not None:

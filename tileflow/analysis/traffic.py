@@ -442,7 +442,7 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     op = path.op
     w = plan.workload
     x = path.levels[-1]
-    instances = {t: path.spread_above[start] for t, start in sources.items()}
+    instances = path.spread_above  # at the start of each tensor's source run: sources[t]
     inst_x = path.spread_above[_run_start(path)]
     fed: list[Transfer] = []  # what bypassing tensors move straight to and from the unit
     exact = path.exact_dims == frozenset(op.dims)
@@ -460,7 +460,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         if source == x:
             reads += ops
         else:
-            fed.append(Transfer(source, ops, instances[access.tensor], "read", access.tensor))
+            fed.append(Transfer(source, ops, instances[sources[access.tensor]], "read",
+                                 access.tensor))
     out = op.output.tensor
     home = path.levels[sources[out]]
     counts.traffic[(home, out)][UPDATE] += ops
@@ -481,10 +482,10 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         if home == x:
             reads += ops - starts
         else:
-            fed.append(Transfer(home, ops - starts, instances[out], "read", out))
+            fed.append(Transfer(home, ops - starts, instances[sources[out]], "read", out))
     updates = ops
     if home != x:
-        fed.append(Transfer(home, ops, instances[out], "write", out))
+        fed.append(Transfer(home, ops, instances[sources[out]], "write", out))
         updates = 0
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
     if path.cut:  # a kept halo: the iterations past the first of a sweep do fewer rows
