@@ -282,7 +282,8 @@ def spatial_violations(plan: Plan) -> list[Violation]:
     for path in plan.paths.values():
         for j, run, limit, what, level, unit, mesh in _spreads(plan, path):
             node_path, tile = path.tiles[j]
-            used = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node in run)
+            # the run is positions start..j (levels only grow down a path)
+            used = path.spread_above[j + 1] // path.spread_above[min(run)]
             if used > limit:
                 out.append(Violation(
                     "fanout", node_path, level, None, used, limit, unit,
@@ -315,6 +316,7 @@ def _spreads(plan: Plan, path: OpPath) -> list[tuple]:
         if not last and levels[j] == levels[j + 1]:
             continue
         run = frozenset(k for k in range(j + 1) if levels[k] == levels[j])
+        assert run == frozenset(range(min(run), j + 1)), "levels grow down a path"
         if last:
             limit, what = _compute_limit(plan, path)
             level = arch.unit(path.op.unit).level

@@ -367,18 +367,28 @@ class _ExactTiling:
                 span *= n
             self.extent_x[d] = span
 
-    def _flagged(self, tensor: str, drops: list[int], no_reuse: set[int], epoch: list[bool]):
-        """The temporal loops above the boundary with their drop and epoch marks."""
-        memo = self.memo
-        key = ("flagged", self.path.op.name, self.j, tensor, _signature(self.path))
-        flags = memo.get(key)
-        if flags is None:
-            flags = [(i, _drops(lp, self.j, drops, no_reuse), e)
-                     for i, (lp, e) in enumerate(zip(self.path.loops, epoch, strict=True))
-                     if lp.node <= self.j and not lp.spatial]
-            memo[key] = flags
-        loops = self.path.loops
-        return [(loops[i], drop, e) for i, drop, e in flags]
+    def _trips(self, tensor: str, dims: list[str], drops: list[int], no_reuse: set[int],
+               epoch: list[bool]) -> tuple[tuple[int, ...], ...]:
+        """Which loops' trip counts multiply into each term of the closed form, as indices
+        into the path's loops: the slice changes (`_steps`, without and with restarts), the
+        epochs, and the spatial instances over other dims on each side. Depends only on
+        which loops the path holds (all of more than one iteration): kept in the memo."""
+        key = ("trips", self.path.op.name, self.j, tensor, _signature(self.path))
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        path = self.path
+        flagged = [(i, lp, _drops(lp, self.j, drops, no_reuse), e)
+                   for i, (lp, e) in enumerate(zip(path.loops, epoch, strict=True))
+                   if lp.node <= self.j and not lp.spatial]
+        others = [(i, lp) for i, lp in enumerate(path.loops)
+                  if lp.node <= self.j and lp.dim not in dims]
+        found = (_steps(flagged, dims, fresh=False), _steps(flagged, dims, fresh=True),
+                 tuple(i for i, lp, _, e in flagged if e and lp.dim not in dims),
+                 tuple(i for i, lp in others if lp.spatial),
+                 tuple(i for i, lp in others if lp.spatial and lp.node < self.run_start))
+        self.memo[key] = found
+        return found
 
     def _plain_dims(self, access) -> list[str] | None:
         """The dims of a tensor whose every axis is one whole dimension (shape-only, kept
@@ -401,37 +411,45 @@ class _ExactTiling:
         dims = self._plain_dims(access)
         if dims is None or not self.regular.issuperset(dims):
             return None
-        loops = self._flagged(access.tensor, drops, no_reuse, epoch)
-        moved = _steps(loops, dims, fresh=False)
+        loops = self.path.loops
+        moving, restarting, epoch_loops, spread_y, spread_x = self._trips(
+            access.tensor, dims, drops, no_reuse, epoch)
+        moved = _product(loops, moving)
         slice_y = math.prod(self.extent_y[d] for d in dims)
         slice_x = math.prod(self.extent_x[d] for d in dims)
         moved_y = slice_y * self.inst_y * moved
         moved_x = slice_x * self.inst_x * moved
         if not is_out:
             return moved_y, moved_x, 0, 0
-        restarts = _steps(loops, dims, fresh=True)
+        restarts = _product(loops, restarting)
         if first:  # every entry is filled, first touches included
             return moved_y, moved_x, slice_y * self.inst_y * restarts, \
                 slice_x * self.inst_x * restarts
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
-        others = [lp for lp in self.path.loops if lp.node <= self.j and lp.dim not in dims]
-        epochs = math.prod(lp.n for lp, _, e in loops if e and lp.dim not in dims)
-        words = math.prod(self.sizes[d] for d in dims) * epochs
-        spread_y = math.prod(lp.n for lp in others if lp.spatial)
-        spread_x = math.prod(lp.n for lp in others if lp.spatial and lp.node < self.run_start)
-        refill_y = slice_y * self.inst_y * restarts - words * spread_y
-        refill_x = slice_x * self.inst_x * restarts - words * spread_x
+        words = math.prod(self.sizes[d] for d in dims) * _product(loops, epoch_loops)
+        refill_y = slice_y * self.inst_y * restarts - words * _product(loops, spread_y)
+        refill_x = slice_x * self.inst_x * restarts - words * _product(loops, spread_x)
         return moved_y, moved_x, refill_y, refill_x
 
 
-def _steps(loops, dims: list[str], fresh: bool) -> int:
-    """Product of trip counts down to the innermost loop that changes the slice."""
+def _steps(flagged, dims: list[str], fresh: bool) -> tuple[int, ...]:
+    """The loops (indices) whose trip counts multiply into the steps that change the slice:
+    every flagged loop down to the innermost one over the tensor's dims, dropping it, or
+    (`fresh`) starting an epoch."""
     last = -1
-    for i, (lp, drop, epoch) in enumerate(loops):
+    for k, (_, lp, drop, epoch) in enumerate(flagged):
         if lp.n > 1 and (lp.dim in dims or drop or (fresh and epoch)):
-            last = i
-    return math.prod(lp.n for lp, _, _ in loops[: last + 1])
+            last = k
+    return tuple(i for i, _, _, _ in flagged[: last + 1])
+
+
+def _product(loops: tuple[PathLoop, ...], indices: tuple[int, ...]) -> int:
+    """The product of the trip counts of the loops at `indices`."""
+    out = 1
+    for i in indices:
+        out *= loops[i].n
+    return out
 
 
 def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, int],
