@@ -31,16 +31,19 @@ class LoopLayout:
 
     def strides(self, factors: Sequence[int]) -> list[int]:
         """Each loop's stride: the smallest extent its inner loops cover among the operators
-        below it that use its dimension (1 when none does)."""
+        below it that use its dimension (1 when none does). Loops of one iteration, which
+        move nothing and which the paths leave out, get 1."""
         extents = [1] * self.extent_slots
         out = [1] * len(self.loops)
         for g, slots in self.stride_order:
-            stride = min([extents[s] for s in slots], default=1)
+            f = factors[g]
+            if f == 1 or not slots:
+                continue
+            stride = min(map(extents.__getitem__, slots))
             out[g] = stride
-            grow = (factors[g] - 1) * stride
-            if grow:
-                for s in slots:
-                    extents[s] += grow
+            grow = (f - 1) * stride
+            for s in slots:
+                extents[s] += grow
         return out
 
 
