@@ -197,7 +197,8 @@ def converge(rows: list[dict], group: str = "attention-edge", shape: str = "G1")
             ""]
 
 
-PICKS = (("attention-edge", "G1"), ("attention-cloud", "G7"), ("conv-cloud", "C3"))
+PICKS = (("attention-edge", "G1"), ("attention-cloud", "G11"), ("conv-cloud", "C5"),
+         ("attention-edge-softmax-on-array", "G10"))
 
 
 def _flow_of(r: dict):
