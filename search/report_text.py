@@ -148,7 +148,10 @@ def studies(rows: list[dict], plan, published) -> list[str]:
            "Each shape: `tileflow explore` on the shipped study (`search/GROUP/SHAPE.yaml`, "
            "`structures: search`) with the study budget cut to the figure in the table "
            "(CPU time), the baselines with their own rules. Evaluations count the structure "
-           "search's and the study's.", ""]
+           "search's and the study's. The "
+           f"{len(rows)} studies took {sum(r['seconds'] for r in rows) / 60:.0f} minutes in "
+           "all, one after another (wall-clock; each saved as it completed, in "
+           "`structure-runs/`).", ""]
     for group, shapes, evaluations, _ in plan:
         got = [r for r in rows if r["group"] == group]
         if not got:
