@@ -5,13 +5,13 @@ write its size and optimum as JSON (run once; not part of the tests).
 
 The space: every assignment of divisor factors to the structure's loops (loop order fixed,
 each dimension's factors multiplying exactly to its size, spatial factors within each
-tile's fan-out). `--no-lanes` takes all of it; by default the vector stages' spatial factors
-along the score columns are held at the lane count (fewer lanes only add vector steps). The
-branch and bound (`tileflow.explore.exhaustive.branch_and_bound`) visits every point and
-evaluates only those whose lower bound on the cycles is below the best found so far, so the
-optimum is that of the whole space; `--every-point` evaluates every point instead. Progress
-is saved after each product of the space to `--checkpoint`: run the same command again to
-go on after an interruption (it is removed once the result is written)."""
+tile's fan-out). `--lanes` holds the vector stages' spatial factors along the score columns
+at the lane count (fewer lanes only add vector steps), a smaller space. The branch and bound
+(`tileflow.explore.exhaustive.branch_and_bound`) accounts for every point but evaluates only
+those whose lower bound on the cycles is below the best found so far, so the optimum is that
+of the whole space; `--every-point` evaluates every point instead. Progress is saved after
+each product of the space to `--checkpoint`: run the same command again to go on after an
+interruption (the file is removed once the result is written)."""
 
 from __future__ import annotations
 
@@ -65,12 +65,13 @@ def main() -> None:
     p.add_argument("--workload", default="G1")
     p.add_argument("--arch", default="edge")
     p.add_argument("--dataflow", default="tileflow-pipe")
-    p.add_argument("--no-lanes", action="store_true", help="enumerate the full space")
+    p.add_argument("--lanes", action="store_true",
+                   help="hold the vector stages' column spread at the lane count")
     p.add_argument("--every-point", action="store_true", help="evaluate every point")
     p.add_argument("--checkpoint", help="progress file (default: OUT with .progress.json)")
     p.add_argument("--out", default="search/exhaustive-g1-edge.json")
     args = p.parse_args()
-    space = restricted_space(args.workload, args.arch, args.dataflow, not args.no_lanes)
+    space = restricted_space(args.workload, args.arch, args.dataflow, args.lanes)
     full = size(Space(space.structure, non_divisors=False))
     total = size(space)
     products = sum(1 for _ in divisor_products(space))
@@ -113,11 +114,12 @@ def main() -> None:
         "workload": args.workload, "accelerator": args.arch, "structure": args.dataflow,
         "divisor_space_size": full, "enumerated": total, "products": products,
         "method": "every point evaluated" if args.every_point else
-        "branch and bound: rows whose latency floor is not below the best valid cycles so "
-        "far are skipped (exact: the optimum of every enumerated point)",
+        "branch and bound: partial assignments whose latency floor over every completion is "
+        "not below the best valid cycles so far are skipped with their completions (exact: "
+        "the optimum of every point of the space)",
         "evaluated": state.evaluated, "pruned": state.pruned,
         "valid_among_evaluated": state.valid,
-        "restriction": None if args.no_lanes else
+        "restriction": None if not args.lanes else
         "vector stages' spatial factors along the score columns held at the lane count",
         "fixed_slots": {str(i): v for i, v in space.fixed.items()},
         "slots": key["slots"],

@@ -2,12 +2,14 @@
 shape on Edge, the optimum over the divisor points with the vector stages at full lanes equals
 the optimum over every divisor point. The branch and bound: `latency_floor` is below the
 evaluated cycles of every divisor row of many structures (Seq, Shar, Para and Pipe tiles),
-and the branch and bound returns the optimum that evaluating every point gives, also when
-it is interrupted and resumed."""
+the floor of a partial row with free groups is below that of every completion, and the
+branch and bound returns the optimum that evaluating every point gives, also when it is
+interrupted and resumed."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -19,13 +21,14 @@ from tileflow.dataflows import build
 from tileflow.explore.batch import evaluate_batch
 from tileflow.explore.exhaustive import (
     Enumeration,
+    Floor,
     branch_and_bound,
     divisor_optimum,
     lane_restriction,
     latency_floor,
     space_size,
 )
-from tileflow.explore.space import Space, enumerate_divisors
+from tileflow.explore.space import UNDECIDED, Space, divisor_products, enumerate_divisors
 from tileflow.explore.structure import structure_of
 from tileflow.explore.structure_space import StructureSpace, structures
 from tileflow.specs.arch import load_arch
@@ -120,3 +123,39 @@ def test_branch_and_bound_resumes_where_it_stopped_and_agrees_with_every_point()
     # started from a tight incumbent, the same optimum with no more evaluations
     warm = branch_and_bound(space, incumbent=np.array(whole.best_row))
     assert warm.best == best and warm.evaluated <= whole.evaluated + 1
+
+
+def _rows_of(shared: np.ndarray, groups, options) -> np.ndarray:
+    """Every row of one product: the shared slots as given, each group one of its options."""
+    picks = list(itertools.product(*(range(len(o)) for o in options)))
+    rows = np.repeat(shared[None, :], len(picks), axis=0)
+    for r, pick in enumerate(picks):
+        for g, opts, i in zip(groups, options, pick, strict=True):
+            rows[r, g] = opts[i]
+    return rows
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 9])
+def test_the_floor_of_a_partial_row_is_below_every_completion(k):
+    """Groups left free (held at 1) and bounded by their options' products: the floor of
+    the partial row is at most the least floor of its completions, with equality once no
+    group is free."""
+    structure = _structures()[k]
+    space = Space(structure, non_divisors=False)
+    floor = Floor(structure)
+    for shared, groups, options in list(divisor_products(space))[:6]:
+        rows = _rows_of(shared, groups, options)
+        complete = floor(rows)
+        assert np.allclose(complete, latency_floor(structure, rows), rtol=1e-12)
+        for first in range(len(groups) + 1):
+            base = shared.copy()
+            base[base == UNDECIDED] = 1
+            for g, opts in zip(groups[:first], options[:first], strict=True):
+                base[g] = opts[0]  # the first option of the fixed groups
+            fixed = np.ones(len(rows), dtype=bool)
+            for g, opts in zip(groups[:first], options[:first], strict=True):
+                fixed &= (rows[:, g] == opts[0]).all(axis=1)
+            bound = floor(base[None], floor.bounds(groups[first:], options[first:]))[0]
+            assert bound <= complete[fixed].min() * (1 + 1e-12)
+            if first == len(groups):
+                assert bound == pytest.approx(complete[fixed].min(), rel=1e-12)

@@ -367,19 +367,15 @@ def divisor_blocks(space: Space, chunk: int = 65_536):
     slots, the Cartesian product of the independent groups of the other slots (slots linked
     by a chain)."""
     for state, groups, options in divisor_products(space):
-        yield from product_blocks(state, groups, options, chunk)
-
-
-def product_blocks(state: np.ndarray, groups, options, chunk: int = 65_536):
-    """One product of `divisor_products` in blocks of at most `chunk` rows."""
-    sizes = [len(o) for o in options]
-    count = math.prod(sizes)
-    for first in range(0, count, chunk):
-        flat = np.arange(first, min(first + chunk, count))
-        block = np.repeat(state[None, :], len(flat), axis=0)
-        for g, opts, idx in zip(groups, options, np.unravel_index(flat, sizes), strict=True):
-            block[:, g] = opts[idx]
-        yield block
+        sizes = [len(o) for o in options]
+        count = math.prod(sizes)
+        for first in range(0, count, chunk):
+            flat = np.arange(first, min(first + chunk, count))
+            block = np.repeat(state[None, :], len(flat), axis=0)
+            for g, opts, idx in zip(groups, options, np.unravel_index(flat, sizes),
+                                    strict=True):
+                block[:, g] = opts[idx]
+            yield block
 
 
 def divisor_products(space: Space):
