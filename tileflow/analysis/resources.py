@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
+import numpy as np
+
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
 from tileflow.analysis.bypass import bypassed
@@ -390,9 +392,32 @@ def _array_violations(plan: Plan, path: OpPath, loops, mesh: tuple[int, ...],
     return out
 
 
+def split_limit(limit: int, fanout: int, spread):
+    """Units a Para/Pipe tile's children may use together, counted over the `spread` instances
+    the tile's own spatial loops run on: each instance owns whole instances of the `fanout`
+    below the tile (fanout // spread of them; one cannot serve two), so the children of one
+    instance share (limit // fanout) * (fanout // spread) units. That is `limit` itself when
+    the spread divides the fan-out; a spread beyond the fan-out is the fan-out check's. Takes
+    an integer spread or a NumPy array of them (one per row)."""
+    if fanout <= 1 or limit % fanout:
+        return limit
+    share, s = limit // fanout, np.maximum(spread, 1)
+    return np.where(s <= fanout, share * (fanout // s) * s, limit)
+
+
+def split_fanout(arch, first: OpPath, depth: int, level: int, feed: int) -> int:
+    """Instances below a Para/Pipe tile that its own spatial loops spread over: the fan-out
+    down to the next level on the path (1 when that level is below the units' level)."""
+    target = next((lv for lv in first.levels[depth + 1:] if lv > level), None)
+    if target is None or target > feed:
+        return 1
+    return arch.fanout_between(arch.levels[level].name, arch.levels[target].name)
+
+
 def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]:
     """Para and Pipe children run at once on disjoint units: per kind of compute unit, the
-    units they spread over must add up to no more than the tile has."""
+    units they spread over must add up to no more than each instance of the tile has (the
+    tile's own spatial loops give each instance a whole share of the instances below)."""
     arch = plan.arch
     depth = node_path.count(".")
     level = arch.level_index[node.level]
@@ -415,13 +440,18 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
         start, feed = arch.level_index[node.level], arch.level_index[unit.level]
         limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
                                     if start < feed else 1)
+        if start < feed:
+            limit = int(split_limit(limit, split_fanout(arch, first, depth, level, feed),
+                                        spread))
         if units > limit:
             out.append(Violation(
                 "fanout", node_path, unit.level, None, units, limit, f"{kind} units",
                 f"fan-out: the {node.primitive} children of {label(node_path, node)} "
                 f"spread over {units} {kind} units together (the tile's own spatial loops "
-                f"included) but the tile has {limit}"))
+                f"included) but the tile's {spread} instance(s) have {limit}"))
     return out
+
+
 def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
     arch = plan.arch
     unit = arch.unit(path.op.unit)
