@@ -68,8 +68,8 @@ def _calibrated(s: dict, kind: str) -> str:
     read = " and ".join(f"{h['read_words_per_cycle']:.2f}" for h in halves)
     write = " and ".join(f"{h['write_words_per_cycle']:.2f}" for h in halves)
     step = " and ".join(f"{h['step_overhead_cycles']:.1f}" for h in halves)
-    return (f"calibration fits DRAM reads at {read} words/cycle, writes at {write} and "
-            f"{step} cycles per DRAM-level step")
+    return (f"calibration (one fit per half) finds DRAM reads at {read} words/cycle, "
+            f"writes at {write} words/cycle, and {step} cycles per DRAM-level step")
 
 
 def missing(target: Target, s: dict) -> str:
