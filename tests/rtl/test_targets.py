@@ -20,7 +20,7 @@ def summary(**figures) -> dict:
         s[f"{kind}_r2_calibrated_heldout"] = 0.999
         s[f"{kind}_calibrated_heldout"] = dict(FIGURES)
         s[f"{kind}_calibrated_dram_parameters"] = [HALF, HALF]
-        s[f"{kind}_overlap_lockstep"] = dict(FIGURES)
+        s[f"{kind}_overlap_fill_drain"] = dict(FIGURES)
     s.update(figures)
     return s
 

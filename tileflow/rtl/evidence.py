@@ -144,31 +144,31 @@ def missing_section(gemm: pd.DataFrame, fused: pd.DataFrame, s: dict,
         "Most wrongly ordered pairs differ only in the tile of the loop the DRAM-level steps "
         "run over (tile_L in the fused set, tile_K in the GEMM set), with both rows bound by "
         "DRAM reads: the DRAM words are the same, only the number and size of the steps "
-        "differ. The RTL is faster with fewer, larger steps; the model, under fill-drain, is "
+        "differ. The RTL is faster with fewer, larger steps; the model under fill-drain is "
         "faster with smaller ones (a smaller first load and last store exposed); under "
-        "lockstep it is slower with small steps too:", "",
+        "lockstep (the accelerators' convention) it is slower with small steps too:", "",
         "Fused set, M = L = 256, K = N = 64, tile_M = 64:", "",
         *sweep_table(fused, fused_sweep, tiles["fused"], "tile_L"), "",
         "GEMM set, M = N = 512, K = 64:", "",
         *sweep_table(gemm, gemm_sweep, tiles["gemm"], "tile_K"), "",
-        "**Missing: how the programs sequence their steps, and a cost per DRAM-level step."
-        "** Fill-drain works on a tile's totals: C's write-back, which the GEMM programs "
-        "make once every K / tile_K DRAM steps (K is the innermost DRAM loop), spreads over "
-        "all the steps until the next one, and the first GEMM of a chain's A, loaded once "
-        "per sweep of L, spreads over the sweep. `--overlap lockstep` (docs/mechanisms.md) "
-        "puts each transfer on its step and runs loads, compute and stores in lock step: a "
+        "**How the programs sequence their steps, and what is still missing: a cost per "
+        "DRAM-level step.** Fill-drain works on a tile's totals: C's write-back, which the "
+        "GEMM programs make once every K / tile_K DRAM steps (K is the innermost DRAM loop), "
+        "spreads over all the steps until the next one, and the first GEMM of a chain's A, "
+        "loaded once per sweep of L, spreads over the sweep. The programs are hand-written "
+        "loop nests (the README gives each mapping as one, and its loop order fixes when "
+        "each tile moves), so the accelerators run them in lock step (`overlap: lockstep`, "
+        "docs/mechanisms.md): each transfer on its step, loads, compute and stores of "
+        "neighbouring steps overlapped, each step as slow as the slowest of the three. A "
         "write-back larger than a step's compute is then hidden behind one step only, and "
-        "rows with more, smaller steps pay more ends. It orders both sets better (the "
-        "convention table, the sweeps above), and ties no rows, but the dataset's README "
-        "does not say how the programs sequence their steps (only the loop order, which "
-        "fixes when each tile moves, and separate DRAM read and write bandwidths, so reads "
-        "and writes do not share one channel), so the accelerators keep fill-drain. What "
-        "remains misordered under lockstep is mostly pairs of DRAM-read-bound rows that "
+        "rows with more, smaller steps pay more ends. This orders both sets better than "
+        "fill-drain (the convention table, the sweeps above) and ties no rows; DRAM reads "
+        "and writes stay on separate channels, as the README gives them separate "
+        "bandwidths. What remains misordered is mostly pairs of DRAM-read-bound rows that "
         "differ in step size by gaps of about 2 %: the cost per DRAM-level step (request "
         "set-up, first-word latency), which the model has (`step_overhead_cycles`, "
-        "`latency_cycles`) but the README gives no value for; calibration fits one, and "
-        "its held-out figures stand beside the uncalibrated ones. The README states no "
-        "request or burst size either, so no per-step cost follows from its parameters.",
+        "`latency_cycles`) but the README gives no value for, nor a request or burst size; "
+        "calibration fits one, and its held-out figures stand beside the uncalibrated ones.",
         "",
         "**Buffer-register traffic.** With partial sums read at every pass "
         f"(`first_touch_fills`), the model's buffer reads are {s['fused_buffer_to_reg_mape']:.1%}"

@@ -355,30 +355,23 @@ EXPLANATION = """
   says so; the dataflow says it with `no_reuse: [A, B]` on the DRAM-level tile (the model's
   general semantics stay: without it, A and B would be reused across steps whose loop does
   not index them).
-* **Pipeline fill and drain** (the accelerators' `overlap: fill-drain`; `--overlap perfect`
-  gives the published perfect overlap and `--overlap lockstep` the step-by-step pipeline,
-  figures in the convention table): a tile's
-  double-buffered steps overlap loads, compute and write-backs, but the first load and the
-  last write-back of the whole run are exposed, once per run (the RTL keeps its pipeline
-  running across row blocks).
+* **Steps in lock step** (the accelerators' `overlap: lockstep`; `--overlap perfect`
+  gives the published perfect overlap and `--overlap fill-drain` the tile-total pipeline,
+  figures in the convention table): the programs run their loop nests step by step, each
+  transfer on the step where its slice changes, a step's loads, compute and write-backs
+  overlapping those of its neighbours, and the first load and the last write-back of the
+  whole run exposed once per run (the RTL keeps its pipeline running across row blocks).
 * **Uncalibrated GEMM error (worst rows).** Two mechanisms, both visible in the worst rows
-  and in the calibrated parameters: (1) rows bound by C's write-back are over-predicted
-  (up to +36 %): the README's DRAM write bandwidth of 2.9 words/cycle is below what the RTL
-  sustains when write-bound (calibration finds 3.4-3.6); (2) rows bound by operand loads
-  are under-predicted (down to -33 %): every DRAM step costs about 19-21 cycles of request
-  overhead and the read bandwidth is about 3.9 rather than 4.3 words/cycle. The README
+  and in the calibrated parameters (table above): (1) rows bound by C's write-back are
+  over-predicted (up to about +36 %): the README's DRAM write bandwidth of 2.9 words/cycle
+  is below what the RTL sustains when write-bound (calibration finds more than 4); (2) rows
+  bound by operand loads are under-predicted: every DRAM step costs some cycles of request
+  overhead, and the read bandwidth is about 4.0 rather than 4.3 words/cycle. The README
   gives neither, so the uncalibrated model cannot have them; calibration recovers them
-  (held-out error about 3 %). What remains after calibration is partial serialisation: when
-  a C tile is written back after several k steps, the RTL overlaps that write-back with the
-  next tile's loads only in part (as if C were single-buffered for the next tile's
-  compute), so those rows stay under-predicted. The model has per-tensor buffering
-  depth (docs/mechanisms.md), but the dataset's README says nothing of how the programs
-  buffer C, so the mappings leave it unset; setting `buffering: {C: 1}` on the GEMM
-  buffer tile (C's write-back fully in series with the compute) makes the GEMM figures
-  worse (MAPE 15.1 %, R^2 0.956, Spearman 0.52, regret 10.5 % mean): the RTL overlaps
-  that write-back in part. The step-by-step recurrence (`--overlap lockstep`: the
-  write-back hidden behind the one step that shares its slot) says how much; its figures
-  are in the convention and target tables.
+  (held-out figures above). Lock step hides C's write-back behind the one step that shares
+  its slot, which is how much of it the RTL overlaps; fully serialising it instead
+  (`buffering: {C: 1}` on the GEMM buffer tile, measured under fill-drain) makes the GEMM
+  figures worse (MAPE 15.1 %, R^2 0.956, Spearman 0.52, regret 10.5 % mean).
 * **The other mechanisms of this round and the last** change nothing on these rows, and
   are kept because they are right: sibling sharing, bypass and summed output indices (the
   README gives one element of A, B and C per register, and the two GEMMs of a chain run as
