@@ -63,10 +63,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _overlap_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--overlap", choices=["perfect", "fill-drain"],
+    p.add_argument("--overlap", choices=["perfect", "fill-drain", "lockstep"],
                    help="how loads, compute and stores overlap in the latency: perfect (the "
-                        "published tools' convention) or fill-drain (the first load and last "
-                        "store of a run are not hidden); default: the accelerator's `overlap`")
+                        "published tools' convention), fill-drain (the first load and last "
+                        "store of a run are not hidden) or lockstep (each step's transfers "
+                        "where they happen, the steps' stages in lock step); default: the "
+                        "accelerator's `overlap`")
 
 
 def _with_overlap(arch, overlap: str | None):

@@ -20,6 +20,7 @@ from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.cost_components import ComponentCost, component_costs
 from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
+from tileflow.step_pipeline import lockstep_cycles, tensor_dims
 from tileflow.tree import Dataflow, Op, Tile, label
 
 
@@ -169,9 +170,9 @@ def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
     """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Malformed
     trees (unknown operators, levels, tensors) raise InvalidDataflow; whatever is a property
     of the dataflow (capacity, fan-out, array shape, coverage, dependences, windows) comes
-    back as `valid=False` with Violation records. `overlap` ('perfect' or 'fill-drain')
-    overrides the accelerator's convention; `fill_drain=False` is the older spelling of
-    `overlap='perfect'` (the published model's perfect overlap)."""
+    back as `valid=False` with Violation records. `overlap` ('perfect', 'fill-drain' or
+    'lockstep') overrides the accelerator's convention; `fill_drain=False` is the older
+    spelling of `overlap='perfect'` (the published model's perfect overlap)."""
     if isinstance(flow, Tile):
         flow = Dataflow(flow, flow.name or "dataflow")
     elif not isinstance(flow, Dataflow):
@@ -182,21 +183,28 @@ def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
 
 def overlap_convention(arch: Architecture, overlap: str | None = None,
                        fill_drain: bool | None = None) -> bool:
-    """True when the first load and last store of a run are charged (fill-drain): an explicit
-    `overlap` wins, then `fill_drain`, then the accelerator's `overlap`."""
+    """True when the first load and last store of a run are charged (fill-drain, lockstep):
+    an explicit `overlap` wins, then `fill_drain`, then the accelerator's `overlap`."""
+    return _convention(arch, overlap, fill_drain) != "perfect"
+
+
+def _convention(arch: Architecture, overlap: str | None = None,
+                fill_drain: bool | None = None) -> str:
+    """The overlap convention in force: an explicit `overlap`, else `fill_drain` (True:
+    'fill-drain', False: 'perfect'), else the accelerator's."""
     if overlap is not None:
         if overlap not in OVERLAPS:
             raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
-        return overlap == "fill-drain"
+        return overlap
     if fill_drain is not None:
-        return bool(fill_drain)
-    return arch.overlap == "fill-drain"
+        return "fill-drain" if fill_drain else "perfect"
+    return arch.overlap
 
 
 def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
                   fill_drain: bool | None = None, overlap: str | None = None) -> Result:
     arch, w = plan.arch, plan.workload
-    fill_drain = overlap_convention(arch, overlap, fill_drain)
+    convention = _convention(arch, overlap, fill_drain)
     counts = count(plan)
     fps = footprints(plan, double_buffer)
     violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
@@ -219,7 +227,7 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
             compute_by_unit[vector.kind] += leaf.rescale_ops * vector.energy_pj_per_op
     compute_pj = sum(compute_by_unit.values())
     breakdown: list[NodeLatency] = []
-    cycles, bottleneck = _latency(plan, counts, breakdown, fill_drain)
+    cycles, bottleneck = _latency(plan, counts, breakdown, convention)
     total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
     utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
     return Result(
@@ -236,13 +244,13 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins.
     A level read at every step adds its per-step overhead. Returns the time, the busiest
     level's index and the latency before the first word arrives."""
+    if not transfers:
+        return 0.0, 0, 0.0
     busy: dict[tuple[int, str], float] = defaultdict(float)
     for tr in transfers:
         lv = arch.levels[tr.level]
         rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
         busy[(tr.level, tr.kind)] += tr.words / (max(tr.instances, 1) * rate)
-    if not busy:
-        return 0.0, 0, 0.0
     latency = 0.0
     for (index, kind), time in list(busy.items()):
         lv = arch.levels[index]
@@ -257,22 +265,28 @@ def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfe
                  steps: int) -> float:
     """Cycles the single-buffered tensors' loads and stores add in series with the compute:
     the buffer they use is busy while the children compute, so they cannot overlap them."""
-    load = _transfer_time(arch, [tr for tr in loads if tr.serial], steps)[0]
-    return load + _transfer_time(arch, [tr for tr in stores if tr.serial], steps)[0]
+    serial_loads = [tr for tr in loads if tr.serial]
+    serial_stores = [tr for tr in stores if tr.serial]
+    if not serial_loads and not serial_stores:
+        return 0.0
+    load = _transfer_time(arch, serial_loads, steps)[0]
+    return load + _transfer_time(arch, serial_stores, steps)[0]
 
 
 def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
             overlap: str | None = None) -> float:
     """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
     parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
-    return _latency(plan, counts, [], overlap_convention(plan.arch, overlap, fill_drain))[0]
+    return _latency(plan, counts, [], _convention(plan.arch, overlap, fill_drain))[0]
 
 
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
-             fill_drain: bool = True) -> tuple[float, Bottleneck]:
+             convention: str = "fill-drain") -> tuple[float, Bottleneck]:
     """Cycles of the tree and what bounds them. Each tile's bound is carried as a tuple
     (kind, level index, unit, node path, tile) and made a record once, at the end."""
     arch = plan.arch
+    fill_drain = convention != "perfect"
+    dims = tensor_dims(plan.workload) if convention == "lockstep" else {}
     leaf_paths = {}
     for path, tile in plan.tiles.items():
         for i, c in enumerate(tile.children):
@@ -325,7 +339,12 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
                            (store, ("write", store_level, None, path, tile)),
                            key=lambda x: x[0])
         extra = 0.0
-        if fill_drain and (load or store):
+        if convention == "lockstep" and (load or store):
+            # the steps' transfers where they happen, slot by slot (tileflow.step_pipeline)
+            extra = lockstep_cycles(tile, dims, loads, stores, inner, steps,
+                                    lambda trs, n: _transfer_time(arch, trs, n)) - cycles
+            extra = max(extra, 0.0) + latency
+        elif fill_drain and (load or store):
             # double-buffered steps overlap (also across the parents' steps), but the first
             # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
             extra = (load + inner + store - cycles) / steps + latency

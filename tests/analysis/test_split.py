@@ -68,3 +68,27 @@ def test_the_batched_evaluator_applies_the_same_share():
                      for lp in t.loops])
     out = evaluate_batch(structure, np.array(rows))
     assert [bool(v) for v in out.valid] == [True, True, False]
+
+
+def test_an_instance_owns_whole_cores_when_the_spread_does_not_divide_them():
+    """Children of 64 + 16 = 80 MACs per instance. Spread over 2 of the 4 cores, each instance
+    owns 2 cores (128 MACs): valid. Spread over 3, each owns one core (64 MACs; the fourth
+    core cannot serve two instances): invalid, needing 3 x 80 = 240 of the 3 x 64 = 192 the
+    three instances own, although 240 is below the 256 MACs of all four cores."""
+    w = workload(TWINS, m=24, n=8, k=8, j=8)
+    arch = parse_arch(Field(YAML(typ="rt").load(ARCH), "four-cores.yaml"))
+
+    def flow(spread: int) -> Dataflow:
+        return Dataflow(tile(
+            "DRAM", f"m:{spread}:Sp m:{3 // spread if spread == 3 else 2}",
+            tile("L1", "k:8 m:8:Sp n:8:Sp", tile("Reg", "", "g1")),
+            tile("L1", "k:8 j:4 m:8:Sp j:2:Sp", tile("Reg", "", "g2")),
+            primitive="Pipe"))
+
+    assert [v for v in evaluate(w, arch, flow(2)).violations if v.kind == "fanout"] == []
+    [v] = [v for v in evaluate(w, arch, flow(3)).violations if v.kind == "fanout"]
+    assert (v.node, v.needed, v.available) == ("root", 240, 192)
+    structure = structure_of(w, arch, flow(3))
+    rows = [[lp.factor for _, t in walk(flow(s).root) if isinstance(t, Tile) for lp in t.loops]
+            for s in (2, 3)]
+    assert [bool(v) for v in evaluate_batch(structure, np.array(rows)).valid] == [True, False]

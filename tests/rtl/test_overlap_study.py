@@ -27,7 +27,7 @@ def _dataset(folder):
 def test_the_overlap_asked_for_is_the_one_predicted(tmp_path):
     _dataset(tmp_path)
     seen = {}
-    for overlap in ("perfect", "fill-drain"):
+    for overlap in ("perfect", "fill-drain", "lockstep"):
         results = study.run(tmp_path, overlap=overlap)
         seen[overlap] = list(results["gemm"].frame.predicted)
         arch = load_arch("rtl-systolic-gemm")
@@ -40,6 +40,6 @@ def test_the_overlap_asked_for_is_the_one_predicted(tmp_path):
             w = load_workload("gemm-chain", {"b": 1, "m": m, "l": l_, "k": k, "n": n})
             flow = chain_mapping(*r)
             assert predicted == evaluate(w, arch, flow, overlap=overlap).cycles
-        other = "predicted_fill_drain" if overlap == "perfect" else "predicted_perfect"
-        assert other in results["gemm"].frame
+        for other in {"perfect", "fill-drain", "lockstep"} - {overlap}:
+            assert f"predicted_{other.replace('-', '_')}" in results["gemm"].frame
     assert seen["perfect"] != seen["fill-drain"]  # the two conventions do differ here

@@ -9,8 +9,9 @@ from functools import cached_property
 from typing import NamedTuple
 
 from tileflow.analysis.carried import check_carried, is_carried
+from tileflow.analysis.layout import loop_layout
 from tileflow.analysis.records import Violation
-from tileflow.analysis.shape import Shape, shape_of
+from tileflow.analysis.shape import Shape, scan, shape_of, spec_key
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
@@ -55,6 +56,23 @@ class OpPath:
                      1 if lp.dim in cut and lp.node <= self.cut_depth else 0
                      for i, lp in enumerate(self.loops))
 
+    @cached_property
+    def loop_key(self) -> tuple:
+        """Which loops the path holds (memo entries that index them use it as key): the same
+        for every factor choice of a shape as long as the path keeps every loop."""
+        return tuple((lp.dim, lp.spatial, lp.node) for lp in self.loops)
+
+    @cached_property
+    def spread_above(self) -> list[int]:
+        """Per path position k (0 to the leaf's + 1): the instances the spatial loops of the
+        tiles above position k spread the operator over (the product of their factors)."""
+        out = [1] * (len(self.tiles) + 1)
+        for lp in self.loops:
+            if lp.spatial:
+                for k in range(lp.node + 1, len(out)):
+                    out[k] *= lp.n
+        return out
+
     def extent_below(self, node: int, dim: str) -> int:
         """Extent of `dim` covered by the loops of tiles strictly below path position `node`."""
         return self.extents_from[node + 1][dim] if node + 1 < len(self.extents_from) else 1
@@ -62,22 +80,32 @@ class OpPath:
     @cached_property
     def extents_from(self) -> list[dict[str, int]]:
         """For each path position, every dim's extent covered by the tiles from there down."""
-        dims = dict.fromkeys((*self.op.dims, *(lp.dim for lp in self.loops)), 1)
-        out = [dict(dims) for _ in range(len(self.tiles) + 1)]
+        extent = dict.fromkeys((*self.op.dims, *(lp.dim for lp in self.loops)), 1)
+        nodes = len(self.tiles)
+        by_node: list[list[PathLoop]] = [[] for _ in range(nodes)]
         for lp in self.loops:
-            for position in range(lp.node + 1):
-                out[position][lp.dim] += (lp.n - 1) * lp.stride
+            by_node[lp.node].append(lp)
+        out = [extent] * (nodes + 1)
+        for position in reversed(range(nodes)):
+            if by_node[position]:
+                extent = dict(extent)
+                for lp in by_node[position]:
+                    extent[lp.dim] += (lp.n - 1) * lp.stride
+            out[position] = extent
         return out
 
     @cached_property
     def exact_dims(self) -> frozenset[str]:
         """Dims whose loops tile them exactly: no clipped step, no shift (then every slice
         along them is full and the closed forms apply)."""
+        steps: dict[str, list[tuple[int, int]]] = {d: [] for d in self.op.dims}
+        for lp in self.loops:
+            if lp.n > 1 and lp.dim in steps:
+                steps[lp.dim].append((lp.stride, lp.n))
         exact = set()
-        for d in self.op.dims:
+        for d, found in steps.items():
             span = 1
-            for stride, n in sorted((lp.stride, lp.n) for lp in self.loops
-                                    if lp.dim == d and lp.n > 1):
+            for stride, n in sorted(found):
                 if stride != span:
                     break
                 span *= n
@@ -106,6 +134,18 @@ class Plan:
         return {p: n for p, n in walk(self.flow.root) if isinstance(n, Tile)}
 
     @cached_property
+    def memo(self) -> dict:
+        """Facts that depend only on the tree's shape and the accelerator, kept across the
+        plans of one shape (the shape's memo). A plan given another accelerator than its
+        shape's (`replace(plan, arch=...)`) keeps its own; a plan without a shape, a fresh
+        one."""
+        if self.shape is None:
+            return {}
+        if self.arch is self.shape.arch:
+            return self.shape.memo
+        return self.shape.memo.setdefault(("arch", spec_key(self.arch)), {})
+
+    @cached_property
     def tensors_under(self) -> dict[int, frozenset[str]]:
         """Tensors used below each node, keyed by the node's id()."""
         ops = self.workload.op_by_name
@@ -122,29 +162,34 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     root = flow.root
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
-    shape = shape_of(workload, arch, flow)
-    tiles = {p: n for p, n in walk(root) if isinstance(n, Tile)}
-    for p, t in tiles.items():
-        for lp in t.loops:
-            if lp.factor < 1:
-                raise InvalidDataflow(f"loop {lp}: factor must be >= 1", where=label(p, t))
+    tree_key, tiles = scan(root)
+    shape = shape_of(workload, arch, flow, tree_key)
+    layout = shape.memo.get("layout")
+    if layout is None:
+        layout = shape.memo["layout"] = loop_layout(workload, root, shape.chains, shape.levels,
+                                                    shape.lca)
+    factors = layout.factors(tiles)
+    if factors and min(factors) < 1:
+        p, i = layout.loops[next(g for g, f in enumerate(factors) if f < 1)]
+        raise InvalidDataflow(f"loop {tiles[p].loops[i]}: factor must be >= 1",
+                              where=label(p, tiles[p]))
     found: list[Violation] = list(shape.violations)
-    strides = loop_strides(workload, root)
+    strides = layout.strides(factors)
     paths: dict[str, OpPath] = {}
     for op in workload.ops:
         tile_list = tuple((p, tiles[p]) for p in shape.chains[op.name])
-        levels = shape.levels[op.name]
-        loop_list = tuple(
-            PathLoop(lp.dim, lp.factor, strides[(p, i)], lp.spatial, k, levels[k], lp.axis)
-            for k, (p, t) in enumerate(tile_list) for i, lp in enumerate(t.loops)
-            if lp.factor > 1  # a loop of one iteration moves, repeats and spreads nothing
-        )
-        paths[op.name] = OpPath(op, tile_list, levels, loop_list, {}, workload.sizes)
-    for name, shift in _halo_shifts(workload, paths, shape.lca).items():
+        loop_list = tuple(  # a loop of one iteration moves, repeats and spreads nothing
+            PathLoop(dim, factors[g], strides[g], spatial, k, level, axis)
+            for g, dim, spatial, k, level, axis in layout.op_loops[op.name] if factors[g] > 1)
+        paths[op.name] = OpPath(op, tile_list, shape.levels[op.name], loop_list, {},
+                                workload.sizes)
+    for name, shift in _halo_shifts(layout.shift_candidates, paths).items():
         paths[name] = replace(paths[name], shift=shift)
-    for name, cut in _halo_cuts(workload, paths, shape.lca, tiles).items():
-        paths[name] = replace(paths[name], **cut)
-    _check_summed_outputs(paths)
+    if layout.cached_halos:
+        for name, cut in _halo_cuts(workload, paths, shape.lca, tiles).items():
+            paths[name] = replace(paths[name], **cut)
+    if layout.summed_outputs:
+        _check_summed_outputs(paths)
     plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
     plan.__dict__["tiles"] = tiles  # the walk above, not another one
     found += _check_dependences(plan)
@@ -312,24 +357,16 @@ def _lca(chains: list[tuple[str, ...]]) -> str:
     return common[-1]
 
 
-def _halo_shifts(w: Workload, paths: Mapping[str, OpPath],
-                 lca: Mapping[str, str]) -> dict[str, dict[str, int]]:
+def _halo_shifts(candidates, paths: Mapping[str, OpPath]) -> dict[str, dict[str, int]]:
     """A producer whose output a consumer reads through a window (A[p+t-1]), tiled along p in
     their common ancestor, computes per step the rows the window needs: its tile starts at
-    the window's offset (and its factors must cover the halo)."""
+    the window's offset (and its factors must cover the halo). `candidates`: the layout's
+    (producer, dim, common ancestor's depth, offset) of every windowed or offset read."""
     shifts: dict[str, dict[str, int]] = {}
-    for t in w.intermediates:
-        producer = w.op_by_name[w.producer[t]]
-        depth = lca[t].count(".")
-        for consumer in w.consumers[t]:
-            access = w.op_by_name[consumer].access(t)
-            for out_axis, axis in zip(producer.output.axes, access.axes, strict=True):
-                d = out_axis.terms[0][0]
-                tiled = any(lp.dim == d and lp.node <= depth and lp.n > 1
-                            for lp in paths[producer.name].loops)
-                if tiled and (len(axis.terms) > 1 or axis.offset):
-                    own = shifts.setdefault(producer.name, {})
-                    own[d] = min(own.get(d, 0), axis.offset)
+    for producer, d, depth, offset in candidates:
+        if any(lp.dim == d and lp.node <= depth and lp.n > 1 for lp in paths[producer].loops):
+            own = shifts.setdefault(producer, {})
+            own[d] = min(own.get(d, 0), offset)
     return shifts
 
 
@@ -397,10 +434,11 @@ def _check_coverage(plan: Plan) -> list[Violation]:
     w = plan.workload
     out = []
     for name, path in plan.paths.items():
+        extents = path.extents_from[0]
         for d in path.op.dims:
             size = w.sizes[d]
             shift = path.shift.get(d, 0)
-            covered = shift + path.extent_below(-1, d)
+            covered = shift + extents[d]
             if covered < size:
                 factors = [str(lp.n) for lp in path.loops if lp.dim == d]
                 node_path, tile = path.tiles[-1]
@@ -434,8 +472,20 @@ def _check_dependences(plan: Plan) -> list[Violation]:
                     f"its consumers {', '.join(w.consumers[t])}: they would read partial values "
                     f"of '{t}'"))
         for consumer in w.consumers[t]:
-            out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
+            if (t, consumer) in _windowed_reads(w):
+                out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
     return out + check_carried(plan)
+
+
+def _windowed_reads(w: Workload) -> frozenset[tuple[str, str]]:
+    """(tensor, consumer) for every read through a window (an axis summing dims), kept on
+    the workload."""
+    found = w.__dict__.get("_tileflow_windowed_reads")
+    if found is None:
+        found = frozenset((a.tensor, op.name) for op in w.ops for a in op.inputs
+                          if any(len(axis.terms) > 1 for axis in a.axes))
+        object.__setattr__(w, "_tileflow_windowed_reads", found)
+    return found
 
 
 def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,

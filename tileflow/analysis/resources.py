@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
+import numpy as np
+
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
 from tileflow.analysis.bypass import bypassed
@@ -29,19 +31,32 @@ def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
     axis, the largest slice over the positions of the loops above (clipped to the tensor;
     the full extent for an axis tiled plainly)."""
     w = plan.workload
-    access = path.op.access(tensor)
     words = 1.0
     extents = path.extents_from[position]
-    for axis, size in zip(access.axes, w.shapes[tensor], strict=True):
-        if axis.is_plain and size == w.sizes[axis.terms[0][0]] and \
-                not path.shift.get(axis.terms[0][0]):
-            words *= min(extents[axis.terms[0][0]], size)
+    for axis, size, plain in _box_axes(plan, path, tensor):
+        if plain and not path.shift.get(plain):
+            words *= min(extents[plain], size)
             continue
         if path.cut and any(d in path.cut for d, _ in axis.terms):
             words *= _cut_span(w, path, axis, size, extents, position)
             continue
         words *= _largest_span(w, path, axis, size, extents, position)
     return words
+
+
+def _box_axes(plan: Plan, path: OpPath, tensor: str) -> list[tuple]:
+    """Per axis of the operator's access to `tensor`: (axis, size, its dimension when the
+    axis is that whole dimension, else ''). Shape-only, kept in the shape's memo."""
+    memo = plan.memo
+    key = ("box_axes", path.op.name, tensor)
+    found = memo.get(key)
+    if found is None:
+        w = plan.workload
+        found = memo[key] = [
+            (axis, size, axis.terms[0][0] if axis.is_plain and size == w.sizes[axis.terms[0][0]]
+             else "")
+            for axis, size in zip(path.op.access(tensor).axes, w.shapes[tensor], strict=True)]
+    return found
 
 
 def _cut_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
@@ -94,11 +109,10 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
         double_buffer: bool = False) -> dict[str, float]:
     if isinstance(node, Op):
         return {}
-    level_index = plan.arch.level_index
-    same_level_group = (not any(lp.factor > 1 for lp in node.loops) and len(node.children) > 1
-                        and all(isinstance(c, Tile) and c.level == node.level
-                                for c in node.children))
-    if level_index[node.level] == level and not same_level_group:
+    holds, at_level, group = _fp_facts(plan, path, node, level)
+    if not holds:
+        return {}
+    if at_level and not (group and not any(lp.factor > 1 for lp in node.loops)):
         return _own(plan, path, node, level, double_buffer)
     kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer)
             for i, c in enumerate(node.children)]
@@ -115,13 +129,44 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
         for k in kids:
             for t, v in k.items():
                 combined[t] = combined.get(t, 0.0) + v
-    for t, lca in plan.lca.items():
-        if lca == path and plan.homes[t] == level:
-            here = [node] if level_index[node.level] == level else []
-            scale = footprint_scale(buffer_depth(plan.arch, level, t, here), double_buffer)
-            combined[t] = combined.get(t, 0.0) + scale * (_lca_extent(plan, t, path)
-                                                          + _kept_rows(plan, t))
+    for t, scale in _homed_here(plan, path, node, level, double_buffer):
+        combined[t] = combined.get(t, 0.0) + scale * (_lca_extent(plan, t, path)
+                                                      + _kept_rows(plan, t))
     return combined
+
+
+def _fp_facts(plan: Plan, path: str, node: Tile, level: int) -> tuple[bool, bool, bool]:
+    """Shape-only facts of a tile for the footprint at `level` (kept in the shape's memo):
+    whether anything below it (itself included) holds data at that level (a tile there, or
+    an intermediate homed there), whether it is at that level, and whether it groups
+    several tiles at its own level (then, without loops of its own, its children count)."""
+    memo = plan.memo
+    key = ("fp_facts", path, level)
+    found = memo.get(key)
+    if found is None:
+        level_index = plan.arch.level_index
+        below = [p for p in plan.tiles if p == path or p.startswith(path + ".")]
+        holds = any(level_index[plan.tiles[p].level] == level for p in below) or any(
+            lca in below and plan.homes[t] == level for t, lca in plan.lca.items())
+        group = len(node.children) > 1 and all(isinstance(c, Tile) and c.level == node.level
+                                               for c in node.children)
+        found = memo[key] = (holds, level_index[node.level] == level, group)
+    return found
+
+
+def _homed_here(plan: Plan, path: str, node: Tile, level: int,
+                double_buffer: bool) -> list[tuple[str, float]]:
+    """The intermediates whose common ancestor is this tile and whose home is `level`, with
+    the words held per word of their extent (shape-only, kept in the shape's memo)."""
+    memo = plan.memo
+    key = ("homed_here", path, level, double_buffer)
+    found = memo.get(key)
+    if found is None:
+        here = [node] if plan.arch.level_index[node.level] == level else []
+        found = memo[key] = [
+            (t, footprint_scale(buffer_depth(plan.arch, level, t, here), double_buffer))
+            for t, lca in plan.lca.items() if lca == path and plan.homes[t] == level]
+    return found
 
 
 def _kept_rows(plan: Plan, tensor: str) -> float:
@@ -167,21 +212,36 @@ def _ops(plan: Plan, path: str, node: Tile) -> tuple[str, ...]:
 
 def _own(plan: Plan, path: str, node: Tile, level: int,
          double_buffer: bool = False) -> dict[str, float]:
-    w = plan.workload
     own: dict[str, float] = {}
     depth = path.count(".")
+    for o, t, scale in _held(plan, path, node, level, double_buffer):
+        own[t] = max(own.get(t, 0.0), scale * _box(plan, plan.paths[o], t, depth))
+    return own
+
+
+def _held(plan: Plan, path: str, node: Tile, level: int,
+          double_buffer: bool) -> list[tuple[str, str, float]]:
+    """(operator, tensor, words held per word of its box) for what the tile at `level` holds
+    of its operators' tensors (shape-only, kept in the shape's memo)."""
+    memo = plan.memo
+    key = ("held", path, level, double_buffer)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    found = []
+    depth = path.count(".")
     for o in _ops(plan, path, node):
-        op_path = plan.paths[o]
-        for t in w.op_by_name[o].tensors:
+        for t in plan.workload.op_by_name[o].tensors:
             if t in plan.homes:
                 home, lca_depth = plan.homes[t], plan.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue  # lives above this level, or counted at its common ancestor
-            if bypassed(op_path, depth, t):
+            if bypassed(plan.paths[o], depth, t):
                 continue
             scale = footprint_scale(buffer_depth(plan.arch, level, t, [node]), double_buffer)
-            own[t] = max(own.get(t, 0.0), scale * _box(plan, op_path, t, depth))
-    return own
+            found.append((o, t, scale))
+    memo[key] = found
+    return found
 
 
 def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
@@ -220,32 +280,17 @@ def _peak_node(plan: Plan, level: int) -> str:
 def spatial_violations(plan: Plan) -> list[Violation]:
     """Spatial loops must fit the fan-out of each level and the compute units; Para and Pipe
     children split the instances of their tile's level between them."""
-    arch = plan.arch
     out: list[Violation] = []
     for path in plan.paths.values():
-        levels = path.levels
-        for j, (node_path, tile) in enumerate(path.tiles):
-            last = j == len(levels) - 1
-            if not last and levels[j] == levels[j + 1]:
-                continue
-            run = [k for k in range(j + 1) if levels[k] == levels[j]]
-            used = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node in run)
-            if last:
-                limit, what = _compute_limit(plan, path)
-                level = arch.unit(path.op.unit).level
-                unit = f"{arch.unit(path.op.unit).kind} units"
-            else:
-                level = arch.levels[levels[j + 1]].name
-                limit = arch.fanout_between(tile.level, level)
-                what = f"{level} instances per {tile.level} instance"
-                unit = f"{level} instances"
+        for j, run, limit, what, level, unit, mesh in _spreads(plan, path):
+            node_path, tile = path.tiles[j]
+            # the run is positions start..j (levels only grow down a path)
+            used = path.spread_above[j + 1] // path.spread_above[min(run)]
             if used > limit:
                 out.append(Violation(
                     "fanout", node_path, level, None, used, limit, unit,
                     f"fan-out: {label(node_path, tile)} spreads '{path.op.name}' over "
                     f"{used} {what.split(' per ')[0]} but there are {limit} ({what})"))
-            mesh = _compute_mesh(plan, path) if last else _level_mesh(arch, levels[j],
-                                                                      levels[j + 1])
             if mesh:
                 run_loops = [lp for lp in path.loops if lp.spatial and lp.node in run]
                 out += _array_violations(plan, path, run_loops, mesh, level)
@@ -253,6 +298,41 @@ def spatial_violations(plan: Plan) -> list[Violation]:
         if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
             out += _split_violations(plan, node_path, node)
     return list(dict.fromkeys(out))
+
+
+def _spreads(plan: Plan, path: OpPath) -> list[tuple]:
+    """Per boundary of an operator's path where the level changes, and for its compute:
+    (position, the positions of the run of same-level tiles there, the instance limit, its
+    description, the level or unit's level, the unit of the amounts, the array's x-by-y
+    layout). Shape-only, kept in the shape's memo."""
+    memo = plan.memo
+    key = ("spreads", path.op.name)
+    found = memo.get(key)
+    if found is not None:
+        return found
+    arch = plan.arch
+    levels = path.levels
+    found = []
+    for j, (_, tile) in enumerate(path.tiles):
+        last = j == len(levels) - 1
+        if not last and levels[j] == levels[j + 1]:
+            continue
+        run = frozenset(k for k in range(j + 1) if levels[k] == levels[j])
+        assert run == frozenset(range(min(run), j + 1)), "levels grow down a path"
+        if last:
+            limit, what = _compute_limit(plan, path)
+            level = arch.unit(path.op.unit).level
+            unit = f"{arch.unit(path.op.unit).kind} units"
+            mesh = _compute_mesh(plan, path)
+        else:
+            level = arch.levels[levels[j + 1]].name
+            limit = arch.fanout_between(tile.level, level)
+            what = f"{level} instances per {tile.level} instance"
+            unit = f"{level} instances"
+            mesh = _level_mesh(arch, levels[j], levels[j + 1])
+        found.append((j, run, limit, what, level, unit, mesh))
+    memo[key] = found
+    return found
 
 
 def _level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
@@ -312,13 +392,36 @@ def _array_violations(plan: Plan, path: OpPath, loops, mesh: tuple[int, ...],
     return out
 
 
+def split_limit(limit: int, fanout: int, spread):
+    """Units a Para/Pipe tile's children may use together, counted over the `spread` instances
+    the tile's own spatial loops run on: each instance owns whole instances of the `fanout`
+    below the tile (fanout // spread of them; one cannot serve two), so the children of one
+    instance share (limit // fanout) * (fanout // spread) units. That is `limit` itself when
+    the spread divides the fan-out; a spread beyond the fan-out is the fan-out check's. Takes
+    an integer spread or a NumPy array of them (one per row)."""
+    if fanout <= 1 or limit % fanout:
+        return limit
+    share, s = limit // fanout, np.maximum(spread, 1)
+    return np.where(s <= fanout, share * (fanout // s) * s, limit)
+
+
+def split_fanout(arch, first: OpPath, depth: int, level: int, feed: int) -> int:
+    """Instances below a Para/Pipe tile that its own spatial loops spread over: the fan-out
+    down to the next level on the path (1 when that level is below the units' level)."""
+    target = next((lv for lv in first.levels[depth + 1:] if lv > level), None)
+    if target is None or target > feed:
+        return 1
+    return arch.fanout_between(arch.levels[level].name, arch.levels[target].name)
+
+
 def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]:
     """Para and Pipe children run at once on disjoint units: per kind of compute unit, the
-    units they spread over must add up to no more than the tile has."""
+    units they spread over must add up to no more than each instance of the tile has (the
+    tile's own spatial loops give each instance a whole share of the instances below)."""
     arch = plan.arch
     depth = node_path.count(".")
     level = arch.level_index[node.level]
-    first = plan.paths[next(iter(ops_under(node)))]
+    first = plan.paths[_ops(plan, node_path, node)[0]]
     spread = math.prod(lp.n for lp in first.loops
                        if lp.spatial and lp.node <= depth and lp.level == level)
     used: dict[str, int] = {}
@@ -337,13 +440,18 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
         start, feed = arch.level_index[node.level], arch.level_index[unit.level]
         limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
                                     if start < feed else 1)
+        if start < feed:
+            limit = int(split_limit(limit, split_fanout(arch, first, depth, level, feed),
+                                        spread))
         if units > limit:
             out.append(Violation(
                 "fanout", node_path, unit.level, None, units, limit, f"{kind} units",
                 f"fan-out: the {node.primitive} children of {label(node_path, node)} "
                 f"spread over {units} {kind} units together (the tile's own spatial loops "
-                f"included) but the tile has {limit}"))
+                f"included) but the tile's {spread} instance(s) have {limit}"))
     return out
+
+
 def _compute_limit(plan: Plan, path: OpPath) -> tuple[int, str]:
     arch = plan.arch
     unit = arch.unit(path.op.unit)

@@ -28,6 +28,7 @@ class Shape:
     drops: Mapping[tuple[str, str], tuple[int, ...]]  # (op, tensor) -> Seq drop positions
     violations: tuple = ()  # structural violation records (Para children that depend)
     memo: dict = field(default_factory=dict)  # further shape-only facts, filled on first use
+    arch: Architecture | None = None  # the accelerator it was analysed for
 
 
 def node_key(node: Node) -> tuple:
@@ -38,6 +39,23 @@ def node_key(node: Node) -> tuple:
             node.halo,
             tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
             tuple(node_key(c) for c in node.children))
+
+
+def scan(root: Tile) -> tuple[tuple, dict[str, Tile]]:
+    """`node_key(root)` and every tile by node path, parents first (`walk`'s tiles), in one
+    recursion."""
+    tiles: dict[str, Tile] = {}
+
+    def go(node: Node, path: str) -> tuple:
+        if isinstance(node, Op):
+            return ("op", node.op)
+        tiles[path] = node
+        kids = tuple(go(c, f"{path}.{i}") for i, c in enumerate(node.children))
+        return (node.level, node.name, node.primitive, node.no_reuse, node.bypass,
+                node.buffering, node.halo,
+                tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops), kids)
+
+    return go(root, "root"), tiles
 
 
 def spec_key(spec) -> str:
@@ -54,10 +72,12 @@ _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 512
 
 
-def shape_of(workload: Workload, arch: Architecture, flow: Dataflow) -> Shape:
+def shape_of(workload: Workload, arch: Architecture, flow: Dataflow,
+             tree_key: tuple | None = None) -> Shape:
     """The cached shape analysis of a dataflow (raises InvalidDataflow for a malformed
-    tree, nothing cached then; structural violations are kept in the shape)."""
-    key = (spec_key(workload), spec_key(arch), node_key(flow.root),
+    tree, nothing cached then; structural violations are kept in the shape). `tree_key`:
+    `node_key(flow.root)` when the caller has it already."""
+    key = (spec_key(workload), spec_key(arch), tree_key or node_key(flow.root),
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
     if found is not None:
@@ -101,7 +121,7 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
                for path, ops in ops_below.items()}
     drops = {(op.name, t): _drop_depths(tiles, chains[op.name], op.name, t, tensors)
              for op in w.ops for t in op.tensors}
-    return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found))
+    return Shape(chains, levels, lca, homes, ops_below, drops, tuple(found), arch=arch)
 
 
 def _check_halo(tiles: Mapping[str, Tile], lca: Mapping[str, str], w: Workload) -> None:

@@ -138,7 +138,7 @@ def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> in
 def _tensor_info(plan: Plan, path: OpPath) -> dict:
     """Per tensor of the operator: its axes, Seq drop positions, no-reuse positions and which
     loops start a new epoch of it (shape-only: kept in the shape's memo)."""
-    memo = plan.shape.memo if plan.shape is not None else {}
+    memo = plan.memo
     key = ("tensor_info", path.op.name, _signature(path))
     if key in memo:
         return memo[key]
@@ -162,7 +162,7 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
 def _signature(path: OpPath) -> tuple:
     """Which loops the path holds (the memo's entries index them): the same for every
     factor choice of a shape as long as the path keeps every loop."""
-    return tuple((lp.dim, lp.spatial, lp.node) for lp in path.loops)
+    return path.loop_key
 
 
 def _count_path(plan: Plan, path: OpPath, counts: Counts,
@@ -173,21 +173,23 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
         if y is None:  # the innermost tile: the compute
             _count_compute(plan, path, counts, links, tensor_info)
             continue
-        dims_y = _dims(plan, path, j)
+        extents = path.extents_from[j + 1]
+        dims_y = None  # built when a link needs the general sums
         geometry: dict[int, tuple] = {}
         for access, is_out, run_start, x, serial in links:
             t = access.tensor
             if (op.name, j, t) in served:
                 continue  # resident already: an earlier sibling loaded the same slice
             if run_start not in geometry:
-                geometry[run_start] = _geometry(plan, path, j, run_start, dims_y)
-            union, fast, inst_x, inst_y = geometry[run_start]
+                geometry[run_start] = _geometry(plan, path, j, run_start, extents)
+            union_sp, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
             first = is_out and plan.arch.levels[y].first_touch_fills
             moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
             if moved is None:
-                moved = _general_counts(path, j, run_start, dims_y, union, axes, is_out,
-                                        drops, no_reuse, epoch, first)
+                dims_y = dims_y or _dims(plan, path, j)
+                moved = _general_counts(path, j, run_start, dims_y, _union(path, union_sp),
+                                        axes, is_out, drops, no_reuse, epoch, first)
             _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
 
 
@@ -196,7 +198,7 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
     the tensors crossing it with their source run and level and whether they are
     single-buffered); the innermost tile gives (position, owner, None, each tensor's source
     run). Shape-only, kept in the shape's memo."""
-    memo = plan.shape.memo if plan.shape is not None else {}
+    memo = plan.memo
     key = ("links", path.op.name)
     found = memo.get(key)
     if found is not None:
@@ -247,15 +249,18 @@ def _source(path: OpPath, j: int, tensor: str) -> int:
         start -= 1
 
 
-def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec]):
+def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, extents: dict[str, int]):
     """Spatial loops whose instances one parent instance serves (it sends the union), the
     closed-form counter, and the instances on each side of the link."""
     union_sp = [lp for lp in path.loops if lp.spatial and run_start <= lp.node <= j]
-    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
-    inst_y = inst_x * math.prod(lp.n for lp in union_sp)
+    fast = _ExactTiling(plan, path, j, run_start, extents, union_sp)
+    return union_sp, fast, fast.inst_x, fast.inst_y
+
+
+def _union(path: OpPath, union_sp: list[PathLoop]) -> list[LoopRec]:
+    """The union's spatial loops as the general sums take them."""
     marks = dict(zip(path.loops, path.marks, strict=True))
-    union = [LoopRec(lp.dim, lp.n, lp.stride, False, marks[lp]) for lp in union_sp]
-    return union, _ExactTiling(plan, path, j, run_start, dims_y, union_sp), inst_x, inst_y
+    return [LoopRec(lp.dim, lp.n, lp.stride, False, marks[lp]) for lp in union_sp]
 
 
 def _run_tiles(path: OpPath, start: int) -> list[Tile]:
@@ -338,17 +343,16 @@ class _ExactTiling:
     one that changes or drops it). Returns None for anything else."""
 
     def __init__(self, plan: Plan, path: OpPath, j: int, run_start: int,
-                 dims_y: dict[str, DimRec], union_sp: list[PathLoop]):
+                 extents: dict[str, int], union_sp: list[PathLoop]):
         self.sizes = plan.workload.sizes
         self.shapes = plan.workload.shapes
-        self.memo = plan.shape.memo if plan.shape is not None else {}
+        self.memo = plan.memo
         self.path = path
         self.j = j
         self.run_start = run_start
-        above = [lp for lp in path.loops if lp.node <= j]
-        self.inst_y = math.prod(lp.n for lp in above if lp.spatial)
-        self.inst_x = math.prod(lp.n for lp in above if lp.spatial and lp.node < run_start)
-        self.extent_y = {d: r.extent for d, r in dims_y.items()}
+        self.inst_y = path.spread_above[j + 1]
+        self.inst_x = path.spread_above[run_start]
+        self.extent_y = {d: extents[d] for d in path.op.dims}
         self.extent_x = dict(self.extent_y)
         # strides grow up the path, so a dim tiled exactly overall is tiled exactly from any
         # boundary up; the spatial instances under one parent must also abut (no temporal
@@ -363,60 +367,89 @@ class _ExactTiling:
                 span *= n
             self.extent_x[d] = span
 
-    def _flagged(self, tensor: str, drops: list[int], no_reuse: set[int], epoch: list[bool]):
-        """The temporal loops above the boundary with their drop and epoch marks."""
-        memo = self.memo
-        key = ("flagged", self.path.op.name, self.j, tensor, _signature(self.path))
-        flags = memo.get(key)
-        if flags is None:
-            flags = [(i, _drops(lp, self.j, drops, no_reuse), e)
-                     for i, (lp, e) in enumerate(zip(self.path.loops, epoch, strict=True))
-                     if lp.node <= self.j and not lp.spatial]
-            memo[key] = flags
-        loops = self.path.loops
-        return [(loops[i], drop, e) for i, drop, e in flags]
+    def _trips(self, tensor: str, dims: list[str], drops: list[int], no_reuse: set[int],
+               epoch: list[bool]) -> tuple[tuple[int, ...], ...]:
+        """Which loops' trip counts multiply into each term of the closed form, as indices
+        into the path's loops: the slice changes (`_steps`, without and with restarts), the
+        epochs, and the spatial instances over other dims on each side. Depends only on
+        which loops the path holds (all of more than one iteration): kept in the memo."""
+        key = ("trips", self.path.op.name, self.j, tensor, _signature(self.path))
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        path = self.path
+        flagged = [(i, lp, _drops(lp, self.j, drops, no_reuse), e)
+                   for i, (lp, e) in enumerate(zip(path.loops, epoch, strict=True))
+                   if lp.node <= self.j and not lp.spatial]
+        others = [(i, lp) for i, lp in enumerate(path.loops)
+                  if lp.node <= self.j and lp.dim not in dims]
+        found = (_steps(flagged, dims, fresh=False), _steps(flagged, dims, fresh=True),
+                 tuple(i for i, lp, _, e in flagged if e and lp.dim not in dims),
+                 tuple(i for i, lp in others if lp.spatial),
+                 tuple(i for i, lp in others if lp.spatial and lp.node < self.run_start))
+        self.memo[key] = found
+        return found
+
+    def _plain_dims(self, access) -> list[str] | None:
+        """The dims of a tensor whose every axis is one whole dimension (shape-only, kept
+        in the memo); None for any other tensor."""
+        key = ("plain_dims", self.path.op.name, access.tensor)
+        if key in self.memo:
+            return self.memo[key]
+        dims: list[str] | None = []
+        for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
+            if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset or \
+                    size != self.sizes[axis.terms[0][0]]:
+                dims = None
+                break
+            dims.append(axis.terms[0][0])
+        self.memo[key] = dims
+        return dims
 
     def counts(self, access, is_out: bool, drops: list[int], no_reuse: set[int],
                epoch: list[bool], first: bool = False):
-        dims = []
-        for axis, size in zip(access.axes, self.shapes[access.tensor], strict=True):
-            if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
-                return None
-            d = axis.terms[0][0]
-            if d not in self.regular or size != self.sizes[d]:
-                return None
-            dims.append(d)
-        loops = self._flagged(access.tensor, drops, no_reuse, epoch)
-        moved = _steps(loops, dims, fresh=False)
+        dims = self._plain_dims(access)
+        if dims is None or not self.regular.issuperset(dims):
+            return None
+        loops = self.path.loops
+        moving, restarting, epoch_loops, spread_y, spread_x = self._trips(
+            access.tensor, dims, drops, no_reuse, epoch)
+        moved = _product(loops, moving)
         slice_y = math.prod(self.extent_y[d] for d in dims)
         slice_x = math.prod(self.extent_x[d] for d in dims)
         moved_y = slice_y * self.inst_y * moved
         moved_x = slice_x * self.inst_x * moved
         if not is_out:
             return moved_y, moved_x, 0, 0
-        restarts = _steps(loops, dims, fresh=True)
+        restarts = _product(loops, restarting)
         if first:  # every entry is filled, first touches included
             return moved_y, moved_x, slice_y * self.inst_y * restarts, \
                 slice_x * self.inst_x * restarts
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
-        others = [lp for lp in self.path.loops if lp.node <= self.j and lp.dim not in dims]
-        epochs = math.prod(lp.n for lp, _, e in loops if e and lp.dim not in dims)
-        words = math.prod(self.sizes[d] for d in dims) * epochs
-        spread_y = math.prod(lp.n for lp in others if lp.spatial)
-        spread_x = math.prod(lp.n for lp in others if lp.spatial and lp.node < self.run_start)
-        refill_y = slice_y * self.inst_y * restarts - words * spread_y
-        refill_x = slice_x * self.inst_x * restarts - words * spread_x
+        words = math.prod(self.sizes[d] for d in dims) * _product(loops, epoch_loops)
+        refill_y = slice_y * self.inst_y * restarts - words * _product(loops, spread_y)
+        refill_x = slice_x * self.inst_x * restarts - words * _product(loops, spread_x)
         return moved_y, moved_x, refill_y, refill_x
 
 
-def _steps(loops, dims: list[str], fresh: bool) -> int:
-    """Product of trip counts down to the innermost loop that changes the slice."""
+def _steps(flagged, dims: list[str], fresh: bool) -> tuple[int, ...]:
+    """The loops (indices) whose trip counts multiply into the steps that change the slice:
+    every flagged loop down to the innermost one over the tensor's dims, dropping it, or
+    (`fresh`) starting an epoch."""
     last = -1
-    for i, (lp, drop, epoch) in enumerate(loops):
+    for k, (_, lp, drop, epoch) in enumerate(flagged):
         if lp.n > 1 and (lp.dim in dims or drop or (fresh and epoch)):
-            last = i
-    return math.prod(lp.n for lp, _, _ in loops[: last + 1])
+            last = k
+    return tuple(i for i, _, _, _ in flagged[: last + 1])
+
+
+def _product(loops: tuple[PathLoop, ...], indices: tuple[int, ...]) -> int:
+    """The product of the trip counts of the loops at `indices`."""
+    out = 1
+    for i in indices:
+        out *= loops[i].n
+    return out
 
 
 def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, int],
@@ -427,9 +460,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     op = path.op
     w = plan.workload
     x = path.levels[-1]
-    instances = {t: math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < start)
-                 for t, start in sources.items()}
-    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < _run_start(path))
+    instances = path.spread_above  # at the start of each tensor's source run: sources[t]
+    inst_x = path.spread_above[_run_start(path)]
     fed: list[Transfer] = []  # what bypassing tensors move straight to and from the unit
     exact = path.exact_dims == frozenset(op.dims)
     if exact:  # every iteration is a real one: a product of trip counts
@@ -446,7 +478,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         if source == x:
             reads += ops
         else:
-            fed.append(Transfer(source, ops, instances[access.tensor], "read", access.tensor))
+            fed.append(Transfer(source, ops, instances[sources[access.tensor]], "read",
+                                 access.tensor))
     out = op.output.tensor
     home = path.levels[sources[out]]
     counts.traffic[(home, out)][UPDATE] += ops
@@ -467,10 +500,10 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         if home == x:
             reads += ops - starts
         else:
-            fed.append(Transfer(home, ops - starts, instances[out], "read", out))
+            fed.append(Transfer(home, ops - starts, instances[sources[out]], "read", out))
     updates = ops
     if home != x:
-        fed.append(Transfer(home, ops, instances[out], "write", out))
+        fed.append(Transfer(home, ops, instances[sources[out]], "write", out))
         updates = 0
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
     if path.cut:  # a kept halo: the iterations past the first of a sweep do fewer rows

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from tileflow.analysis.movement import AxisRec
+from tileflow.analysis.resources import split_fanout
 from tileflow.analysis.shape import node_key, shape_of, spec_key
 from tileflow.specs.arch import Architecture
 from tileflow.specs.expressions import Access
@@ -226,10 +227,11 @@ class Compiled:
         return out
 
     def split_limits(self) -> list[tuple[list[dict[str, list[tuple[str, tuple[int, ...]]]]],
-                                         tuple[str, tuple[int, ...]], dict[str, int]]]:
+                                         tuple[str, tuple[int, ...]], dict[str, tuple[int, int]]]]:
         """Para/Pipe tiles: per child, per unit kind, the (op, spatial loops below the tile);
         the (op, spatial loops of the tile and its same-level ancestors) that spread every
-        child; and per kind the units the tile has (`resources._split_violations`)."""
+        child; and per kind the units the tile has and the fan-out its own spatial loops share
+        out (`resources._split_violations`)."""
         arch = self.arch
         out = []
         for node_path, node in self.tiles.items():
@@ -258,8 +260,11 @@ class Compiled:
             for kind in kinds:
                 unit = arch.matrix if kind == "matrix" else arch.vector
                 start, feed = arch.level_index[node.level], arch.level_index[unit.level]
-                limits[kind] = unit.parallelism * (arch.fanout_between(node.level, unit.level)
-                                                   if start < feed else 1)
+                limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
+                                            if start < feed else 1)
+                fanout = (split_fanout(arch, self.paths[first], depth, level, feed)
+                          if start < feed else 1)
+                limits[kind] = (limit, fanout)
             out.append((children, spread, limits))
         return out
 

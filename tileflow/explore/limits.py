@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.analysis.resources import _compute_mesh, _level_mesh
+from tileflow.analysis.resources import _compute_mesh, _level_mesh, split_limit
 from tileflow.explore.compiled import Compiled, Path
 from tileflow.explore.engine import Rows
 from tileflow.explore.sums import Grid, _on_grid, _positions, interval
@@ -204,7 +204,8 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
                     units = u if units is None else np.maximum(units, u)
                 used[kind] = used[kind] + units if kind in used else units
         for kind, units in used.items():
-            out.add("fanout", units * spread, limits[kind])
+            limit, fanout = limits[kind]
+            out.add("fanout", units * spread, split_limit(limit, fanout, spread))
     for o, path in c.paths.items():
         shifts = r.shift[o]
         for d in path.op.dims:

@@ -20,7 +20,7 @@ from tileflow.calibrate.parameters import Parameter, ParameterSet
 from tileflow.cost import evaluate_plan, latency
 from tileflow.errors import InputError
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
-from tileflow.specs.arch import Architecture, load_arch
+from tileflow.specs.arch import OVERLAPS, Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "rtl-systolic"
@@ -197,8 +197,10 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
     rows = analyse(kind, frame, arch)
     frame = frame.copy()
     frame["predicted"] = predict(rows, arch)
-    other = "perfect" if arch.overlap == "fill-drain" else "fill-drain"
-    frame[f"predicted_{other.replace('-', '_')}"] = predict(rows, replace(arch, overlap=other))
+    for other in OVERLAPS:  # the same rows under the other overlap conventions
+        if other != arch.overlap:
+            frame[f"predicted_{other.replace('-', '_')}"] = predict(
+                rows, replace(arch, overlap=other))
     bounds = [evaluate_plan(row.plan).bottleneck for row in rows]
     frame["bottleneck"] = [b.message.split(" (")[0] for b in bounds]
     frame["bottleneck_kind"] = [b.kind for b in bounds]

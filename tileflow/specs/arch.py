@@ -109,7 +109,8 @@ def sram_energy_pj(capacity_bytes: float) -> float:
     return points[-1][1]
 
 
-OVERLAPS = ("perfect", "fill-drain")  # the published tools' convention, and ours (default)
+# the published tools' convention, ours (default), and steps in lock step (step_pipeline)
+OVERLAPS = ("perfect", "fill-drain", "lockstep")
 BUFFERINGS = (1, 2)  # buffering depths: single, double
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0

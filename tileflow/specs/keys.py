@@ -71,10 +71,13 @@ ACCELERATOR = Section("accelerator", "top level of an accelerator file", (
     Key("precision", "int8, int16, fp16, bf16 or fp32 (see docs/energy.md)", "arithmetic "
         "precision of the compute units for the component model (needs `technology_nm`)",
         "from the word width"),
-    Key("overlap", "`perfect` or `fill-drain`", "how a tile's loads, compute and stores "
-        "overlap in the latency: `perfect` takes the largest of the three (the published "
-        "tools' convention); `fill-drain` also charges the first load and the last store of "
-        "a run, which nothing hides, and each level's `latency_cycles`; `--overlap` on the "
+    Key("overlap", "`perfect`, `fill-drain` or `lockstep`", "how a tile's loads, compute "
+        "and stores overlap in the latency: `perfect` takes the largest of the three (the "
+        "published tools' convention); `fill-drain` also charges the first load and the last "
+        "store of a run, which nothing hides, and each level's `latency_cycles`; `lockstep` "
+        "puts each tensor's transfers on the steps where its slice changes and sums the steps "
+        "slot by slot (loads of one step, compute of the one before, stores of the one before "
+        "that), with the ends and `latency_cycles` as `fill-drain`; `--overlap` on the "
         "command line wins (docs/mechanisms.md)", "`fill-drain`"),
     NOTES,
 ))
