@@ -32,6 +32,7 @@ def saved_campaign(folder, n=40, seed=0):
         rows.append({"key": f"k{i}", "workload": "gemm-chain" if i % 2 else "attention",
                      "shape": "m=2", "kind": "random", "dataflow": f"random-{i}", "point": i,
                      "model_valid": True, "model_s": seconds * 2, "model_bottleneck": "x",
+                     "macs": 4096.0 * (1 + i % 4), "vector_work": 0.0, "leaf_steps": 128.0,
                      **feats, "model_first_level_bytes": model_bytes,
                      "model_last_level_bytes": model_bytes,
                      "measured_s": seconds * 1.1, "min_s": seconds, "max_s": seconds * 2,
