@@ -47,6 +47,8 @@ def saved_campaign(folder, n=40, seed=0):
 
 def test_report_regenerates_from_saved_measurements(tmp_path, capsys):
     frame = saved_campaign(tmp_path / "cpu")
+    (tmp_path / "cpu" / "environment.json").write_text(json.dumps(
+        {"cpu": "test", "config": {"warmup": 2, "repetitions": 3, "traffic": False}}))
     assert main(["validate", "cpu", "--report-only", "--out", str(tmp_path / "cpu")]) == 0
     summary = json.loads((tmp_path / "cpu" / "summary.json").read_text())
     assert summary["points"] == {"attention": 20, "gemm-chain": 20}
@@ -61,6 +63,8 @@ def test_report_regenerates_from_saved_measurements(tmp_path, capsys):
                             "latency_mape_heldout", "top1_regret", "bound_hits"}
     report = (tmp_path / "cpu" / "report.md").read_text()
     assert "latency.png" in report and "traffic.png" in report
+    # a timing pass without cachegrind says how it timed, and that traffic came apart
+    assert "warm up, then timed over 3 calls" in report and "separate pass" in report
     assert (tmp_path / "cpu" / "latency.png").exists()
 
 

@@ -167,9 +167,10 @@ def _passes(environment: dict | None) -> list[str]:
     text = (f"Each kernel was called {config.get('warmup', 1)} time(s) to warm up, then "
             f"timed over {config.get('repetitions')} calls.")
     if config.get("traffic") is False:
-        text += (" The timing pass ran without cachegrind, alone on the machine; the traffic "
-                 "was measured afterwards in a separate pass (`tileflow validate cpu "
-                 "--remeasure-traffic`, single-threaded under cachegrind, deterministic), "
+        text += (" The timing pass ran without cachegrind, with no other heavy job on the "
+                 "machine; the traffic was measured in a separate pass (single-threaded "
+                 "under cachegrind, whose counts do not depend on the load; `tileflow "
+                 "validate cpu --remeasure-traffic` measures every kernel not yet measured), "
                  "which keeps the timings.")
     return [text, ""]
 
