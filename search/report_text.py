@@ -76,6 +76,21 @@ def exhaustive(ex: dict, conv: dict | None = None) -> list[str]:
     for case in (ex, conv):
         if case and case["runs"]:
             out += _case(case)
+    if conv and conv["runs"]:
+        out += ["Per evaluation the search costs more than the enumeration on the conv chain: "
+                "it evaluates in small batches (an MCTS expansion's smallest completions, a "
+                "step's rollouts), and the batched evaluator's work on windowed axes is per "
+                "group of rows that leave the same spatial loops unspread (a tree per group), "
+                "about 0.1-0.25 s a group here whatever its size, where the enumeration "
+                "evaluates blocks of up to 65,536 rows. Half of that work was the search's "
+                "pruning bounds evaluating whole points to read their footprints; they now "
+                "compute footprints alone (`tileflow.explore.batch.footprint_words`), which "
+                "halved the time of the seed's tile-factor fits in a profile (six fits of 64 "
+                "evaluations: 43 s before, 23 s after, the same results). A whole seed "
+                "took 164 s before (one seed, the previous report) and "
+                f"{np.mean([r['seconds'] for r in conv['runs']]):.0f} s now (mean of "
+                f"{len(conv['runs'])}, wall-clock on the shared machine): the rest is the "
+                "small batches.", ""]
     return out
 
 
@@ -104,13 +119,19 @@ def _case(ex: dict) -> list[str]:
 
 
 def methods(m: dict) -> list[str]:
+    fitted = m.get("best_fitted_baseline", [])
     out = ["## Against other methods at equal budgets", "",
            f"{m['shape']} on {m['group']}, {m['seeds']} seeds. *genetic + MCTS* is "
            "`structures: search` (genetic settings "
-           f"{m['genetic']}, then 600 MCTS evaluations); *random* draws random structures "
-           "and gives each 32 uniformly sampled divisor tilings; *TPE* is Optuna's TPE over "
-           "the tile factors of every baseline's structure. Each gets the evaluations the "
-           "genetic run used.", "", f"![methods]({m['plot']})", "",
+           f"{m['genetic']}, then {m.get('study_evaluations', 600)} MCTS evaluations); "
+           "*random* draws random structures and gives each 32 uniformly sampled divisor "
+           "tilings; *TPE* is Optuna's TPE over the tile factors of every baseline's "
+           "structure, from the builders' default factors. Each gets the evaluations the "
+           "genetic run used. No method is given the baselines' factors as fitted by their "
+           "own rules (neither as points nor as warm starts): the curves are what each search "
+           "finds by itself. The dashed line is the best baseline with its fitted factors "
+           "(median over the seeds; the fits themselves cost up to 300 evaluations per "
+           "baseline, not counted here).", "", f"![methods]({m['plot']})", "",
            "| method | best cycles per seed | median | evaluations | seconds (median) |",
            "|---|---|---|---|---|"]
     for name, finals in m["final_best"].items():
@@ -118,6 +139,11 @@ def methods(m: dict) -> list[str]:
         out.append(f"| {name} | {', '.join(_n(v) for v in finals)} | "
                    f"{_n(float(np.median(finals)))} | {_n(evals)} | "
                    f"{_n(float(np.median(m['seconds'][name])), '{:.1f}')} |")
+    if fitted:
+        names = sorted(set(m.get("best_fitted_baseline_name", [])))
+        out.append(f"| best fitted baseline ({', '.join(names)}) | "
+                   f"{', '.join(_n(v) for v in fitted)} | {_n(float(np.median(fitted)))} "
+                   "| - | - |")
     return out + [""]
 
 
@@ -126,7 +152,10 @@ def studies(rows: list[dict], plan, published) -> list[str]:
            "Each shape: `tileflow explore` on the shipped study (`search/GROUP/SHAPE.yaml`, "
            "`structures: search`) with the study budget cut to the figure in the table "
            "(CPU time), the baselines with their own rules. Evaluations count the structure "
-           "search's and the study's.", ""]
+           "search's and the study's. The "
+           f"{len(rows)} studies took {sum(r['seconds'] for r in rows) / 60:.0f} minutes in "
+           "all, one after another (wall-clock; each saved as it completed, in "
+           "`structure-runs/`).", ""]
     for group, shapes, evaluations, _ in plan:
         got = [r for r in rows if r["group"] == group]
         if not got:
@@ -186,9 +215,79 @@ def converge(rows: list[dict], group: str = "attention-edge", shape: str = "G1")
             ""]
 
 
-def found(rows: list[dict], picks=(("attention-edge", "G1"), ("attention-cloud", "G1"),
-                                   ("conv-cloud", "C3"))) -> list[str]:
-    out = ["## What the search found", ""]
+PICKS = (("attention-edge", "G1"), ("attention-cloud", "G11"), ("conv-cloud", "C5"),
+         ("attention-edge-softmax-on-array", "G10"))
+
+
+def _flow_of(r: dict):
+    """The found dataflow of a study row, its workload and accelerator."""
+    from tileflow.specs.arch import load_arch
+    from tileflow.specs.dataflow import parse_dataflow
+    from tileflow.specs.workload import load_workload
+    from tileflow.specs.yamlfile import Field
+
+    w = load_workload("conv-chain" if r["group"].startswith("conv") else "attention",
+                      r["sizes"])
+    return w, load_arch(r["accelerator"]), parse_dataflow(Field(r["tree"], "structure-runs"))
+
+
+def placement(r: dict) -> list[str]:
+    """In words: what runs as a pipeline (or at once), and where each intermediate stays
+    (its home: the level of the lowest tile holding its producer and consumers)."""
+    from tileflow.explore.compiled import compiled_for
+    from tileflow.tree import Op, Tile, walk
+
+    w, arch, flow = _flow_of(r)
+    c = compiled_for(w, arch, flow)
+    nodes = dict(walk(flow.root))
+
+    def ops(node) -> str:
+        return "+".join(n.op for _, n in walk(node) if isinstance(n, Op))
+
+    def tile(path: str) -> str:
+        node = nodes[path]
+        return f"'{node.name}'" if node.name else f"the tile at {node.level} ({path})"
+
+    out = []
+    for path, node in nodes.items():
+        if isinstance(node, Tile) and node.primitive in ("Pipe", "Para") and \
+                len(node.children) > 1:
+            how = "as a pipeline (stages on separate units, staggered by one step of " \
+                f"{tile(path)})" if node.primitive == "Pipe" else "at once (Para)"
+            out.append(f"- Run {how}: " + " | ".join(ops(k) for k in node.children) + ".")
+    for t in w.intermediates:
+        producer, users = w.producer[t], ", ".join(w.consumers[t])
+        if t in c.lca:
+            out.append(f"- `{t}` ({producer} -> {users}) stays in "
+                       f"{arch.levels[c.homes[t]].name}: a slice per step of "
+                       f"{tile(c.lca[t])}, the lowest tile over its producer and consumers.")
+        else:
+            out.append(f"- `{t}` ({producer} -> {users}) goes through DRAM.")
+    return out
+
+
+def timeline_figure(r: dict) -> str:
+    """search/timeline-GROUP-SHAPE.png: the first steps of the found dataflow, each tile's
+    loads and stores and each operator on its unit (`tileflow.explore.timeline`)."""
+    from tileflow.cost import evaluate
+    from tileflow.explore import timeline
+    from tileflow.outputs import write_atomic
+
+    w, arch, flow = _flow_of(r)
+    evs = timeline.events(w, arch, flow, evaluate(w, arch, flow))
+    name = f"timeline-{r['group']}-{r['shape']}.png"
+    write_atomic(HERE / name, lambda p: timeline.plot(
+        evs, f"{r['shape']} on {r['accelerator']}: {r['found_structure']}, first steps", p),
+        binary=True)
+    return name
+
+
+def found(rows: list[dict], picks=PICKS) -> list[str]:
+    out = ["## What the search found", "",
+           "For a few shapes: the found dataflow's tree in words, what runs as a pipeline and "
+           "where each intermediate stays, and its timeline (the model's per-tile averages "
+           "over the root's first steps: each tile's loads and stores on the link above it, "
+           "each operator on its unit).", ""]
     for group, shape in picks:
         r = next((x for x in rows if (x["group"], x["shape"]) == (group, shape)), None)
         if r is None:
@@ -196,13 +295,16 @@ def found(rows: list[dict], picks=(("attention-edge", "G1"), ("attention-cloud",
         out += [f"**{shape} on {group}** ({r['found_structure']}, {_n(r['best_cycles'])} "
                 f"cycles, bottleneck: {r['bottleneck']}; homes {r['homes'] or 'default'}):", "",
                 *r["description"], ""]
+        if "tree" in r:
+            out += [*placement(r), "", f"![timeline of {shape} on {group}]"
+                    f"({timeline_figure(r)})", ""]
     return out
 
 
 def report(summary: dict, plan, published) -> str:
     lines = ["# Structure search: evidence", "",
-             "Generated by `flock /tmp/tileflow-heavy.lock env PYTHONPATH=. python "
-             "search/structure_report.py` (figures in `summary.json`), run once on a 2-core "
+             "Generated by `PYTHONPATH=. python search/structure_report.py` (figures in "
+             "`summary.json`, each unit of work in `structure-runs/`), run once on a 2-core "
              "machine shared with other jobs: seconds are wall-clock under load.", ""]
     if "sizes" in summary:
         lines += sizes(summary["sizes"])

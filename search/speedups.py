@@ -4,7 +4,8 @@ by the same tile search), beside the published averages; writes search/speedups.
 search/speedups.json (run once; not part of the tests; saves after every shape and skips
 shapes already in the JSON).
 
-    python search/speedups.py --evaluations 1500"""
+    python search/speedups.py --evaluations 1500
+    python search/speedups.py --evaluations 1500 --only attention-cloud  # missing shapes"""
 
 from __future__ import annotations
 
@@ -62,8 +63,13 @@ def gmean(values) -> float:
 
 def markdown(rows: list[dict], command: str) -> str:
     out = ["# Speed-ups of the explored dataflows", "",
-           f"Regenerate with `{command}`. For every shape: the dataflow `tileflow explore` "
-           "found (all applicable baseline structures searched), its speed-up over Layerwise, "
+           f"Rows come from `{command}` (each row's budget is in its evaluations column; "
+           "rows already in `search/speedups.json` are kept, so a run adds the missing shapes "
+           "only). For every shape: the dataflow `tileflow explore` found with the shipped "
+           "study of that shape (`searched-N` is a structure of the structure search, where "
+           "the study says `structures: search`; the rows run before the studies searched "
+           "structures searched every applicable baseline structure), its speed-up over "
+           "Layerwise, "
            "over the best baseline with its own rule (Chimera: least DRAM traffic that fits; "
            "TileFlow-Pipe: lowest latency; the others: largest tiles that fit) and over the "
            "best baseline structure with its factors searched by the same tile search. The "
@@ -107,11 +113,16 @@ def main() -> None:
     p.add_argument("--evaluations", type=int, default=1500, help="budget per shape")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", help="one group: attention-edge, attention-cloud or conv-cloud")
+    p.add_argument("--rewrite", action="store_true",
+                   help="only rewrite speedups.md from speedups.json")
     args = p.parse_args()
     store = HERE / "speedups.json"
     rows = json.loads(store.read_text())["rows"] if store.exists() else []
     done = {(r["group"], r["shape"]) for r in rows}
-    command = f"python search/speedups.py --evaluations {args.evaluations}"
+    command = "python search/speedups.py [--evaluations N] [--only GROUP]"
+    if args.rewrite:
+        write(HERE / "speedups.md", markdown(rows, command))
+        return
     for group, shapes in GROUPS:
         if args.only and group != args.only:
             continue

@@ -22,7 +22,7 @@ from tileflow.bench import exact_assignments
 from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
-from tileflow.explore.batch import evaluate_batch
+from tileflow.explore.batch import evaluate_batch, footprint_words
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
@@ -245,3 +245,22 @@ def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
         assert why in scalar_only(structure)
         compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
         assert compared >= 1
+
+
+@pytest.mark.parametrize(("wl", "arch", "name"), [("conv-chain", "edge", "fused-layer"),
+                                                  ("attention", "cloud", "tileflow-pipe"),
+                                                  ("gemm-chain", "edge", "chimera")])
+def test_footprints_alone_equal_the_full_evaluation(wl: str, arch: str, name: str) -> None:
+    """`footprint_words` (what the search's capacity bounds read) is the full evaluation's
+    footprint per level, row for row, also where rows differ in which spatial loops spread
+    (evaluated in groups on different trees)."""
+    w, a = load_workload(wl, SMALL[wl]), load_arch(arch)
+    structure = structure_of(w, a, build(name, w, a))
+    rows = random_rows(structure, 40, np.random.default_rng(11))
+    spatial = [k for k, s in enumerate(structure.slots) if s.spatial]
+    rows[::3, spatial[:1]] = 1  # some rows leave a spatial loop unspread
+    full = evaluate_batch(structure, rows).footprint_words
+    alone = footprint_words(structure, rows)
+    assert set(alone) == set(full) and full
+    for level, words in full.items():
+        np.testing.assert_array_equal(alone[level], words)

@@ -196,3 +196,23 @@ def test_bad_structure_search_settings_exit_2(tmp_path, capsys, line, what):
     code, _, err = explore(tmp_path, capsys, text)
     assert code == 2
     assert "line 3" in err and what in err and "Traceback" not in err
+
+
+def test_a_study_without_the_fitted_seeds_holds_only_its_own_points(tmp_path):
+    """`explore(seed_fitted=False)` (the report's comparison of search methods): the baselines
+    are fitted and compared as usual, but their fitted factors are not study points; with
+    them (the default) every baseline's fitted factors are a point before any search."""
+    from dataclasses import replace
+
+    from tileflow.explore.config import load_config
+    from tileflow.explore.session import explore as run
+
+    path = tmp_path / "study.yaml"
+    path.write_text(CONFIG.replace("structures: search", "structures: baselines"))
+    config = replace(load_config(path), budget_evals=0, out="")
+    seeded, bare = run(config, progress=False), run(config, progress=False, seed_fitted=False)
+    fitted = {b.name: b.result.cycles for b in seeded.baselines if b.result.valid}
+    assert fitted == {b.name: b.result.cycles for b in bare.baselines if b.result.valid}
+    assert len(bare.points) == 0
+    assert dict(zip(seeded.points["structure"], seeded.points["cost"], strict=True)) == \
+        pytest.approx(fitted)

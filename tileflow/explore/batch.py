@@ -50,16 +50,39 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
         raise ValueError("every factor must be at least 1")
     if _scalar_only_cached(structure):
         return _row_by_row(structure, factors)
+    full, parts = _by_spread(structure, factors, _evaluate)
+    return parts[0][1] if len(parts) == 1 else _gather(len(full), parts)
+
+
+def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, np.ndarray]:
+    """`evaluate_batch(...).footprint_words` without counting data movement: what the
+    search's capacity bounds need, at a fraction of the cost."""
+    factors = np.asarray(factors, dtype=np.int64)
+    if _scalar_only_cached(structure) or not len(factors):
+        return evaluate_batch(structure, factors).footprint_words
+    full, parts = _by_spread(structure, factors, lambda c, rows: footprints(Rows(c, rows)))
+    if len(parts) == 1:
+        return parts[0][1]
+    levels = dict.fromkeys(lv for _, fps in parts for lv in fps)
+    out = {lv: np.zeros(len(full)) for lv in levels}
+    for rows, fps in parts:
+        for lv, words in fps.items():
+            out[lv][rows] = words
+    return out
+
+
+def _by_spread(structure: Structure, factors: np.ndarray, run):
+    """(factors over all loops, [(row indices, run(compiled tree, their factors))]).
+    Loops of one iteration are neutral (the model leaves them out of the paths); the
+    per-row sums treat temporal ones so, but which spatial loops spread decides the array
+    axes and the disjoint instances: rows are grouped by which spatial loops are 1 and each
+    group run on the tree without them."""
     full = structure.all_loop_factors(factors)
     spatial = np.array([lp.spatial for _, t in walk(structure.template.root)
                         if isinstance(t, Tile) for lp in t.loops], dtype=bool)
     ones = (full == 1) & spatial
     if not ones.any() or not len(full):
-        return _evaluate(structure.compiled, full)
-    # loops of one iteration are neutral (the model leaves them out of the paths); the
-    # per-row sums treat temporal ones so, but which spatial loops spread decides the array
-    # axes and the disjoint instances: rows are grouped by which spatial loops are 1 and each
-    # group evaluated on the tree without them
+        return full, [(np.arange(len(full)), run(structure.compiled, full))]
     masks, group = np.unique(ones, axis=0, return_inverse=True)
     group = group.reshape(-1)
     parts = []
@@ -67,8 +90,8 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
         rows = np.flatnonzero(group == k)
         flow = _without(structure.template, mask)
         c = compiled_for(structure.workload, structure.arch, flow)
-        parts.append((rows, _evaluate(c, full[rows][:, ~mask])))
-    return _gather(len(full), parts)
+        parts.append((rows, run(c, full[rows][:, ~mask])))
+    return full, parts
 
 
 def scalar_only(structure: Structure) -> str:

@@ -24,6 +24,8 @@ import math
 
 import numpy as np
 
+from tileflow.errors import InputError
+from tileflow.explore.batch import footprint_words
 from tileflow.explore.space import UNDECIDED, Limits, Space, evaluate_rows
 from tileflow.tree import Op, Tile, ops_under, walk
 
@@ -140,11 +142,16 @@ class Bounds:
         if not len(states):
             return ok
         rows = np.array([self.footprint_bound(s) for s in states])
-        metrics = evaluate_rows(self.space, rows, "latency", self.limits).metrics
+        try:
+            fps = footprint_words(self.space.structure, rows)
+        except InputError:  # a row the model cannot analyse: row by row, as the search does
+            metrics = evaluate_rows(self.space, rows, "latency", self.limits).metrics
+            fps = {k[len("footprint_"):]: v for k, v in metrics.items()
+                   if k.startswith("footprint_")}
         names = list(self.capacity)
         for r, state in enumerate(states):
             for x in self.monotone_levels(state):
-                words = metrics.get(f"footprint_{names[x]}")
+                words = fps.get(names[x])
                 if words is None:
                     continue
                 limit = min(self.capacity[names[x]],

@@ -137,8 +137,10 @@ def _worker_entry(config: ExploreConfig, url: str, worker: int) -> None:
 
 
 def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
-            resume: bool = False, progress: bool = True) -> Outcome:
-    """Run the study the config describes and gather its points and best dataflow."""
+            resume: bool = False, progress: bool = True, seed_fitted: bool = True) -> Outcome:
+    """Run the study the config describes and gather its points and best dataflow.
+    `seed_fitted=False`: the baselines' fitted factors are neither study points nor warm
+    starts (they are still fitted and compared), so the points are the search's own."""
     import multiprocessing
 
     from tqdm import tqdm
@@ -164,9 +166,10 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
     study = studies.create_or_load(store, bare, config.objective,
                                    config.limits, resume, extra=config.method)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
-    candidates = candidates_for(config, w, arch, fitted, config.seed, found)
+    own = fitted if seed_fitted else {}
+    candidates = candidates_for(config, w, arch, own, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
-                        seed_rows(w, arch, candidates, fitted, found))
+                        seed_rows(w, arch, candidates, own, found))
     procs = []
     if workers > 1:
         context = multiprocessing.get_context("spawn")
