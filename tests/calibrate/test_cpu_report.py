@@ -32,6 +32,7 @@ def saved_campaign(folder, n=40, seed=0):
         rows.append({"key": f"k{i}", "workload": "gemm-chain" if i % 2 else "attention",
                      "shape": "m=2", "kind": "random", "dataflow": f"random-{i}", "point": i,
                      "model_valid": True, "model_s": seconds * 2, "model_bottleneck": "x",
+                     "macs": 4096.0 * (1 + i % 4), "vector_work": 0.0, "leaf_steps": 128.0,
                      **feats, "model_first_level_bytes": model_bytes,
                      "model_last_level_bytes": model_bytes,
                      "measured_s": seconds * 1.1, "min_s": seconds, "max_s": seconds * 2,
@@ -46,6 +47,8 @@ def saved_campaign(folder, n=40, seed=0):
 
 def test_report_regenerates_from_saved_measurements(tmp_path, capsys):
     frame = saved_campaign(tmp_path / "cpu")
+    (tmp_path / "cpu" / "environment.json").write_text(json.dumps(
+        {"cpu": "test", "config": {"warmup": 2, "repetitions": 3, "traffic": False}}))
     assert main(["validate", "cpu", "--report-only", "--out", str(tmp_path / "cpu")]) == 0
     summary = json.loads((tmp_path / "cpu" / "summary.json").read_text())
     assert summary["points"] == {"attention": 20, "gemm-chain": 20}
@@ -60,6 +63,8 @@ def test_report_regenerates_from_saved_measurements(tmp_path, capsys):
                             "latency_mape_heldout", "top1_regret", "bound_hits"}
     report = (tmp_path / "cpu" / "report.md").read_text()
     assert "latency.png" in report and "traffic.png" in report
+    # a timing pass without cachegrind says how it timed, and that traffic came apart
+    assert "warm up, then timed over 3 calls" in report and "separate pass" in report
     assert (tmp_path / "cpu" / "latency.png").exists()
 
 

@@ -20,14 +20,14 @@ def synthetic(n: int, seed: int):
     rng = np.random.default_rng(seed)
     cols = latency.feature_columns(ARCH)
     feats = {c: rng.uniform(1e5, 1e7, n) * rng.choice([0.01, 1.0], n) for c in cols}
-    feats["leaf_steps"] = rng.uniform(1e4, 1e6, n)
+    feats["loop_starts"] = rng.uniform(1e4, 1e6, n)
     return feats
 
 
 def test_fit_recovers_known_parameters_from_noisy_measurements():
     params = latency.parameter_set(ARCH)
-    truth = params.defaults * np.array([0.3, 0.5, 0.7, 0.4, 0.6, 0.8, 1.0, 1.0])
-    truth[-2], truth[-1] = 3.0, 2e4  # step and call overheads
+    truth = params.defaults * np.array([0.3, 0.5, 0.7, 0.4, 0.6, 0.8, 1.5, 1.0, 1.0])
+    truth[-2], truth[-1] = 3.0, 5e5  # loop-start and call overheads
     feats = synthetic(400, 1)
     rng = np.random.default_rng(2)
     measured = latency.cycles(feats, truth, ARCH) * np.exp(rng.normal(0, 0.02, 400))

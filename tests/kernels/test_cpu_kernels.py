@@ -124,7 +124,7 @@ def test_generated_loops_follow_the_tree(workload):
     for flow in random_valid_trees(w, HOST, 5, seed=11):
         text = generate_c(analyse(w, HOST, flow)).text
         found = [(m.group(1), int(m.group(2))) for m in
-                 re.finditer(r"/\* (\w+:\d+(?::Sp)?)(?: parallel)? stride (\d+) \*/", text)]
+                 re.finditer(r"/\* (\w+:\d+(?::Sp[XY]?)?)(?: parallel)? stride (\d+) \*/", text)]
         assert found == _expected_loops(flow)
 
 

@@ -22,7 +22,9 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         run_campaign,
         tqdm_progress,
     )
+    from tileflow.kernels.inner_loops import add_columns
     from tileflow.kernels.trees import single_core
+    from tileflow.outputs import write_csv
     from tileflow.specs.arch import load_arch
 
     config = load_config(config_path, points)
@@ -41,6 +43,10 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
     arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    counted = add_columns(frame, arch)
+    if counted is not frame:  # saved beside the measurements: the next report reads them
+        frame = counted
+        write_csv(frame, csv)
     study = cpu.study(frame, arch, config.seed)
     env_path = folder / "environment.json"
     environment = json.loads(env_path.read_text()) if env_path.exists() else None

@@ -11,6 +11,7 @@ import pandas as pd
 from tileflow.calibrate import latency, metrics
 from tileflow.calibrate.fit import Fit, fit, split
 from tileflow.calibrate.parameters import ParameterSet
+from tileflow.kernels.inner_loops import add_columns
 from tileflow.specs.arch import Architecture
 
 HELDOUT_FRACTION = 0.3
@@ -37,7 +38,7 @@ class CpuStudy:
 
 def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> CpuStudy:
     """Fit on a seeded 70 % of the rows, validate on the other 30 %."""
-    frame = frame.reset_index(drop=True).copy()
+    frame = add_columns(frame.reset_index(drop=True), arch)
     params = latency.parameter_set(arch)
     features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
     clock_hz = arch.clock_ghz * 1e9

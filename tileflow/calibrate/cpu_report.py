@@ -119,14 +119,18 @@ def _limits(s: CpuStudy, levels: dict[str, str]) -> list[str]:
         "and brings them back if it was evicted before the next tile uses the rest; limited "
         "associativity; rows padded by one line in the generated layout (allocated buffers "
         "are whole rows of the padded width).",
-        "* Why latency differs: the model charges one step per cycle to a unit of the "
-        "description's width and transfers at nominal rates; the compiled loop nests are "
-        "limited instead by which loops the compiler vectorises (not only the tree's lanes), "
-        "by loop and address overhead of short innermost loops, and by the add-after-add "
-        "dependency of a reduction loop kept innermost. Kernels with the same operation "
-        f"count span {_same_work_spread(f):.0f}x in measured time here; the latency "
-        "function's parameters (rates, one overhead per innermost step) cannot express "
-        "that, so calibration helps the scale more than the ranking.",
+        "* Why latency differs: the latency function charges each operator's work by how "
+        "its loop nest runs once compiled: in SIMD vectors (where the compiler vectorised a "
+        "loop around the statement), in independent scalar iterations, or as a chain of "
+        "dependent adds (a reduction loop kept innermost and not vectorised), each at a "
+        "fitted cost per operation, plus a fitted overhead per start of an innermost loop. "
+        f"Work in chains is {_share(f, 'chain_work'):.0%} of all work here, scalar "
+        f"{_share(f, 'scalar_work'):.0%}, SIMD {_share(f, 'simd_work'):.0%}. What it "
+        "does not see: how well the vectorised code runs (gathers for strided operands, "
+        "unaligned and masked vectors, the overhead of short vector loops), the cache misses "
+        "behind each transfer (the data side is one rate per boundary), and the other "
+        "processes on this machine. Kernels with the same operation count span "
+        f"{_same_work_spread(f):.0f}x in measured time here.",
     ]
     return out
 
@@ -154,6 +158,28 @@ def _stale(f: pd.DataFrame, environment: dict | None) -> list[str]:
     return [x for line in out for x in ("", line)]
 
 
+def _passes(environment: dict | None) -> list[str]:
+    """How the timings were taken: the campaign's repetitions, and whether traffic was
+    measured in a separate pass."""
+    config = (environment or {}).get("config") or {}
+    if not config:
+        return []
+    text = (f"Each kernel was called {config.get('warmup', 1)} time(s) to warm up, then "
+            f"timed over {config.get('repetitions')} calls.")
+    if config.get("traffic") is False:
+        text += (" The timing pass ran without cachegrind, with no other heavy job on the "
+                 "machine; the traffic was measured in a separate pass (single-threaded "
+                 "under cachegrind, whose counts do not depend on the load; `tileflow "
+                 "validate cpu --remeasure-traffic` measures every kernel not yet measured), "
+                 "which keeps the timings.")
+    return [text, ""]
+
+
+def _share(f: pd.DataFrame, column: str) -> float:
+    work = f[["simd_work", "scalar_work", "chain_work"]].to_numpy(float).sum()
+    return float(f[column].sum() / work) if work else 0.0
+
+
 def _same_work_spread(f: pd.DataFrame) -> float:
     g = f.groupby(["workload", "macs"]).latency_s
     return float((g.max() / g.min()).max())
@@ -171,10 +197,13 @@ def _explain(row: pd.Series) -> str:
         reasons.append(f"The kernel is {1 / row.ratio:.1f}x slower than predicted")
     else:
         reasons.append(f"The kernel is {row.ratio:.1f}x faster than predicted")
-    per_step = row.macs / max(row.leaf_steps, 1)
-    if per_step < 4:
-        reasons.append(f"{per_step:.1f} MACs per innermost step: short lane loops do not "
-                       "vectorise, so loop overhead, not the units, sets the pace")
+    work = row.simd_work + row.scalar_work + row.chain_work
+    if work > 0:
+        reasons.append(f"of its work {row.simd_work / work:.0%} runs in SIMD loops, "
+                       f"{row.scalar_work / work:.0%} in scalar iterations and "
+                       f"{row.chain_work / work:.0%} in reduction chains; "
+                       f"{work / max(row.loop_starts, 1):.1f} operations per innermost loop "
+                       "start")
     model = next((c for c in ("model_cache_first_level_bytes", "model_first_level_bytes")
                   if c in row and row[c] > 0), None)
     if "measured_first_level_bytes" in row and model:
@@ -251,6 +280,7 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         f"median carries other processes' load (median / fastest: median "
         f"{(f.measured_s / f.min_s).median():.2f}, up to {(f.measured_s / f.min_s).max():.1f}; "
         "both are in `measurements.csv` with the spread).", "",
+        *_passes(environment),
         "## Targets", "", f"Targets: {TARGETS}.", "",
         "| figure | value | target | met |", "|---|---|---|---|",
     ]
@@ -272,7 +302,10 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
     for w, g in f.groupby("workload"):
         lines.append(f"| {w} | {g['shape'].iloc[0]} | {len(g)} | {(g.kind == 'baseline').sum()}"
                      f" | {g.latency_s.min() * 1e3:.2f} - {g.latency_s.max() * 1e3:.2f} |")
-    lines += ["", "## Latency", "", f"![latency]({images[0]})", "",
+    lines += ["", "Named baselines enter only where the model finds them valid on the one-core "
+              "host description (most of the named fused dataflows, built for an "
+              "accelerator's buffers, exceed one core's L1); the other dataflows are random "
+              "valid trees.", "", "## Latency", "", f"![latency]({images[0]})", "",
               f"Calibration fits on {len(f) - len(held)} rows (a seeded 70 %) and is tested "
               f"on the other {len(held)} (marked x in the plot).", "",
               "| predictions | rows | MAPE | R^2 (y = x) | Spearman | Kendall |",

@@ -24,10 +24,13 @@ def calibrated_description(original: dict, parameters: dict[str, float], provena
         for kind in ("read", "write"):
             level.pop(f"{kind}_bandwidth_gbps", None)
             level[f"{kind}_words_per_cycle"] = round(float(rate), 4)
+    # operations per cycle: a fitted rate, or the inverse of the fitted cycles per SIMD
+    # operation (the same SIMD units run the matrix and the vector operators on a CPU)
+    simd = 1 / parameters["simd_cycles"] if "simd_cycles" in parameters else 1.0
     matrix = out["compute"]["matrix"]
-    matrix["rows"], matrix["cols"] = 1, max(1, round(parameters.get("mac_rate", 1)))
+    matrix["rows"], matrix["cols"] = 1, max(1, round(parameters.get("mac_rate", simd)))
     if "vector" in out["compute"]:
-        out["compute"]["vector"]["lanes"] = max(1, round(parameters.get("vector_rate", 1)))
+        out["compute"]["vector"]["lanes"] = max(1, round(parameters.get("vector_rate", simd)))
     out["notes"] = "; ".join(f"{k}: {v}" for k, v in {
         "calibrated": dt.date.today().isoformat(), **provenance,
         "fitted": ", ".join(f"{k}={v:.4g}" for k, v in parameters.items())}.items())

@@ -27,7 +27,7 @@ from tileflow.kernels.cachegrind import geometry, measure, valgrind_missing
 from tileflow.kernels.cpu import build_checked
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.timing import environment, time_kernel
-from tileflow.kernels.trees import random_valid_trees, single_core
+from tileflow.kernels.trees import lanes_on_row, random_valid_trees, single_core
 from tileflow.outputs import write_csv
 from tileflow.outputs import write_text_atomic as write_text
 from tileflow.specs.arch import Architecture, load_arch
@@ -100,7 +100,7 @@ def choose_dataflows(w: Workload, arch: Architecture, points: int,
     chosen: list[tuple[str, Dataflow]] = []
     for name in baselines_for(w):
         try:
-            flow = build(name, w, arch)
+            flow = lanes_on_row(w, arch, build(name, w, arch))
             if evaluate_plan(prepare(w, arch, flow)).valid:
                 chosen.append(("baseline", flow))
         except (InputError, InvalidDataflow):

@@ -21,6 +21,27 @@ def single_core(arch: Architecture) -> Architecture:
     return replace(arch, levels=levels, name=f"{arch.name}-1core")
 
 
+def lanes_on_row(w: Workload, arch: Architecture, flow: Dataflow) -> Dataflow:
+    """`flow` with the unnamed spatial loops right above matrix operators on the columns
+    (y) axis where the matrix unit is one row of lanes (1 x lanes, a CPU's SIMD unit): an
+    unnamed spatial loop would take the rows (x) axis, of size 1. Other arrays, vector
+    operators' loops and loops already named are left as they are."""
+    unit = arch.matrix
+    if not (unit.rows == 1 and unit.cols > 1):
+        return flow
+
+    def go(node: Tile) -> Tile:
+        kids = tuple(c if isinstance(c, Op) else go(c) for c in node.children)
+        loops = node.loops
+        if node.level == unit.level and all(
+                isinstance(c, Op) and w.op_by_name[c.op].unit == MATRIX for c in kids):
+            loops = tuple(replace(lp, axis="y") if lp.spatial and not lp.axis else lp
+                          for lp in loops)
+        return replace(node, loops=loops, children=kids)
+
+    return replace(flow, root=go(flow.root))
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -93,7 +114,7 @@ def random_valid_trees(w: Workload, arch: Architecture, count: int, seed: int = 
     for _ in range(count * tries):
         if len(found) >= count:
             break
-        flow = random_chain_tree(w, arch, rng, f"random-{len(found)}")
+        flow = lanes_on_row(w, arch, random_chain_tree(w, arch, rng, f"random-{len(found)}"))
         key = repr(flow.root)
         if key in found:
             continue
