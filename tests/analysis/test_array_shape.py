@@ -102,3 +102,19 @@ def test_an_array_inside_one_instance_of_its_level_bounds_the_innermost_tile():
     [v] = violations("k:4 m:2 n:8 m:8:Sp n:2:Sp")
     assert (v.kind, v.level, v.needed, v.available, v.unit) == ("array", "L1", 8, 4, "rows (x)")
     assert violations("k:4 m:4 n:4 m:4:Sp n:4:Sp") == ()
+
+
+def test_a_single_row_of_lanes_checks_only_their_number():
+    """A 1 x 8 array (a core's SIMD lanes) has no second axis to fill: an unmarked loop of 8
+    fits the 8 lanes (it must not land on the one-row axis), and 16 exceed them."""
+    one_row = ARCH.replace("fanout: 64,", "fanout: 8,").replace("rows: 8, cols: 8",
+                                                               "rows: 1, cols: 8")
+    a = parse_arch(Field(YAML(typ="rt").load(one_row.replace(" MESH", "")), "row.yaml"))
+
+    def violations(loops: str):
+        flow = Dataflow(tile("DRAM", "m:1 n:1", tile("L1", loops, tile("Reg", "", "mm"))))
+        return evaluate(gemm(), a, flow).violations
+
+    assert violations("k:4 n:8:Sp m:16 n:2") == ()
+    [v] = violations("k:4 n:16:Sp m:16")
+    assert (v.kind, v.needed, v.available) == ("fanout", 16, 8)

@@ -344,7 +344,8 @@ def _level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
     if lv.mesh:
         return lv.mesh
     m = arch.matrix
-    if lv.name == m.level and m.parallelism == 1 and m.rows * m.cols == lv.fanout > 1:
+    if (lv.name == m.level and m.parallelism == 1 and m.rows * m.cols == lv.fanout
+            and m.rows > 1 and m.cols > 1):
         return (m.rows, m.cols)
     return ()
 
@@ -356,9 +357,9 @@ def _compute_mesh(plan: Plan, path: OpPath) -> tuple[int, ...]:
     unit = arch.unit(path.op.unit)
     if unit.kind != "matrix" or arch.levels[path.levels[-1]].name != unit.level:
         return ()
-    if unit.parallelism == unit.rows * unit.cols > 1 and unit.cols > 1:
+    if unit.parallelism == unit.rows * unit.cols and unit.rows > 1 and unit.cols > 1:
         return (unit.rows, unit.cols)
-    return ()
+    return ()  # one row or one column of lanes: only their number is checked
 
 
 AXIS_NAMES = {"x": "rows (x)", "y": "columns (y)"}
