@@ -78,6 +78,8 @@ def test_periods_follow_the_innermost_loops_that_leave_a_tensor_unchanged():
     assert period(t, "A", dims["A"]) == 1  # k indexes A
     assert period(tile("DRAM", "k:5 n:2 n:2:Sp", "mm"), "A", dims["A"]) == 2 * 1
     assert period(tile("DRAM", "n:2 k:5", "mm", no_reuse=("C",)), "C", dims["C"]) == 1
+    # a loop of one iteration moves nothing: m:1 inside k:5 leaves C's period at 5
+    assert period(tile("DRAM", "n:2 k:5 m:1", "mm"), "C", dims["C"]) == 5
 
 
 @settings(max_examples=30, deadline=None)
