@@ -75,7 +75,8 @@ def markdown(rows: list[dict], command: str) -> str:
            "best baseline structure with its factors searched by the same tile search. The "
            "last two separate what the tiling gains from what the structure gains.", ""]
     for group, _ in GROUPS:
-        part = [r for r in rows if r["group"] == group]
+        part = sorted((r for r in rows if r["group"] == group),
+                      key=lambda r: int(r["shape"].lstrip("GC")))
         if not part:
             continue
         out += [f"## {group}", "",
