@@ -23,7 +23,14 @@ from tileflow.dataflows.chain import Roles
 from tileflow.dataflows.common import Hardware
 from tileflow.errors import InputError
 from tileflow.explore.search import PointCache, search
-from tileflow.explore.space import UNDECIDED, Limits, Space, divisors
+from tileflow.explore.space import (
+    UNDECIDED,
+    Limits,
+    Space,
+    divisor_products,
+    divisors,
+    enumerate_divisors,
+)
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -204,7 +211,8 @@ def overrun(metrics: dict) -> tuple[float, float]:
 def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
                   seed: int = 0) -> np.ndarray:
     """Factors of a structure under a rule, searched from its defaults (and, for chains,
-    the closed-form tiles). The "dram" rule searches in two phases: the least DRAM traffic
+    the closed-form tiles); a space of at most four times the budget in divisor points is
+    evaluated whole instead. The "dram" rule searches in two phases: the least DRAM traffic
     first (a fifth of the budget: the warm starts and the smallest tiles reach it early),
     then the lowest latency among the points that reach it (`Limits.dram_words`), from the
     tied points and their variants spread as the builder spreads (`respread`). Many points
@@ -218,6 +226,13 @@ def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
     tiles = closed_form_tiles(structure.workload, structure.arch)
     if tiles:
         warm += warm_rows(space, tiles, rng)
+    # a small space is evaluated whole, in one batch: a search step costs far more per
+    # point than a batch does (a few hundred points a second against thousands)
+    every = small_space(space, 4 * budget_evals)
+    if every is not None:
+        cache = PointCache(space, "latency", Limits())
+        cache.evaluate(np.vstack([every, *[row for row in warm if space.covers(row)]]))
+        return choose(cache, rule)
     if rule != "dram":
         objective = {"steps": "steps-then-latency"}.get(rule, rule)
         cache = search(space, "mcts", objective=objective, budget_evals=budget_evals,
@@ -242,6 +257,17 @@ def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
                     seed=seed + 1, warm=warm, batch=32)
     _merge(first, second)
     return choose(first, rule)
+
+
+def small_space(space: Space, limit: int) -> np.ndarray | None:
+    """Every divisor assignment of a space that has at most `limit` of them, else None
+    (counted from the space's Cartesian products, without listing a large one)."""
+    total = 0
+    for _, _, options in divisor_products(space):
+        total += math.prod(len(o) for o in options)
+        if total > limit:
+            return None
+    return enumerate_divisors(space)
 
 
 def _merge(cache: PointCache, other: PointCache) -> None:
