@@ -1,12 +1,12 @@
 """Tile trees as genes, and back.
 
-Per operator (DESIGN 3): the operator it is fused into (`into`, a later operator or -1), the
-level of the tile where the two meet (`level`), the inter-tile primitive of that tile
-(`primitive`) and the level its result is kept at (`home`, -1: the model's default). What the
-table leaves implicit is explicit here too: per tile, its loops (which dims are tiled there,
-in which order, which ones spatial), which intermediate levels an operator's own chain
-visits (a tile is present when its key is in `loops`), and per operator the share of the
-array it gets under Pipe or Para (`share`: 1, 2, 4, ...).
+Per operator, as the published encoding: the operator it is fused into (`into`, a later
+operator or -1), the level of the tile where the two meet (`level`), the inter-tile primitive
+of that tile (`primitive`) and the level its result is kept at (`home`, -1: the model's
+default). What the table leaves implicit is explicit here too: per tile, its loops (which dims
+are tiled there, in which order, which ones spatial), which intermediate levels an operator's
+own chain visits (a tile is present when its key is in `loops`), and per operator the share of
+the array it gets under Pipe or Para (`share`: 1, 2, 4, ...).
 
 Fusion edges define how far two operators share their path: the minimum edge level along the
 forest path between them. Operators sharing level L sit under one tile at L (a group);
