@@ -87,7 +87,10 @@ def test_summary_compares_with_every_baseline(explored):
             assert b["searched"]["cycles"] <= b["own_rule"]["cycles"] * (1 + 1e-12) or \
                 not b["own_rule"]["valid"]
     text = (out / "summary.md").read_text()
-    assert "| layerwise | own rule |" in text and "pipeline" in text
+    assert "| layerwise | own rule |" in text
+    # the found tree is described in words, with how its root's children run
+    runs = {"chimera": "one after another", "tileflow-pipe": "as a pipeline"}
+    assert runs[found["structure"]] in text and "runs 'gemm2'" in text
 
 
 def test_timeline_trace_opens_as_chrome_trace_events(explored):

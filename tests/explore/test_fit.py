@@ -11,6 +11,7 @@ from helpers import small_arch
 
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
+from tileflow.dataflows.chain import chimera
 from tileflow.explore.fit import closed_form_tiles, fit_baseline
 from tileflow.explore.space import Limits, Space, divisors, enumerate_divisors, evaluate_rows
 from tileflow.explore.structure import structure_of
@@ -91,3 +92,32 @@ def test_every_baseline_fits_on_every_shape_where_its_builder_did():
         fitted = evaluate(w, arch, fit_baseline(name, w, arch, budget_evals=150))
         assert fitted.valid or not evaluate(w, arch, build(name, w, arch)).valid
     assert np.isfinite(fitted.cycles)
+
+
+@pytest.mark.parametrize("workload", ["gemm-chain", "attention"])
+def test_chimera_reaches_the_compulsory_traffic_and_then_the_lower_latency(workload):
+    """Buffers that hold everything: the least DRAM traffic is every input read once and the
+    output written once. Many factors reach it; the fit must also spread them as well as
+    the builder's whole tiles do (which reach it too)."""
+    w = load_workload(workload, SMALL)
+    arch = small_arch(cores=2, pes=4)
+    b, m, l, k, n = (SMALL[d] for d in "bmlkn")  # noqa: E741
+    compulsory = b * (m * k + k * l + l * n + m * n)
+    whole = evaluate(w, arch, chimera(w, arch, {"m": m, "l": l}))
+    assert whole.valid and whole.dram_words == compulsory
+    fitted = evaluate(w, arch, fit_baseline("chimera", w, arch))
+    assert fitted.valid
+    assert fitted.dram_words == compulsory
+    assert fitted.cycles <= whole.cycles * (1 + 1e-9)
+
+
+def test_chimera_on_g1_edge_is_no_slower_than_layerwise():
+    """Chimera keeps every intermediate on chip (the compulsory traffic); fitted with a
+    spread that uses the array, it does not lose to Layerwise, which moves them through DRAM."""
+    w, arch = load_workload("G1"), load_arch("edge")
+    q = w.sizes["b"] * w.sizes["m"] * w.sizes["k"]  # Q, K, V and the output: same size here
+    chimera_run = evaluate(w, arch, fit_baseline("chimera", w, arch))
+    layerwise = evaluate(w, arch, fit_baseline("layerwise", w, arch))
+    assert chimera_run.valid and layerwise.valid
+    assert chimera_run.dram_words == 4 * q
+    assert chimera_run.cycles <= layerwise.cycles

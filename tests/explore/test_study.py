@@ -23,12 +23,15 @@ WORKER = Path(__file__).with_name("study_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def worker(url: str, k: int, budget: int, batch: int = 8,
-           resume: bool = False) -> subprocess.Popen:
+def worker(url: str, k: int, budget: int, batch: int = 8, resume: bool = False,
+           meet: tuple[Path, int] | None = None) -> subprocess.Popen:
+    """A worker process; with `meet` (folder, workers), it pauses after its first trial
+    until every worker has completed one (see study_worker.py)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    extra = [str(meet[0]), str(meet[1])] if meet else []
     return subprocess.Popen([sys.executable, str(WORKER), url, str(k), str(budget),
-                             str(batch), "1" if resume else "0"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             str(batch), "1" if resume else "0", *extra], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -79,10 +82,14 @@ def test_a_killed_run_resumes_without_losing_or_repeating_a_point(tmp_path):
     assert len(keys) == budget
 
 
-def _two_workers(url: str) -> None:
+def _two_workers(url: str, meet: Path) -> None:
+    """Both workers take a share whatever the load: each one waits, after its first trial,
+    for the other's first (a slow start cannot leave one of them without work), and then
+    they run side by side on one study."""
     create(url)
     budget = 96
-    procs = [worker(url, k, budget) for k in (1, 2)]
+    meet.mkdir()
+    procs = [worker(url, k, budget, meet=(meet, 2)) for k in (1, 2)]
     for p in procs:
         finish(p)
     got = points(url)
@@ -93,7 +100,7 @@ def _two_workers(url: str) -> None:
 
 
 def test_two_workers_share_a_sqlite_study(tmp_path):
-    _two_workers(f"sqlite:///{tmp_path / 'study.db'}")
+    _two_workers(f"sqlite:///{tmp_path / 'study.db'}", tmp_path / "meet")
 
 
 def _free_port() -> int:
@@ -133,5 +140,5 @@ def postgres():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_two_workers_share_a_postgresql_study(postgres):
-    _two_workers(postgres)
+def test_two_workers_share_a_postgresql_study(postgres, tmp_path):
+    _two_workers(postgres, tmp_path / "meet")

@@ -1,7 +1,8 @@
 """Baselines with fitted factors, and warm starts for the search.
 
 Each named baseline keeps its tree shape and has its factors chosen under its own rule:
-Chimera takes the least DRAM traffic among the factors that fit, TileFlow-Pipe the lowest
+Chimera takes the least DRAM traffic among the factors that fit and, among those, the lowest
+latency (two searches, `fit_structure`), TileFlow-Pipe the lowest
 latency (the rule its shape was published with), and so do Flash and Flash-Pipe (the online
 softmax's sweep); the others the largest tiles that fit.
 Their builders already pick the largest tiles that fit along the dims they tile; where that
@@ -22,7 +23,15 @@ from tileflow.dataflows.chain import Roles
 from tileflow.dataflows.common import Hardware
 from tileflow.errors import InputError
 from tileflow.explore.search import PointCache, search
-from tileflow.explore.space import UNDECIDED, Space, divisors
+from tileflow.explore.space import (  # the divisor space's own walk, counted here
+    UNDECIDED,
+    Limits,
+    Space,
+    _groups,
+    _shared_assignments,
+    divisors,
+    enumerate_divisors,
+)
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -56,6 +65,8 @@ def closed_form_tiles(w: Workload, arch: Architecture) -> dict[str, int] | None:
     if not (r.batch and w.sizes[r.batch] >= hw.cores):
         rows = -(-rows // hw.cores)
     capacity = arch.level(hw.buffer).capacity_words
+    if not math.isfinite(capacity):  # everything fits: whole tiles, the compulsory traffic
+        return {r.rows: rows, r.inner: inner}
 
     def traffic(x):
         tm, tl = np.exp(x)
@@ -78,7 +89,9 @@ def closed_form_tiles(w: Workload, arch: Architecture) -> dict[str, int] | None:
 def warm_rows(space: Space, tiles: dict[str, int], rng: np.random.Generator,
               count: int = 8) -> list[np.ndarray]:
     """Completions of a partial assignment where the outermost level's temporal loops give
-    each dim in `tiles` that tile size per step (its spatial loops keep their defaults)."""
+    each dim in `tiles` that tile size per step, the spatial loops keep the builder's
+    factors where the rest of their chains leaves room (`keep_spatial`), and the other
+    temporal loops are drawn at random."""
     s = space.structure
     outer = s.arch.levels[0].name
     tiles_of = {p: n for p, n in _tiles(s.template)}
@@ -93,7 +106,75 @@ def warm_rows(space: Space, tiles: dict[str, int], rng: np.random.Generator,
             state[i] = default[i] if s.slots[i].spatial else 1
         if temporal:
             state[temporal[0]] = -(-s.workload.sizes[dim] // (tile * spread))
+    state = keep_spatial(space, state, default)
     return [space.random_completion(state, rng) for _ in range(count)]
+
+
+def keep_spatial(space: Space, state: np.ndarray, spatial: np.ndarray) -> np.ndarray:
+    """Decide the undecided spatial slots of a partial assignment as in `spatial` (outermost
+    first), each clamped to the largest factor its chains still allow: the temporal slots
+    left undecided then tile around a spread that uses the array as `spatial` does."""
+    return keep(space, state, spatial, np.flatnonzero(space.spatial_limit))
+
+
+def keep(space: Space, state: np.ndarray, values: np.ndarray, slots) -> np.ndarray:
+    """Decide the undecided `slots` (in order) as in `values`, each clamped to the largest
+    factor it may take once the slots before it are decided."""
+    state = space.propagate(state)
+    for i in slots:
+        if state[i] != UNDECIDED or i not in space.free_slots(state):
+            continue
+        fits = [v for v in space.candidates(state, i) if v <= int(values[i])]
+        if fits:
+            state[i] = fits[-1]
+            state = space.propagate(state)
+    return state
+
+
+def respread(space: Space, row: np.ndarray, spatial: np.ndarray, rng: np.random.Generator,
+             count: int = 2) -> list[np.ndarray]:
+    """Variants of a complete row that keep its outermost level's loops (what sets its DRAM
+    traffic) and spread below it as `spatial` does, the other temporal loops drawn anew:
+    from the row as it is, with its outermost spread widened (`widen_outer`), and with the
+    spread decided first (the outermost loops then clamped to what it leaves)."""
+    top = _outer_slots(space)
+    spread = list(np.flatnonzero(space.spatial_limit))
+    empty = np.full(space.size, UNDECIDED, dtype=np.int64)
+    states = [keep_spatial(space, keep(space, empty, row, top), spatial),
+              keep_spatial(space, keep(space, empty, widen_outer(space, row, spatial), top),
+                           spatial),
+              keep(space, keep(space, empty, spatial, spread), row, top)]
+    return [space.random_completion(state, rng) for state in states for _ in range(count)]
+
+
+def widen_outer(space: Space, row: np.ndarray, spatial: np.ndarray) -> np.ndarray:
+    """The row with each spatial loop of the outermost level widened towards `spatial` by
+    taking iterations from the temporal loops over the same dim of the same tile: the same
+    tile per instance, more instances at once (and the same DRAM traffic)."""
+    s = space.structure
+    row = row.copy()
+    top = _outer_slots(space)
+    for i in top:
+        if not s.slots[i].spatial:
+            continue
+        same = [j for j in top if not s.slots[j].spatial and s.slots[j].path == s.slots[i].path
+                and s.slots[j].dim == s.slots[i].dim]
+        if not same:
+            continue
+        total = int(row[i]) * math.prod(int(row[j]) for j in same)
+        wide = max(int(row[i]), min(int(spatial[i]), int(space.spatial_limit[i]), total))
+        row[same] = 1
+        row[same[0]] = -(-total // wide)
+        row[i] = wide
+    return row
+
+
+def _outer_slots(space: Space) -> list[int]:
+    """The slots of the outermost level's tiles, in slot order."""
+    s = space.structure
+    outer = s.arch.levels[0].name
+    tiles_of = {p: n for p, n in _tiles(s.template)}
+    return [i for i, sl in enumerate(s.slots) if tiles_of[sl.path].level == outer]
 
 
 def _tiles(flow: Dataflow):
@@ -131,17 +212,110 @@ def overrun(metrics: dict) -> tuple[float, float]:
 def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
                   seed: int = 0) -> np.ndarray:
     """Factors of a structure under a rule, searched from its defaults (and, for chains,
-    the closed-form tiles)."""
+    the closed-form tiles); a space of at most four times the budget in divisor points is
+    evaluated whole instead. The "dram" rule searches in two phases: the least DRAM traffic
+    first (a fifth of the budget: the warm starts and the smallest tiles reach it early),
+    then the lowest latency among the points that reach it (`Limits.dram_words`), from the
+    tied points and their variants spread as the builder spreads (`respread`). Many points
+    tie at the least traffic (every spread of the same outer tiles) and a tie-break inside
+    one search sees almost no difference between them: the second phase is what orders
+    them by latency."""
     space = Space(structure)
     rng = np.random.default_rng(seed)
-    warm = [structure.default_factors, space.smallest_completion(space.root_state())]
+    default = structure.default_factors
+    warm = [default, space.smallest_completion(space.root_state())]
     tiles = closed_form_tiles(structure.workload, structure.arch)
     if tiles:
         warm += warm_rows(space, tiles, rng)
-    objective = {"dram": "dram-then-latency", "steps": "steps-then-latency"}.get(rule, rule)
-    cache = search(space, "mcts", objective=objective, budget_evals=budget_evals, seed=seed,
-                   warm=warm, batch=32)
-    return choose(cache, rule)
+    # a small space is evaluated whole, in one batch: a search step costs far more per
+    # point than a batch does (a few hundred points a second against thousands)
+    every = small_space(space, 4 * budget_evals)
+    if every is not None:
+        cache = PointCache(space, "latency", Limits())
+        cache.evaluate(np.vstack([every, *[row for row in warm if space.covers(row)]]))
+        return choose(cache, rule)
+    if rule != "dram":
+        objective = {"steps": "steps-then-latency"}.get(rule, rule)
+        cache = search(space, "mcts", objective=objective, budget_evals=budget_evals,
+                       seed=seed, warm=warm, batch=32)
+        return choose(cache, rule)
+    first = search(space, "mcts", objective="dram-then-latency",
+                   budget_evals=budget_evals // 5, seed=seed, warm=warm, batch=32)
+    if not any(ok for _, ok, _ in first.rows.values()):  # nothing fits yet: keep looking
+        _merge(first, search(space, "mcts", objective="dram-then-latency",
+                             budget_evals=budget_evals - first.evaluations, seed=seed + 2,
+                             warm=warm, batch=32))
+    valid = [(m["dram_words"], m["cycles"], k) for k, (_, ok, m) in first.rows.items() if ok]
+    if not valid:
+        return choose(first, rule)
+    least = min(v[0] for v in valid)
+    ties = sorted(v for v in valid if v[0] <= least * (1 + 1e-9))
+    rows = [np.frombuffer(k, dtype=np.int64) for _, _, k in ties[:8]]
+    warm = rows + [r for row in rows[:4] for r in respread(space, row, default, rng)]
+    second = search(space, "mcts", objective="latency",
+                    limits=Limits(dram_words=least * (1 + 1e-9)),
+                    budget_evals=max(budget_evals - first.evaluations, budget_evals // 5),
+                    seed=seed + 1, warm=warm, batch=32)
+    _merge(first, second)
+    return choose(first, rule)
+
+
+def small_space(space: Space, limit: int) -> np.ndarray | None:
+    """Every divisor assignment of a space that has at most `limit` of them, else None.
+    Counted as `divisor_products` lists them (shared slots, then independent groups), each
+    count stopping as soon as it passes what is left of the limit, so that telling a large
+    space from a small one costs little; a count that visits too many partial assignments
+    also calls the space large (the search then handles it, as for any large space)."""
+    exact = Space(space.structure, non_divisors=False, fixed=space.fixed)
+    total = 0
+    for k, state in enumerate(_shared_assignments(exact, exact.root_state())):
+        if k > limit:
+            return None
+        count = 1
+        for group in _groups(exact, state):
+            count *= _count_group(exact, state, group, (limit - total) // max(count, 1))
+            if count == 0 or total + count > limit:
+                break
+        total += count
+        if total > limit:
+            return None
+    return enumerate_divisors(space)
+
+
+def _count_group(exact: Space, state: np.ndarray, group: list[int], cap: int) -> int:
+    """The exact assignments of one group's slots (as `_group_options` finds them), or
+    cap + 1 once there are more than `cap` of them or the walk grows past 20 (cap + 1)
+    partial assignments."""
+    found = 0
+    visits = 0
+    stack = [state]
+    spatial = [i for i in range(exact.size) if exact.spatial_limit[i]]
+    while stack:
+        st = stack.pop()
+        visits += 1
+        if found > cap or visits > 20 * (cap + 1):
+            return cap + 1
+        free = [i for i in group if st[i] == UNDECIDED]
+        if not free:
+            if all(math.prod(int(st[i]) for i in exact.chains[k].slots) == exact.chains[k].size
+                   for i in group for k in exact.chains_of[i]) and all(
+                    st[i] <= exact.spatial_limit[i] for i in group if exact.spatial_limit[i]) \
+                    and exact.tile_spread_ok(st, spatial):
+                found += 1
+            continue
+        for value in exact.candidates(st, free[0]):
+            child = st.copy()
+            child[free[0]] = value
+            stack.append(exact.propagate(child))
+    return found if found <= cap else cap + 1
+
+
+def _merge(cache: PointCache, other: PointCache) -> None:
+    """Points of another search of the same space into `cache` (its own entries kept: under
+    a DRAM limit, a point over it is invalid in `other` but not in `cache`)."""
+    for key, entry in other.rows.items():
+        cache.rows.setdefault(key, entry)
+    cache.evaluations += other.evaluations
 
 
 def fit_baseline(name: str, workload: Workload, arch: Architecture,
@@ -153,7 +327,7 @@ def fit_baseline(name: str, workload: Workload, arch: Architecture,
         return flow
     rule = rule_of(name)
     if rule == "steps" and Space(structure).covers(structure.default_factors):
-        from tileflow.explore.space import Limits, evaluate_rows
+        from tileflow.explore.space import evaluate_rows
 
         if evaluate_rows(Space(structure), structure.default_factors, "latency",
                          Limits()).valid[0]:
