@@ -273,10 +273,13 @@ def test_closed_stdout_exits_quietly():
 def test_ctrl_c_exits_130_without_traceback():
     """Ctrl-C while the command runs. Python's `-X importtime` reports each import as it
     completes, on stderr: the interrupt is sent once the benchmark module (imported by the
-    command itself) is in, so the command is running however slowly the machine started."""
+    command itself) is in, so the command is running however slowly the machine started.
+    The child starts with Ctrl-C's default disposition, as from a shell, even where the test
+    process inherited it ignored (Python then never raises KeyboardInterrupt)."""
     proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "tileflow.cli", "bench",
                              "--arch", "edge", "--workload", "attention", "--seconds", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     for line in proc.stderr:
         lines.append(line)
