@@ -32,7 +32,8 @@ def tensor_dims(workload: Workload) -> dict[str, frozenset[str]]:
 def period(tile: Tile, tensor: str, dims: frozenset[str]) -> int:
     """Consecutive steps of the tile that share one slice of `tensor`: the product of the
     innermost temporal loops that do not index it (none under `no_reuse`), up to the first
-    that does and has more than one iteration. The tensor is loaded at the first step of each period, stored after its last."""
+    that does and has more than one iteration. The tensor is loaded at the first step of each
+    period, stored after its last."""
     if tensor in tile.no_reuse:
         return 1
     out = 1
