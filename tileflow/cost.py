@@ -181,13 +181,6 @@ def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
                          fill_drain=fill_drain, overlap=overlap)
 
 
-def overlap_convention(arch: Architecture, overlap: str | None = None,
-                       fill_drain: bool | None = None) -> bool:
-    """True when the first load and last store of a run are charged (fill-drain, lockstep):
-    an explicit `overlap` wins, then `fill_drain`, then the accelerator's `overlap`."""
-    return _convention(arch, overlap, fill_drain) != "perfect"
-
-
 def _convention(arch: Architecture, overlap: str | None = None,
                 fill_drain: bool | None = None) -> str:
     """The overlap convention in force: an explicit `overlap`, else `fill_drain` (True:

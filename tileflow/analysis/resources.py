@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import product
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, largest_slice
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
 from tileflow.tree import Op, Tile, label, ops_under
+
+if TYPE_CHECKING:
+    from tileflow.specs.arch import Architecture
 
 
 @dataclass(frozen=True)
@@ -406,7 +410,7 @@ def split_limit(limit: int, fanout: int, spread):
     return np.where(s <= fanout, share * (fanout // s) * s, limit)
 
 
-def split_fanout(arch, first: OpPath, depth: int, level: int, feed: int) -> int:
+def split_fanout(arch: Architecture, first: OpPath, depth: int, level: int, feed: int) -> int:
     """Instances below a Para/Pipe tile that its own spatial loops spread over: the fan-out
     down to the next level on the path (1 when that level is below the units' level)."""
     target = next((lv for lv in first.levels[depth + 1:] if lv > level), None)

@@ -139,7 +139,7 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
     """Per tensor of the operator: its axes, Seq drop positions, no-reuse positions and which
     loops start a new epoch of it (shape-only: kept in the shape's memo)."""
     memo = plan.memo
-    key = ("tensor_info", path.op.name, _signature(path))
+    key = ("tensor_info", path.op.name, path.loop_key)
     if key in memo:
         return memo[key]
     op = path.op
@@ -157,12 +157,6 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
         info[t] = (_axes(plan, access), drops, no_reuse, epoch)
     memo[key] = info
     return info
-
-
-def _signature(path: OpPath) -> tuple:
-    """Which loops the path holds (the memo's entries index them): the same for every
-    factor choice of a shape as long as the path keeps every loop."""
-    return path.loop_key
 
 
 def _count_path(plan: Plan, path: OpPath, counts: Counts,
@@ -373,7 +367,7 @@ class _ExactTiling:
         into the path's loops: the slice changes (`_steps`, without and with restarts), the
         epochs, and the spatial instances over other dims on each side. Depends only on
         which loops the path holds (all of more than one iteration): kept in the memo."""
-        key = ("trips", self.path.op.name, self.j, tensor, _signature(self.path))
+        key = ("trips", self.path.op.name, self.j, tensor, self.path.loop_key)
         found = self.memo.get(key)
         if found is not None:
             return found
