@@ -20,6 +20,7 @@ from tileflow.explore.space import (
     UNDECIDED,
     Limits,
     Space,
+    divisor_count_within,
     divisors,
     enumerate_divisors,
     evaluate_rows,
@@ -148,6 +149,17 @@ def test_tpe_stays_within_its_budget_and_never_beats_the_exhaustive_optimum():
     cache = search(space, "tpe", budget_evals=96, seed=0, batch=16)
     assert 0 < cache.evaluations <= 96
     assert cache.best()[1] >= optimum * (1 - 1e-12)
+
+
+def test_the_capped_count_tells_a_space_within_a_limit_from_one_beyond_it():
+    """Against the enumeration itself: within n rows exactly when the space has at most n."""
+    for name in ("chimera", "tileflow-pipe"):
+        space = Space(small_space(name).structure, non_divisors=False)
+        n = len(enumerate_divisors(space))
+        assert n > 2
+        assert divisor_count_within(space, n) and divisor_count_within(space, 10 * n)
+        assert not divisor_count_within(space, n - 1)
+        assert not divisor_count_within(space, n // 2)
 
 
 @pytest.mark.parametrize("objective,column", [("energy", "energy_pj"), ("dram", "dram_words"),

@@ -23,12 +23,11 @@ from tileflow.dataflows.chain import Roles
 from tileflow.dataflows.common import Hardware
 from tileflow.errors import InputError
 from tileflow.explore.search import PointCache, search
-from tileflow.explore.space import (  # the divisor space's own walk, counted here
+from tileflow.explore.space import (
     UNDECIDED,
     Limits,
     Space,
-    _groups,
-    _shared_assignments,
+    divisor_count_within,
     divisors,
     enumerate_divisors,
 )
@@ -261,53 +260,9 @@ def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
 
 
 def small_space(space: Space, limit: int) -> np.ndarray | None:
-    """Every divisor assignment of a space that has at most `limit` of them, else None.
-    Counted as `divisor_products` lists them (shared slots, then independent groups), each
-    count stopping as soon as it passes what is left of the limit, so that telling a large
-    space from a small one costs little; a count that visits too many partial assignments
-    also calls the space large (the search then handles it, as for any large space)."""
-    exact = Space(space.structure, non_divisors=False, fixed=space.fixed)
-    total = 0
-    for k, state in enumerate(_shared_assignments(exact, exact.root_state())):
-        if k > limit:
-            return None
-        count = 1
-        for group in _groups(exact, state):
-            count *= _count_group(exact, state, group, (limit - total) // max(count, 1))
-            if count == 0 or total + count > limit:
-                break
-        total += count
-        if total > limit:
-            return None
-    return enumerate_divisors(space)
-
-
-def _count_group(exact: Space, state: np.ndarray, group: list[int], cap: int) -> int:
-    """The exact assignments of one group's slots (as `_group_options` finds them), or
-    cap + 1 once there are more than `cap` of them or the walk grows past 20 (cap + 1)
-    partial assignments."""
-    found = 0
-    visits = 0
-    stack = [state]
-    spatial = [i for i in range(exact.size) if exact.spatial_limit[i]]
-    while stack:
-        st = stack.pop()
-        visits += 1
-        if found > cap or visits > 20 * (cap + 1):
-            return cap + 1
-        free = [i for i in group if st[i] == UNDECIDED]
-        if not free:
-            if all(math.prod(int(st[i]) for i in exact.chains[k].slots) == exact.chains[k].size
-                   for i in group for k in exact.chains_of[i]) and all(
-                    st[i] <= exact.spatial_limit[i] for i in group if exact.spatial_limit[i]) \
-                    and exact.tile_spread_ok(st, spatial):
-                found += 1
-            continue
-        for value in exact.candidates(st, free[0]):
-            child = st.copy()
-            child[free[0]] = value
-            stack.append(exact.propagate(child))
-    return found if found <= cap else cap + 1
+    """Every divisor assignment of a space that has at most `limit` of them, else None (a
+    large space is the search's, as usual)."""
+    return enumerate_divisors(space) if divisor_count_within(space, limit) else None
 
 
 def _merge(cache: PointCache, other: PointCache) -> None:

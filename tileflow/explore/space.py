@@ -8,6 +8,7 @@ their product must reach the dimension's size. The last undecided slot of a chai
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -422,23 +423,62 @@ def _groups(exact: Space, state: np.ndarray) -> list[list[int]]:
 
 def _group_options(exact: Space, state: np.ndarray, group: list[int]) -> np.ndarray:
     """Every exact assignment of one group's slots (the rest of the state as given)."""
-    found: list[list[int]] = []
+    found = list(_group_assignments(exact, state, group))
+    return np.array(found, dtype=np.int64).reshape(-1, len(group))
 
-    def go(st: np.ndarray) -> None:
+
+class GroupTooLarge(Exception):
+    """A group's walk visited more partial assignments than it was allowed."""
+
+
+def _group_assignments(exact: Space, state: np.ndarray, group: list[int],
+                       max_visits: float = math.inf):
+    """The exact assignments of one group's slots, depth first in candidate order; raises
+    GroupTooLarge once the walk has visited more than `max_visits` partial assignments."""
+    spatial = [i for i in range(exact.size) if exact.spatial_limit[i]]
+    stack = [state]
+    visits = 0
+    while stack:
+        st = stack.pop()
+        visits += 1
+        if visits > max_visits:
+            raise GroupTooLarge
         free = [i for i in group if st[i] == UNDECIDED]
         if not free:
             if all(math.prod(int(st[i]) for i in exact.chains[k].slots) == exact.chains[k].size
                    for i in group for k in exact.chains_of[i]) and all(
                     st[i] <= exact.spatial_limit[i] for i in group if exact.spatial_limit[i]) \
-                    and exact.tile_spread_ok(st, [i for i in range(exact.size)
-                                                  if exact.spatial_limit[i]]):
-                found.append([int(st[i]) for i in group])
-            return
-        slot = free[0]
-        for value in exact.candidates(st, slot):
+                    and exact.tile_spread_ok(st, spatial):
+                yield [int(st[i]) for i in group]
+            continue
+        for value in reversed(exact.candidates(st, free[0])):
             child = st.copy()
-            child[slot] = value
-            go(exact.propagate(child))
+            child[free[0]] = value
+            stack.append(exact.propagate(child))
 
-    go(state)
-    return np.array(found, dtype=np.int64).reshape(-1, len(group))
+
+def divisor_count_within(space: Space, limit: int) -> bool:
+    """Whether the divisor space has at most `limit` assignments, counted as
+    `divisor_products` lists them, each count stopping as soon as it passes what is left of
+    the limit (a group whose walk visits more than 20 partial assignments per assignment
+    still allowed counts as too many): telling a large space from a small one costs little."""
+    exact = Space(space.structure, non_divisors=False, fixed=space.fixed)
+    total = 0
+    for k, state in enumerate(_shared_assignments(exact, exact.root_state())):
+        if k > limit:
+            return False
+        count = 1
+        for group in _groups(exact, state):
+            cap = (limit - total) // max(count, 1)
+            try:
+                walk = _group_assignments(exact, state, group, max_visits=20 * (cap + 1))
+                found = sum(1 for _ in itertools.islice(walk, cap + 1))
+            except GroupTooLarge:
+                found = cap + 1
+            count *= found
+            if count == 0 or total + count > limit:
+                break
+        total += count
+        if total > limit:
+            return False
+    return True
