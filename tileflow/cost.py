@@ -243,15 +243,23 @@ def _transfer_time(arch: Architecture, transfers: list[Transfer],
     for tr in transfers:
         lv = arch.levels[tr.level]
         rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
-        busy[(tr.level, tr.kind)] += tr.words / (max(tr.instances, 1) * rate)
+        busy[(tr.level, lv.port(tr.kind))] += tr.words / (max(tr.instances, 1) * rate)
     latency = 0.0
     for (index, kind), time in list(busy.items()):
         lv = arch.levels[index]
-        if kind == "read" and time > 0:
+        if kind != "write" and time > 0:  # the read port, or the one shared port
             busy[(index, kind)] = time + lv.step_overhead_cycles * steps
             latency = max(latency, lv.latency_cycles)
     (index, _kind), time = max(busy.items(), key=lambda kv: kv[1])
     return time, index, latency
+
+
+def charged_stores(arch: Architecture, stores: list[Transfer] | None) -> list[Transfer]:
+    """A tile's stores as its ports see them: a write-back is written into the level above
+    and read out of the level below, unless that level's `writeback_on_read_port` is off
+    (Timeloop's convention: a write-back costs the parent's write port only)."""
+    return [tr for tr in stores or () if tr.kind != "read"
+            or arch.levels[tr.level].writeback_on_read_port]
 
 
 def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfer],
@@ -297,6 +305,8 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         inst = max(lf.instances, 1)
         reads = lf.operand_reads / (inst * lv.read_words_per_cycle)
         writes = lf.result_updates / (inst * lv.write_words_per_cycle)
+        if lv.ports == "shared":  # one port: the unit's reads and writes take turns
+            reads = writes = reads + writes
         where = leaf_paths[op]
         best = max((compute, ("compute", None, unit.kind, where, op)),
                    (reads, ("read", lf.level, None, where, op)),
@@ -320,7 +330,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             stages = [k[0] / steps for k in kids]
             inner = sum(stages) + (steps - 1) * max(stages)
         slowest = max(kids, key=lambda k: k[0])[1]
-        loads, stores = counts.loads.get(path, []), counts.stores.get(path, [])
+        loads, stores = counts.loads.get(path, []), charged_stores(arch, counts.stores.get(path))
         load, load_level, latency = _transfer_time(arch, loads, steps)
         store, store_level, _ = _transfer_time(arch, stores, steps)
         serial = _serial_time(arch, loads, stores, steps)
@@ -360,12 +370,13 @@ def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int,
     """The time the busiest port of a level with one instance (DRAM) needs for everything
     the tree moves through it: a lower bound on the cycles."""
     busy: dict[tuple[int, str], float] = defaultdict(float)
-    for transfers in (*counts.loads.values(), *counts.stores.values()):
+    stores = (charged_stores(arch, s) for s in counts.stores.values())
+    for transfers in (*counts.loads.values(), *stores):
         for tr in transfers:
             lv = arch.levels[tr.level]
             if lv.instances == 1 and tr.words:
                 rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
-                busy[(tr.level, tr.kind)] += tr.words / rate
+                busy[(tr.level, lv.port(tr.kind))] += tr.words / rate
     if not busy:
         return (0, "read"), 0.0
     return max(busy.items(), key=lambda kv: kv[1])
@@ -377,6 +388,9 @@ def _bottleneck(arch: Architecture, kind: str, level: int | None, unit: str | No
     if kind == "compute":
         return Bottleneck(kind, None, unit, node, f"{unit} unit ('{where}'){note}")
     name = arch.levels[level].name
+    if kind == "shared":
+        return Bottleneck("read", name, None, node, f"{name} shared read/write port (reads "
+                          f"and writes of the whole tree through it){note}")
     if isinstance(where, str):  # a leaf's operands or results at its innermost level
         what = "feeding" if kind == "read" else "from"
         return Bottleneck(kind, name, None, node,

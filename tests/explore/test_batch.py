@@ -139,6 +139,34 @@ def test_random_trees(case: str) -> None:
     assert totals[0] >= 200, f"only {totals[0]} rows compared"
 
 
+# the same accelerator with one shared port at every level and write-backs that take no
+# read bandwidth (Timeloop's convention): the batch takes the same ports as the scalar model
+PORTED = replace(TIMED, levels=tuple(
+    replace(lv, ports="shared" if k % 2 == 0 else "separate", writeback_on_read_port=k > 0)
+    for k, lv in enumerate(TIMED.levels)))
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "strided"])
+def test_random_trees_with_shared_ports_and_free_write_backs(case: str) -> None:
+    w = workload(CASES[case])
+    rng = np.random.default_rng(11)
+    totals = [0]
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            evaluate(w, PORTED, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, PORTED, flow)
+        totals[0] += assert_rows_equal(structure, random_rows(structure, 12, rng))[0]
+
+    check()
+    assert totals[0] >= 100, f"only {totals[0]} rows compared"
+
+
 SMALL = {"attention": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
          "attention-online": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
          "gemm-chain": {"m": 64, "l": 96, "k": 32, "n": 32},

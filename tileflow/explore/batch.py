@@ -222,7 +222,7 @@ def _transfer_time(arch, table, steps):
     time = None
     for (index, kind), busy in table.items():
         lv = arch.levels[index]
-        if kind == "read":
+        if kind != "write":  # the read port, or the one shared port
             moving = busy > 0
             busy = np.where(moving, busy + lv.step_overhead_cycles * steps, busy)
             latency = np.where(moving, np.maximum(latency, lv.latency_cycles), latency)
@@ -241,9 +241,11 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
         unit = arch.unit(o.unit)
         lv = arch.levels[c.paths[op].leaf_level]
         inst = np.maximum(inst, 1)
-        return np.maximum.reduce([steps * unit.cycles(o.function),
-                                  reads / (inst * lv.read_words_per_cycle),
-                                  ops / (inst * lv.write_words_per_cycle)])
+        read_time = reads / (inst * lv.read_words_per_cycle)
+        write_time = ops / (inst * lv.write_words_per_cycle)
+        if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
+            read_time = write_time = read_time + write_time
+        return np.maximum.reduce([steps * unit.cycles(o.function), read_time, write_time])
 
     def node(path: str, tile: Tile, steps_above) -> np.ndarray:
         steps = steps_above

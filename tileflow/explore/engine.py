@@ -141,7 +141,7 @@ class Tally:
         lv = self.arch.levels[level]
         rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
         time = words / (np.maximum(instances, 1) * rate)
-        key = (level, kind)
+        key = (level, lv.port(kind))
         mine = table[owner]
         mine[key] = mine[key] + time if key in mine else time
         if lv.instances == 1:
@@ -283,7 +283,8 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         tally.transfer(tally.loads, owner, x, refill_x, inst_x, "read")
         tally.transfer(tally.loads, owner, y, refill_y, inst_y, "write")
         tally.transfer(tally.stores, owner, x, moved_x, inst_x, "write")
-        tally.transfer(tally.stores, owner, y, moved_y, inst_y, "read")
+        if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
+            tally.transfer(tally.stores, owner, y, moved_y, inst_y, "read")
     else:
         tally.traffic[(y, FILL)] += moved_y
         tally.traffic[(x, READ)] += moved_x

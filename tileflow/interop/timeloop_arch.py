@@ -246,7 +246,7 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
         rows = per_instance // cols
     matrix: dict = {"rows": rows, "cols": cols, "level": inner.name}
     out: dict = {"name": Path(where.source).stem, "clock_ghz": _clock_ghz(components),
-                 "word_bits": word_bits}
+                 "word_bits": word_bits, "overlap": "perfect"}  # Timeloop's conventions
     if tech is not None:
         out["technology_nm"] = tech
         precision = _precision(mac)
@@ -290,14 +290,23 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
     elif not outermost:
         raise a.error(f"storage '{c.name}' needs 'depth' (or 'entries', 'sizeKB'): only the "
                       "outermost level may be unbounded")
-    shared = a.number("shared_bandwidth") if a.has("shared_bandwidth") else None
     notes = []
-    for kind in ("read", "write"):
-        key = f"{kind}_bandwidth"
-        rate = a.number(key) if a.has(key) else shared
-        if rate is None:
-            notes.append(f"no {kind} bandwidth in Timeloop: unlimited")
-        level[f"{kind}_words_per_cycle"] = rate if rate is not None else UNLIMITED_WORDS_PER_CYCLE
+    if a.has("shared_bandwidth"):  # one port: reads and writes together at this rate
+        for kind in ("read", "write"):
+            if a.has(f"{kind}_bandwidth"):
+                notes.append(f"{kind}_bandwidth {a.get(f'{kind}_bandwidth')} beside "
+                             "shared_bandwidth: the shared port's rate is used")
+            level[f"{kind}_words_per_cycle"] = a.number("shared_bandwidth")
+        level["ports"] = "shared"
+    else:
+        for kind in ("read", "write"):
+            key = f"{kind}_bandwidth"
+            rate = a.number(key) if a.has(key) else None
+            if rate is None:
+                notes.append(f"no {kind} bandwidth in Timeloop: unlimited")
+            level[f"{kind}_words_per_cycle"] = (rate if rate is not None
+                                                else UNLIMITED_WORDS_PER_CYCLE)
+    level["writeback_on_read_port"] = False  # Timeloop charges a write-back to the parent
     kind = _kind(c)
     if a.has("vector-access-energy"):
         level["energy_pj_per_word"] = a.number("vector-access-energy", positive=False) / (

@@ -41,6 +41,12 @@ class Level:
     mesh: tuple[int, ...] = ()  # the instances under one parent instance as x by y
     buffering: int | None = None  # default depth of every tensor held here (BUFFERINGS)
     first_touch_fills: bool = False  # outputs are filled here on their first touch too
+    ports: str = "separate"  # PORTS: a read port and a write port, or one port for both
+    writeback_on_read_port: bool = True  # a write-back to the level above reads this level
+
+    def port(self, kind: str) -> str:
+        """The port a 'read' or 'write' transfer takes: its own, or the one shared port."""
+        return "shared" if self.ports == "shared" else kind
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ def sram_energy_pj(capacity_bytes: float) -> float:
 # the published tools' convention, ours (default), and steps in lock step (step_pipeline)
 OVERLAPS = ("perfect", "fill-drain", "lockstep")
 BUFFERINGS = (1, 2)  # buffering depths: single, double
+PORTS = ("separate", "shared")  # a level's read and write ports: two, or one for both
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0
 MAX_FANOUT = 2**20  # instances of a level per parent instance; rows, columns, lanes
@@ -192,7 +199,9 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
                  *energy, f.number("step_overhead_cycles", 0.0, positive=False),
                  f.number("latency_cycles", 0.0, positive=False), mesh=_mesh(f, fanout),
                  buffering=buffering,
-                 first_touch_fills=f.boolean("first_touch_fills", False))
+                 first_touch_fills=f.boolean("first_touch_fills", False),
+                 ports=choice(f, "ports", PORTS, "separate"),
+                 writeback_on_read_port=f.boolean("writeback_on_read_port", True))
 
 
 def _mesh(f: Field, fanout: int) -> tuple[int, ...]:

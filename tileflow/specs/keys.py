@@ -121,6 +121,15 @@ LEVEL = Section("level", "each item of `levels`", (
         "partial sum it always reads, as a systolic array's reduction chain takes its initial "
         "value from its buffer at every pass (docs/mechanisms.md)", "false: a first touch "
         "needs no fill"),
+    Key("ports", "separate or shared", "how reads and writes reach one instance: `separate` "
+        "(a read port at the read bandwidth and a write port at the write bandwidth, busy at "
+        "once) or `shared` (one port, as an LPDDR part or a single-ported SRAM: the time of "
+        "the reads and the time of the writes add; give both bandwidths the port's rate)",
+        "separate"),
+    Key("writeback_on_read_port", "boolean", "a write-back of outputs to the level above is "
+        "read out through this level's read port (and takes its bandwidth); false: only the "
+        "level above's write is charged, as Timeloop counts it (its imports set false)",
+        "true"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
         "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
