@@ -94,3 +94,35 @@ def test_bad_bypass_is_reported_and_the_key_round_trips():
     parsed = parse_dataflow(Field(YAML(typ="rt").load(text), "f.yaml"))
     assert parsed.root.children[0].bypass == ("A",)
     assert to_dict(parsed)["root"]["children"][0]["bypass"] == ["A"]
+
+
+def test_operands_read_through_the_skipped_registers_are_multicast():
+    """A and B skip Reg; L1 runs m:2 n:2 k:4 in time and m:2 x n:2 over the 4 PEs of a
+    core. At each of the 16 steps the PEs need 2 distinct A words (A[m, k] is the same
+    for both n) and 2 distinct B words: L1 reads 16 x 2 of each, not one per MAC (64)."""
+    tree = Dataflow(tile("DRAM", "", tile("L1", "m:2 n:2 k:4 m:2:Sp n:2:Sp",
+                                          tile("Reg", "", "mm", bypass=("A", "B")))))
+    r = evaluate(W, small_arch(cores=1), tree)
+    assert r.ops["mm"] == 64
+    assert moves(r, "L1", "A")[1] == 16 * 2 and moves(r, "L1", "B")[1] == 16 * 2
+    assert moves(r, "Reg", "A") == moves(r, "Reg", "B") == (0, 0, 0)
+
+
+CONV_1D = """
+name: conv
+dims: {p: 4, r: 3}
+ops:
+  - {name: conv, expr: "Y[p] += X[p+r] * F[r]"}
+"""
+
+
+def test_a_window_read_through_the_skipped_registers_sends_the_union_of_the_taps():
+    """X[p + r] and F[r] skip Reg; L1 steps p:2 in time, p:2 x r:3 over 6 PEs. At each step
+    the PEs need X at p0 + {0, 1} + {0, 1, 2}: 4 distinct words of their 6, and the 3 taps
+    of F (the same for both p): L1 reads 2 x 4 of X and 2 x 3 of F for the 12 MACs."""
+    w = workload(CONV_1D)
+    tree = Dataflow(tile("DRAM", "", tile("L1", "p:2 p:2:Sp r:3:Sp",
+                                          tile("Reg", "", "conv", bypass=("X", "F")))))
+    r = evaluate(w, small_arch(cores=1, pes=6), tree)
+    assert r.ops["conv"] == 12
+    assert moves(r, "L1", "X")[1] == 2 * 4 and moves(r, "L1", "F")[1] == 2 * 3

@@ -256,3 +256,43 @@ mapping:
 - {target: Buffer, type: temporal, factors: K=16 P=16, permutation: PK}
 - {target: Reg, type: temporal, factors: K=2 R=3, permutation: RK}
 """
+
+
+# DRAM -> GlobalBuffer (32 words per cycle) -> 256 PEs of one register and one MAC.
+ARCH_ARRAY = """
+architecture:
+  version: 0.4
+  nodes:
+  - !Container
+    name: System
+    attributes: {technology: 45nm}
+  - !Component
+    name: DRAM
+    class: DRAM
+    attributes: {type: LPDDR4, width: 64, datawidth: 16}
+  - !Component
+    name: GlobalBuffer
+    class: SRAM
+    attributes: {depth: 16384, width: 64, datawidth: 16, read_bandwidth: 32}
+  - !Container
+    name: PE
+    spatial: {meshX: 16, meshY: 16}
+  - !Component
+    name: RegisterFile
+    class: regfile
+    attributes: {depth: 16, width: 16, datawidth: 16}
+  - !Component
+    name: MAC
+    class: intmac
+    attributes: {datawidth: 16}
+"""
+
+GEMM_64 = GEMM_PROBLEM.replace("{M: 8, N: 6, K: 4}", "{M: 64, N: 64, K: 64}")
+
+# M:16 x N:16 over the PEs; A and B go from the buffer straight to the MACs.
+GEMM_64_BYPASS = """
+mapping:
+- {target: GlobalBuffer, type: temporal, factors: M=4 N=4 K=64, permutation: KNM}
+- {target: GlobalBuffer, type: spatial, factors: M=16 N=16, permutation: MN, split: 1}
+- {target: RegisterFile, type: bypass, keep: [Z], bypass: [A, B]}
+"""

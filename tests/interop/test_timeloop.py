@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.interop.samples import (
+    ARCH_ARRAY,
     ARCH_ONE_PE,
     ARCH_V03,
     ARCH_V04,
@@ -16,6 +17,8 @@ from tests.interop.samples import (
     CONV_OC_MAPPING,
     CONV_OC_PROBLEM,
     CONV_PROBLEM,
+    GEMM_64,
+    GEMM_64_BYPASS,
     GEMM_MAPPING,
     GEMM_PROBLEM,
     write,
@@ -162,3 +165,17 @@ def test_unsupported_constructs_are_errors_naming_file_and_line(tmp_path, capsys
     assert f"{kind}.yaml" in err and message in err and "Traceback" not in err
     if "factors" != message:
         assert "line" in err
+
+
+def test_operands_that_bypass_the_registers_are_multicast_from_the_buffer(tmp_path):
+    """64^3 MACs on 16 x 16 PEs: 4 x 4 x 64 = 1,024 steps. At each step the PEs need 16
+    distinct A words (A[m, k] is shared along N) and 16 distinct B words: the buffer reads
+    1,024 x 16 = 16,384 of each, not one per MAC (262,144), and its 32 words per cycle
+    carry them in 1,024 cycles, the compute's."""
+    arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_ARRAY))
+    _, _, r = run(tmp_path, arch, GEMM_64, GEMM_64_BYPASS)
+    assert r.macs == 64 ** 3
+    assert r.traffic["GlobalBuffer"]["A"].read == 16_384
+    assert r.traffic["GlobalBuffer"]["B"].read == 16_384
+    assert r.traffic["RegisterFile"].get("A") is None
+    assert r.cycles == 1024

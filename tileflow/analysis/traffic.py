@@ -468,11 +468,14 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
     reads = 0.0
     for access in op.inputs:
         source = path.levels[sources[access.tensor]]
-        counts.traffic[(source, access.tensor)][READ] += ops
         if source == x:
+            counts.traffic[(source, access.tensor)][READ] += ops
             reads += ops
-        else:
-            fed.append(Transfer(source, ops, instances[sources[access.tensor]], "read",
+        else:  # one word serves every instance below the source that needs the same one
+            sent = ops * multicast_share(path, tensor_info[access.tensor][0],
+                                         sources[access.tensor])
+            counts.traffic[(source, access.tensor)][READ] += sent
+            fed.append(Transfer(source, sent, instances[sources[access.tensor]], "read",
                                  access.tensor))
     out = op.output.tensor
     home = path.levels[sources[out]]
@@ -506,6 +509,37 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         steps = steps * ops / whole if whole else steps
     counts.leaves[op.name] = Leaf(op.name, op.unit, op.function, ops, steps, x,
                                   reads, updates, inst_x, tuple(fed))
+
+
+def multicast_share(path: OpPath, axes, position: int) -> float:
+    """The share of the operations' operand reads a level at path `position` serves when
+    the operand bypasses every level below it: at each step, the spatial instances below
+    it that need the same element take one read (multicast), so it sends the distinct
+    elements of the step, not one per instance. Distinct elements: the points the spatial
+    loops below reach on each axis of the tensor (its index sum(coef * dim))."""
+    spatial = [lp for lp in path.loops if lp.spatial and lp.node >= position and lp.n > 1]
+    if not spatial:
+        return 1.0
+    spread = math.prod(lp.n for lp in spatial)
+    axis_dims = [{d for d, _ in axis.terms} for axis in axes]
+    if sum(len(ds) for ds in axis_dims) == len(set().union(*axis_dims)):  # disjoint axes
+        distinct = 1
+        for axis in axes:
+            coef = dict(axis.terms)
+            points = {0}
+            for lp in spatial:
+                if lp.dim in coef:
+                    step = coef[lp.dim] * lp.stride
+                    points = {p + i * step for p in points for i in range(lp.n)}
+            distinct *= len(points)
+    else:  # a dimension on several axes: the index tuples themselves
+        offsets = [{}]  # per spatial instance, each dim's offset
+        for lp in spatial:
+            offsets = [{**o, lp.dim: o.get(lp.dim, 0) + i * lp.stride}
+                       for o in offsets for i in range(lp.n)]
+        distinct = len({tuple(sum(c * o.get(d, 0) for d, c in axis.terms) for axis in axes)
+                        for o in offsets})
+    return distinct / spread
 
 
 def _run_start(path: OpPath) -> int:
