@@ -452,9 +452,16 @@ def _records_json(frames) -> str:
 
 def cmd_import(args) -> int:
     from tileflow.interop.files import import_files
+    from tileflow.interop.report import collecting
 
-    for path in import_files(args.files, args.out):
+    with collecting() as found:
+        written = import_files(args.files, args.out)
+    for path in written:
         print(f"wrote {path}")
+    if found.notes:  # read, and without effect on TileFlow's numbers
+        print(f"notes ({len(found.notes)}):")
+        for text in found.notes:
+            print(f"  {text}")
     return 0
 
 

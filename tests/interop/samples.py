@@ -296,3 +296,80 @@ mapping:
 - {target: GlobalBuffer, type: spatial, factors: M=16 N=16, permutation: MN, split: 1}
 - {target: RegisterFile, type: bypass, keep: [Z], bypass: [A, B]}
 """
+
+
+# A v0.4 design written as the example designs are: MAC widths, a spatial !Container with
+# constraints, per-tensor registers in a !Parallel (A kept, Z kept, B fed straight to the
+# MACs), an energy-only attribute; 2 x 2 PEs.
+ARCH_V04_DESIGN = """
+architecture:
+  version: 0.4
+  nodes:
+  - !Container
+    name: system
+    attributes: {technology: "45nm"}
+  - !Component
+    name: DRAM
+    class: DRAM
+    attributes: {type: "LPDDR4", width: 64, datawidth: 16}
+  - !Component
+    name: glb
+    class: smartbuffer_SRAM
+    attributes: {depth: 1024, width: 64, n_banks: 4, datawidth: 16, read_bandwidth: 16,
+                 write_bandwidth: 16}
+    constraints:
+      dataspace: {keep: [A, B, Z]}
+  - !Container
+    name: PE
+    spatial: {meshX: 2, meshY: 2}
+    constraints:
+      spatial: {permutation: [M, N], split: 1}
+  - !Parallel
+    nodes:
+    - !Component
+      name: a_reg
+      class: storage
+      subclass: aladdin_register
+      attributes: {depth: 1, width: 16, datawidth: 16}
+      constraints: {dataspace: {keep: [A]}}
+    - !Component
+      name: z_reg
+      class: storage
+      subclass: aladdin_register
+      attributes: {depth: 1, width: 16, datawidth: 16}
+    - !Nothing {constraints: {dataspace: {keep: [B]}}}
+  - !Component
+    name: mac
+    class: intmac
+    attributes: {multiplier_width: 16, adder_width: 32}
+"""
+
+GEMM_PROBLEM_V04 = """
+problem:
+  version: 0.4
+  instance: {M: 8, N: 6, K: 4, H: 1, Hpad: 0}
+  shape:
+    name: gemm
+    dimensions: [M, N, K]
+    data_spaces:
+    - {name: A, projection: [[[M]], [[K]]]}
+    - {name: B, projection: [[[K]], [[N]]]}
+    - {name: Z, projection: [[[M]], [[N]]], read_write: true}
+"""
+
+# As Timeloop's mapper writes it: innermost level first, the container's stand-in level
+# inter_PE_spatial, factors run together (K4).
+MAPPING_V04_MAPPER = """
+mapping:
+- {target: z_reg, type: datatype, keep: [Z], bypass: [A, B]}
+- {target: a_reg, type: datatype, keep: [A], bypass: [B, Z]}
+- {target: inter_PE_spatial, type: datatype, keep: [], bypass: [A, B, Z]}
+- {target: glb, type: dataspace, keep: [A, B, Z], bypass: []}
+- {target: DRAM, type: datatype, keep: [A, B, Z], bypass: []}
+- {target: z_reg, type: temporal, factors: M1 N1 K1, permutation: MNK}
+- {target: a_reg, type: temporal, factors: M1 N3 K1, permutation: NMK}
+- {target: inter_PE_spatial, type: spatial, factors: M2 N2 K1, permutation: MNK, split: 1}
+- {target: inter_PE_spatial, type: temporal, factors: M1 N1 K1, permutation: MNK}
+- {target: glb, type: temporal, factors: M2 N1 K4, permutation: KMN}
+- {target: DRAM, type: temporal, factors: M2 N1 K1, permutation: MNK}
+"""

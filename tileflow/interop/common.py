@@ -11,8 +11,9 @@ IDENTIFIER = re.compile(r"^[A-Za-z_]\w*$")
 FACTOR = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(\S+)$")
 
 
-def factors(f: Field, sizes: Mapping[str, int]) -> dict[str, int]:
-    """'R=3 S=3 P=7' (or comma-separated) -> {dim: factor}; unnamed dims are 1."""
+def factors(f: Field, sizes: Mapping[str, int], rest: bool = False) -> dict[str, int]:
+    """'R=3 S=3 P=7' (or comma-separated) -> {dim: factor}; unnamed dims are 1. With `rest`,
+    a factor 0 (Timeloop: whatever the dimension's other factors leave) is returned as 0."""
     text = f.get("factors", "")
     if isinstance(text, list):
         text = " ".join(str(t) for t in text)
@@ -22,9 +23,10 @@ def factors(f: Field, sizes: Mapping[str, int]) -> dict[str, int]:
     for token in re.split(r"[,\s]+", re.sub(r"\s*=\s*", "=", text.strip())):
         if not token:
             continue
-        match = FACTOR.match(token)
+        match = FACTOR.match(token) or _run_together(token, sizes)
         if not match:
-            raise f.error(f"cannot read factor '{token}': expected DIM=INTEGER", "factors")
+            raise f.error(f"cannot read factor '{token}': expected DIM=INTEGER (or DIM"
+                          "INTEGER, as Timeloop's mapper writes it: K32)", "factors")
         dim, value = match.groups()
         if dim not in sizes:
             raise f.error(f"factor for unknown dimension '{dim}' (dimensions: "
@@ -34,7 +36,7 @@ def factors(f: Field, sizes: Mapping[str, int]) -> dict[str, int]:
                 f"factor '{dim}={value}' is not a number: '?' and named factors are left to a "
                 "search; TileFlow evaluates fixed mappings (write the numbers, or search with "
                 "TileFlow's own dataflows)", "factors")
-        if int(value) < 1:
+        if int(value) < (0 if rest else 1):
             raise f.error(f"factor '{dim}={value}' must be at least 1", "factors")
         if dim in out:
             raise f.error(f"dimension '{dim}' has two factors", "factors")
@@ -42,11 +44,19 @@ def factors(f: Field, sizes: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+def _run_together(token: str, sizes: Mapping[str, int]) -> re.Match | None:
+    """'K32' (the mapper's output) as K=32, when K is a dimension."""
+    match = re.fullmatch(r"([A-Za-z_]\w*?)(\d+)", token)
+    if match and match.group(1) in sizes:
+        return match
+    return None
+
+
 def permutation(f: Field, chosen: Mapping[str, int], dims: Mapping[str, int]) -> list[str]:
     """The dims of the non-unit factors, outermost first (files write them innermost first).
     Single-letter dims may be run together ('RSP'); longer names are separated by spaces."""
     text = f.get("permutation")
-    moving = [d for d, n in chosen.items() if n > 1]
+    moving = [d for d, n in chosen.items() if n != 1]  # 0: the rest, maybe above 1
     if text is None:
         if len(moving) > 1:
             raise f.error(f"no 'permutation' for factors of {', '.join(moving)}: the loop "
@@ -67,7 +77,7 @@ def permutation(f: Field, chosen: Mapping[str, int], dims: Mapping[str, int]) ->
     if unknown:
         raise f.error(f"'permutation' names unknown dimension(s) {', '.join(unknown)}",
                       "permutation")
-    return [d for d in reversed(tokens) if chosen.get(d, 1) > 1]
+    return [d for d in reversed(tokens) if chosen.get(d, 1) != 1]
 
 
 def identifier(f: Field, key: str, what: str) -> str:

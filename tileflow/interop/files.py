@@ -14,6 +14,7 @@ from tileflow.interop.problems import (
     is_tileflow_problem,
     is_timeloop_problem,
 )
+from tileflow.interop.report import collecting, settle
 from tileflow.interop.tileflow_mapping import convert_tileflow_mapping, is_tileflow_mapping
 from tileflow.interop.timeloop_arch import convert_arch, is_arch
 from tileflow.interop.timeloop_mapping import convert_timeloop_mapping, is_timeloop_mapping
@@ -33,6 +34,11 @@ def _foreign(name_or_path: str | Path) -> Field | None:
             return None
     except (OSError, ValueError):  # too long, no permission: the project's loader says why
         return None
+    text = path.read_text(errors="replace")
+    if "{%" in text or "{{" in text:
+        raise InputError("a Jinja template (it holds '{%' or '{{'): render it first, as "
+                         "Timeloop's front end does (timeloopfe), and give the rendered file",
+                         str(path))
     data = load_yaml(path)
     if is_arch(data) or is_timeloop_problem(data) or is_tileflow_problem(data) or \
             is_timeloop_mapping(data) or is_tileflow_mapping(data):
@@ -42,8 +48,15 @@ def _foreign(name_or_path: str | Path) -> Field | None:
 
 def _parsed(convert: Callable[[], dict], parse: Callable[[Field], object], doc: Field,
             what: str):
-    """Convert, then validate with TileFlow's own parser; its errors name the file too."""
-    converted = convert()
+    """Convert, then validate with TileFlow's own parser; its errors name the file too.
+    Every problem the conversion finds in the file is reported in one error."""
+    with collecting():
+        try:
+            converted = convert()
+        except InputError as exc:
+            settle(doc.source, exc)
+            raise
+        settle(doc.source)
     try:
         return parse(Field(converted, doc.source))
     except InputError as exc:
@@ -107,6 +120,8 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
     Mappings need the problem and the architecture among the same files."""
     docs = []
     for p in paths:
+        if not Path(p).is_file():
+            raise InputError("no such file", p)
         doc = _foreign(p)
         if doc is None:
             raise InputError("not a Timeloop or TileFlow file (no 'architecture:', "

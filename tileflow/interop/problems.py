@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tileflow.interop.common import IDENTIFIER, identifier, names
+from tileflow.interop.report import note
 from tileflow.specs.yamlfile import Field
 
 # Original TileFlow op types -> (update, function) of a TileFlow expression.
@@ -43,10 +44,11 @@ def convert_timeloop_problem(doc: Field) -> dict:
             sizes[key] = instance.integer(key)
         elif key in coefficients:
             coefficients[key] = instance.integer(key, minimum=0)
-        else:
-            raise instance.error(f"'{key}' is neither a dimension ({', '.join(dims)}) nor a "
-                                 "coefficient of the shape (densities and other instance keys "
-                                 "are not supported)", key)
+        elif key == "densities":
+            note(instance, "'densities' not modelled: TileFlow counts dense tensors", key)
+        else:  # H, W, Hpad, Wpad...: the tutorials' bookkeeping, used by no projection
+            note(instance, f"'{key}' is neither a dimension ({', '.join(dims)}) nor a "
+                 "coefficient of the shape: not read", key)
     for d in dims:
         sizes.setdefault(d, 1)  # Timeloop: an unlisted dimension has size 1
     spaces = shape.child("data-spaces" if shape.has("data-spaces") else "data_spaces")

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tileflow.errors import InputError
+from tileflow.interop.report import note, problem
 from tileflow.specs.components import ARITHMETIC, DRAM_PJ_PER_BIT
 from tileflow.specs.yamlfile import Field
 
@@ -17,14 +19,19 @@ UNLIMITED_WORDS_PER_CYCLE = 1e9  # Timeloop's default: no bandwidth limit
 
 # Attributes that change no count or time in TileFlow (energy/area estimators' details).
 NO_EFFECT = {"n_banks", "num-banks", "num_banks", "n_rdwr_ports", "n_rd_ports", "n_wr_ports",
-             "num-ports", "num_ports", "cluster_size", "cluster-size"}
+             "num-ports", "num_ports", "cluster_size", "cluster-size",
+             "adder_width"}  # an accumulator's width: one word width per tensor here
+DEPTH_KEYS = ("depth", "entries", "memory_depth", "data_storage_depth")
+WIDTH_KEYS = ("width", "memory_width", "data_storage_width")
 STORAGE_KEYS = {"depth", "entries", "memory_depth", "sizeKB", "width", "memory_width",
+                "data_storage_depth", "data_storage_width",
                 "word-bits", "word_bits", "datawidth", "block-size", "block_size",
                 "read_bandwidth", "write_bandwidth", "shared_bandwidth", "multiple_buffering",
                 "multiple-buffering", "instances", "meshX", "meshY", "technology", "type",
                 "latency", "global_cycle_seconds", "vector-access-energy"} | NO_EFFECT
 COMPUTE_KEYS = {"datawidth", "word-bits", "word_bits", "instances", "meshX", "meshY",
-                "technology", "latency", "global_cycle_seconds"} | NO_EFFECT
+                "technology", "latency", "global_cycle_seconds", "width",
+                "multiplier_width"} | NO_EFFECT
 CONTAINER_KEYS = {"technology", "latency", "global_cycle_seconds", "meshX", "meshY",
                   "datawidth", "word-bits", "word_bits", "width"} | NO_EFFECT
 
@@ -36,6 +43,12 @@ class Component:
     attributes: Field
     instances: int
     context: dict = field(default_factory=dict)  # inherited attributes (technology, clock)
+    subclass: str = ""
+
+
+# Per architecture (by its level names): the storage level above each spatial !Container,
+# which holds the spatial factors of the mapper's `inter_<container>_spatial` directives.
+SPATIAL_HOLDERS: dict[tuple[str, ...], dict[str, str]] = {}
 
 
 def is_arch(data: object) -> bool:
@@ -46,17 +59,62 @@ def convert_arch(doc: Field) -> dict:
     """The `architecture:` mapping of a Timeloop file -> a TileFlow accelerator mapping."""
     arch = doc.child("architecture").require_mapping()
     version = arch.get("version")
+    holders: dict[str, str] = {}
+    components: list[Component] = []
     if arch.has("nodes"):
         arch.check_keys({"version", "nodes"})
-        components = _flatten_v04(arch.child("nodes"))
+        _flatten_v04(arch.child("nodes"), 1, {}, components, holders)
     else:
         arch.check_keys({"version", "subtree", "local"})
         if version is not None and str(version) not in ("0.2", "0.3"):
             raise arch.error(f"architecture version {version} is not supported (0.2, 0.3 with "
                              "'subtree', 0.4 with 'nodes')", "version")
-        components = []
         _flatten_v03(arch, 1, {}, components)
+    components = _without_dummies(_known(components), holders)
+    names = tuple(c.name for c in components if _kind(c) != "compute")
+    SPATIAL_HOLDERS.setdefault(names, {}).update(holders)
     return _to_tileflow(components, arch)
+
+
+def _storage(c: Component) -> bool:
+    """Not the compute (a class the importer does not know counts as storage here; it is
+    reported once, by `_known`)."""
+    try:
+        return _kind(c) != "compute"
+    except InputError:
+        return True
+
+
+def _known(components: list[Component]) -> list[Component]:
+    """The components of a class the importer knows; the others are problems, gathered so
+    that the refusal lists all of them."""
+    out = []
+    for c in components:
+        try:
+            _kind(c)
+        except InputError as exc:
+            problem(exc)
+            continue
+        out.append(c)
+    return out
+
+
+def _without_dummies(components: list[Component], holders: dict[str, str]) -> list[Component]:
+    """A storage of depth 0 holds nothing: Timeloop files use one to spread a fan-out (a
+    'DummyBuffer[0..13]'); it is read as a spatial container, its spatial factors held by
+    the level above."""
+    out: list[Component] = []
+    for c in components:
+        depth = next((c.attributes.get(k) for k in DEPTH_KEYS if c.attributes.has(k)), None)
+        if depth == 0 and _kind(c) not in ("compute", "dram"):
+            above = [o.name for o in out if _kind(o) != "compute"]
+            if above:
+                holders[c.name] = above[-1]
+                note(c.attributes, f"'{c.name}' has depth 0: read as a fan-out whose spatial "
+                     f"factors '{above[-1]}' holds")
+                continue
+        out.append(c)
+    return out
 
 
 def _count(name: str) -> tuple[str, int]:
@@ -85,15 +143,19 @@ def _flatten_v03(node: Field, instances: int, context: dict, out: list[Component
     subtrees = node.child("subtree").elements() if node.has("subtree") else []
     if node.has("local"):
         for item in node.child("local").elements():
-            item.check_keys({"name", "class", "attributes", "subclass", "required_actions"},
-                            required={"name", "class"})
+            local_keys = {"name", "class", "attributes", "subclass", "required_actions"}
+            for key in item.keys():
+                if key not in local_keys:
+                    problem(item.error(f"unknown key '{key}' of a component (expected: "
+                                       f"{', '.join(sorted(local_keys))})", key))
+            item.check_keys(set(item.keys()), required={"name", "class"})
             base, n = _count(item.string("name"))
             attrs = _attributes(item)
             count = instances * n
             if attrs.has("instances"):
                 count = attrs.integer("instances")
             out.append(Component(base, str(item.get("class")), attrs, count,
-                                 _inherit(context, attrs)))
+                                 _inherit(context, attrs), str(item.get("subclass") or "")))
     if len(subtrees) > 1:
         raise node.error("more than one subtree at one place (a heterogeneous hierarchy): "
                          "TileFlow accelerators are one chain of levels", "subtree")
@@ -105,21 +167,39 @@ def _flatten_v03(node: Field, instances: int, context: dict, out: list[Component
         _flatten_v03(sub, instances * n, _inherit(context, attrs), out)
 
 
-def _flatten_v04(nodes: Field) -> list[Component]:
-    out: list[Component] = []
-    instances, context = 1, {}
+NODE_KEYS = {"name", "class", "subclass", "attributes", "spatial", "required_actions",
+             "constraints", "enabled", "description", "sparse_optimizations"}
+
+
+def _flatten_v04(nodes: Field, instances: int, context: dict, out: list[Component],
+                 holders: dict[str, str]) -> tuple[int, dict]:
+    """The storage and compute components in order (a !Parallel's in the order listed, as
+    Timeloop nests them); returns the instances and inherited context after the list."""
     for item in nodes.elements():
         tag = getattr(getattr(item.data, "tag", None), "value", None)
+        if tag == "!Nothing":
+            continue  # a placeholder in a !Parallel: holds nothing
+        if tag == "!Parallel":
+            item.check_keys({"nodes", "name", "description"}, required={"nodes"})
+            instances, context = _flatten_v04(item.child("nodes"), instances, context, out,
+                                              holders)
+            continue
         if tag not in ("!Container", "!Component"):
-            raise item.error(f"node tag {tag or '(none)'} is not supported: a v0.4 "
-                             "architecture here is a list of !Container and !Component nodes")
-        item.check_keys({"name", "class", "attributes", "spatial", "required_actions",
-                         "constraints", "enabled", "description"}, required={"name"})
+            problem(item.error(f"node tag {tag or '(none)'} is not supported (!Container, "
+                               "!Component, !Parallel, !Nothing)"))
+            continue
+        for key in item.keys():
+            if key not in NODE_KEYS:
+                problem(item.error(f"unknown key '{key}' of a v0.4 node (expected: "
+                                   f"{', '.join(sorted(NODE_KEYS))})", key))
         if item.has("constraints"):
-            raise item.error("'constraints' are mapper input; TileFlow reads fixed mappings",
-                             "constraints")
+            note(item, "'constraints' are mapper input, not read (TileFlow evaluates the "
+                 "mapping given)", "constraints")
+        if item.has("sparse_optimizations"):
+            note(item, "'sparse_optimizations' not modelled: TileFlow counts dense tensors",
+                 "sparse_optimizations")
         if not isinstance(item.get("enabled", True), bool):
-            raise item.error("'enabled' must be true or false", "enabled")
+            problem(item.error("'enabled' must be true or false", "enabled"))
         if item.get("enabled") is False:
             continue  # a switched-off node, as Timeloop reads it
         attrs = _attributes(item)
@@ -134,26 +214,38 @@ def _flatten_v04(nodes: Field) -> list[Component]:
             context = _inherit(context, attrs)
             if item.has("spatial"):
                 context["meshX"] = item.child("spatial").get("meshX")
+                above = [c.name for c in out if _storage(c)]
+                if above:
+                    holders[item.string("name")] = above[-1]
         else:
             out.append(Component(item.string("name"), str(item.get("class", "")), attrs,
-                                 instances * mesh, _inherit(context, attrs)))
-    return out
+                                 instances * mesh, _inherit(context, attrs),
+                                 str(item.get("subclass") or "")))
+    return instances, context
 
 
 def _check_attrs(attrs: Field, allowed: set[str], what: str) -> None:
+    """Attributes TileFlow has no use for (energy estimators' details, metadata storage)
+    are noted in the import's report; they never change TileFlow's numbers."""
     for key in attrs.keys():
         if key not in allowed:
-            raise attrs.error(f"attribute '{key}' of a {what} is not supported by the importer "
-                              f"(supported: {', '.join(sorted(allowed - NO_EFFECT))})", key)
+            note(attrs, f"attribute '{key}' of a {what} has no effect in TileFlow (read: "
+                 f"{', '.join(sorted(allowed - NO_EFFECT))})", key)
+        elif key in NO_EFFECT:
+            note(attrs, f"attribute '{key}' has no effect on TileFlow's counts", key)
 
 
 def _kind(c: Component) -> str:
     cls = c.cls.lower()
+    if cls == "storage" and c.subclass:  # the subclass names the memory (v0.4)
+        cls = c.subclass.lower()
+    if "register" in cls:
+        return "regfile"
     if "dram" in cls:
         return "dram"
     if "mac" in cls or cls in ("compute", "alu", "multiplier"):
         return "compute"
-    if "regfile" in cls or cls.endswith("_rf") or cls in ("rf", "reg", "register"):
+    if "regfile" in cls or cls.endswith("_rf") or cls.startswith("reg") or cls == "rf":
         return "regfile"
     if any(k in cls for k in ("sram", "storage", "buffer", "cache")):
         return "sram"
@@ -209,9 +301,6 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
     _check_attrs(mac.attributes, COMPUTE_KEYS, "compute component")
     for c in storage:
         _check_attrs(c.attributes, STORAGE_KEYS, "storage component")
-    if components.index(mac) < components.index(storage[-1]):
-        raise mac.attributes.error(f"compute component '{mac.name}' must come after every "
-                                   "storage level (it is fed by the innermost one)")
     word_bits = _word_bits(storage[0].attributes, _word_bits(mac.attributes, 16))
     if word_bits % 8:
         raise storage[0].attributes.error(f"word width {word_bits} bits is not a whole number "
@@ -258,7 +347,9 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
 
 
 def _precision(mac: Component) -> str | None:
-    bits = _word_bits(mac.attributes, 0)
+    bits = _word_bits(mac.attributes, 0) or next(
+        (mac.attributes.integer(k) for k in ("multiplier_width", "width")
+         if mac.attributes.has(k)), 0)
     name = f"{'fp' if 'fp' in mac.cls.lower() else 'int'}{bits}"
     return name if name in ARITHMETIC else None
 
@@ -274,9 +365,8 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
     for key in ("block-size", "block_size"):
         if a.has(key):
             block = a.integer(key)
-    width = a.integer("width", 0, minimum=1) if a.has("width") else (
-        a.integer("memory_width", 0, minimum=1) if a.has("memory_width") else None)
-    depth = next((a.integer(k) for k in ("depth", "entries", "memory_depth") if a.has(k)), None)
+    width = next((a.integer(k, 0, minimum=1) for k in WIDTH_KEYS if a.has(k)), None)
+    depth = next((a.integer(k) for k in DEPTH_KEYS if a.has(k)), None)
     words = None
     if a.has("sizeKB"):
         words = a.number("sizeKB") * 1024 * 8 / bits

@@ -5,9 +5,12 @@ temporal loops then its spatial loops, the operator under the innermost tile."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tileflow.interop.common import factors, names, permutation
+from tileflow.interop.report import problem
+from tileflow.interop.timeloop_arch import SPATIAL_HOLDERS
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.specs.yamlfile import Field
@@ -38,15 +41,39 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
     skipped: set[str] = set()
     partial: dict[str, list[str]] = {}  # level -> tensors it does not keep (tile bypass)
     seen: set[tuple[str, str]] = set()
+    inner: dict[str, list[str]] = {}  # holder level -> temporal loops of its inter_* levels
     for d in directives.elements():
         d.check_keys(DIRECTIVE_KEYS, required={"target", "type"})
         target, kind = d.string("target"), d.string("type").lower()
-        if target not in arch.level_index:
-            raise d.error(f"unknown target '{target}'; the architecture's storage levels are "
-                          f"{', '.join(arch.level_index)}", "target")
+        if kind == "dataspace":
+            kind = "datatype"
         if (target, kind) in seen:
             raise d.error(f"a second '{kind}' directive for '{target}'")
         seen.add((target, kind))
+        spatial_level = target not in arch.level_index and _spatial_holder(d, target, arch)
+        if target not in arch.level_index and not spatial_level:
+            problem(d.error(f"unknown target '{target}'; the architecture's storage levels are "
+                          f"{', '.join(arch.level_index)} (and the mapper's "
+                          "inter_<container>_spatial levels of its spatial containers)",
+                          "target"))
+            continue
+        if spatial_level:  # the mapper's stand-in for a container's fan-out: keeps nothing
+            if kind in ("bypass", "datatype"):
+                if set(names(d, "keep")):
+                    raise d.error(f"'{target}' is the fan-out of a container: it keeps no "
+                                  "data space", "keep")
+                continue
+            if kind not in ("temporal", "spatial"):
+                raise d.error(f"directive type '{kind}' is not supported (temporal, spatial, "
+                              "bypass, datatype, dataspace)", "type")
+            chosen = factors(d, sizes, rest=True)
+            loops = [f"{dim}:{chosen[dim]}" + (":Sp" if kind == "spatial" else "")
+                     for dim in permutation(d, chosen, sizes)]
+            if kind == "spatial":
+                spatial[spatial_level] = spatial.get(spatial_level, []) + loops
+            else:
+                inner[spatial_level] = inner.get(spatial_level, []) + loops
+            continue
         if kind in ("bypass", "datatype"):
             out = _bypassed(d, tensors, target)
             if out == tensors:
@@ -58,8 +85,9 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
                 partial[target] = sorted(out)
             continue
         if kind not in ("temporal", "spatial"):
-            raise d.error(f"directive type '{kind}' is not supported (temporal, spatial, "
-                          "bypass)", "type")
+            problem(d.error(f"directive type '{kind}' is not supported (temporal, spatial, "
+                            "bypass, datatype, dataspace)", "type"))
+            continue
         for key in ("keep", "bypass"):
             if d.has(key):
                 raise d.error(f"'{key}' belongs in a 'type: bypass' directive", key)
@@ -67,10 +95,17 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
             d.integer("split", minimum=0)  # X/Y placement: TileFlow checks the total fan-out
         elif d.has("split"):
             raise d.error("'split' is for spatial directives", "split")
-        chosen = factors(d, sizes)
+        chosen = factors(d, sizes, rest=True)
         loops = [f"{dim}:{chosen[dim]}" + (":Sp" if kind == "spatial" else "")
                  for dim in permutation(d, chosen, sizes)]
-        (temporal if kind == "temporal" else spatial)[target] = loops
+        table = temporal if kind == "temporal" else spatial
+        table[target] = loops + table.get(target, [])  # a holder's own loops come first
+    for level, loops in inner.items():  # below the holder's own temporal loops
+        temporal[level] = temporal.get(level, []) + loops
+    for table in (temporal, spatial):  # a factor 0 takes what the others leave
+        for level, loops in table.items():
+            table[level] = [_rest(loop, sizes, temporal, spatial, directives) for loop in loops]
+            table[level] = [lp for lp in table[level] if lp.split(":")[1] != "1"]
     for dim, size in sizes.items():
         product = 1
         for loops in (*temporal.values(), *spatial.values()):
@@ -99,6 +134,45 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
     if tile is None:
         raise directives.error("every level bypasses every tensor")
     return {"name": Path(doc.source).stem, "root": tile}
+
+
+def _rest(loop: str, sizes: dict[str, int], temporal: dict, spatial: dict,
+          where: Field) -> str:
+    """'K:0' -> K's size over the product of its other factors (Timeloop's 0)."""
+    name, factor, *tail = loop.split(":")
+    if factor != "0":
+        return loop
+    others = [int(lp.split(":")[1]) for loops in (*temporal.values(), *spatial.values())
+              for lp in loops if lp.split(":")[0] == name and lp != loop]
+    if 0 in others:
+        raise where.error(f"'{name}' has two factors 0 (the rest): which takes it is unclear")
+    product = 1
+    for n in others:
+        product *= n
+    if sizes[name] % product:
+        raise where.error(f"the factors of '{name}' ({product}) do not divide its size "
+                          f"{sizes[name]}, so its factor 0 (the rest) is not a whole number")
+    return ":".join([name, str(sizes[name] // product), *tail])
+
+
+def _spatial_holder(d: Field, target: str, arch: Architecture) -> str | None:
+    """The level that holds the spatial factors of a spatial !Container named as a target,
+    or of the mapper's `inter_<container>_spatial` (the level above the container): as the
+    architecture file placed it, else the one level above a fan-out when there is just
+    one."""
+    holders = SPATIAL_HOLDERS.get(tuple(lv.name for lv in arch.levels), {})
+    if target in holders:  # the container itself as the target
+        return holders[target]
+    match = re.fullmatch(r"inter_(.+)_spatial", target)
+    if not match:
+        return None
+    if match.group(1) in holders:
+        return holders[match.group(1)]
+    fanned = [i for i, lv in enumerate(arch.levels) if i and lv.fanout > 1]
+    if len(fanned) == 1:
+        return arch.levels[fanned[0] - 1].name
+    raise d.error(f"cannot tell which level '{target}' spreads from: read the architecture "
+                  "from its Timeloop file in the same run", "target")
 
 
 def _bypassed(d: Field, tensors: set[str], target: str) -> set[str]:
