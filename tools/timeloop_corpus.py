@@ -80,6 +80,7 @@ def _tutorial_2020(root: Path, folder: str, prefix: str) -> list[Run]:
     out = []
     for ex, arch, prob, mapping, ref in V03_RUNS:
         base = root / folder / ex
+        ref = {"no-tiling": "untiled", "tiling": "tiled"}.get(ref, ref) if prefix else ref
         stats = base / "ref-output" / ref / "timeloop-model.stats.txt"
         out.append(Run(f"{prefix}{ex[:2]} {mapping.removesuffix('.map')}", "",
                        base / "arch" / f"{arch}.yaml", base / "prob" / f"{prob}.yaml",

@@ -4,6 +4,7 @@ derived by hand in each test from the loop nest the mapping writes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -53,7 +54,13 @@ def test_v03_architecture_levels_fanouts_and_units(arch):
 
 def test_v04_layout_gives_the_same_machine(tmp_path, arch):
     v04 = load_arch_any(write(tmp_path, "v04.yaml", ARCH_V04))
-    assert v04.levels == arch.levels
+    # only the first-touch convention differs: Timeloop's releases that read v0.3 files
+    # fill an output's first touch below the outermost level (without reading above)
+    assert [(lv.first_touch_fills, lv.first_touch_reads_parent) for lv in arch.levels] == \
+        [(False, True), (True, False), (True, False)]
+    assert not any(lv.first_touch_fills for lv in v04.levels)
+    assert v04.levels == tuple(replace(lv, first_touch_fills=False,
+                                       first_touch_reads_parent=True) for lv in arch.levels)
     assert (v04.matrix.rows, v04.matrix.cols) == (2, 2)
 
 
@@ -105,14 +112,17 @@ def test_convolution_with_output_channels_on_one_pe(tmp_path):
     an input. Weights change with K only: 16 x 6 fills. Inputs slide along P: 3 rows, then
     1 new per step, again for each of the 16 K steps: 16 x 18. Each output is updated once
     per tap (1536) and read back except on its first touch (1536 - 512). Everything sits in
-    the Buffer once: 96 weights, 18 input rows, 512 outputs."""
+    the Buffer once: 96 weights, 18 input rows, 512 outputs. The file is v0.3, read with
+    the conventions of Timeloop's releases of that time: each output's first touch is
+    a fill at the register and at the Buffer (512 each), with nothing read above."""
     arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_ONE_PE))
     _, _, r = run(tmp_path, arch, CONV_OC_PROBLEM, CONV_OC_MAPPING)
     reg, buf, dram = r.traffic["Reg"], r.traffic["Buffer"], r.traffic["DRAM"]
     assert reg["Weights"].read == reg["Inputs"].read == 1536
     assert reg["Weights"].fill == 16 * 6 and reg["Inputs"].fill == 16 * 18
     assert reg["Outputs"].update == 1536 and reg["Outputs"].read == 1536 - 512
-    assert reg["Outputs"].fill == 0  # no fill on an output's first touch
+    assert reg["Outputs"].fill == 512 and buf["Outputs"].fill == 512
+    assert buf["Outputs"].read == 0 and dram["Outputs"].read == 0
     assert buf["Weights"].read == 96 and buf["Inputs"].read == 16 * 18
     assert buf["Inputs"].fill == 18 and buf["Outputs"].update == 512
     assert dram["Weights"].read == 96 and dram["Inputs"].read == 18

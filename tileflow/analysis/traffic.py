@@ -178,12 +178,21 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
                 geometry[run_start] = _geometry(plan, path, j, run_start, extents)
             union_sp, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
-            first = is_out and plan.arch.levels[y].first_touch_fills
+            level = plan.arch.levels[y]
+            first = is_out and level.first_touch_fills
             moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
             if moved is None:
                 dims_y = dims_y or _dims(plan, path, j)
                 moved = _general_counts(path, j, run_start, dims_y, _union(path, union_sp),
                                         axes, is_out, drops, no_reuse, epoch, first)
+            if first and not level.first_touch_reads_parent:  # filled, the parent not read
+                plain = fast.counts(access, is_out, drops, no_reuse, epoch, False)
+                if plain is None:
+                    dims_y = dims_y or _dims(plan, path, j)
+                    plain = _general_counts(path, j, run_start, dims_y,
+                                            _union(path, union_sp), axes, is_out, drops,
+                                            no_reuse, epoch, False)
+                moved = (*moved[:3], plain[3])
             _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
 
 

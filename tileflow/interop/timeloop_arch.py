@@ -69,7 +69,7 @@ def convert_arch(doc: Field) -> dict:
         if version is not None and str(version) not in ("0.2", "0.3"):
             raise arch.error(f"architecture version {version} is not supported (0.2, 0.3 with "
                              "'subtree', 0.4 with 'nodes')", "version")
-        _flatten_v03(arch, 1, {}, components)
+        _flatten_v03(arch, 1, {"first_touch_fills": True}, components)
     components = _without_dummies(_known(components), holders)
     names = tuple(c.name for c in components if _kind(c) != "compute")
     SPATIAL_HOLDERS.setdefault(names, {}).update(holders)
@@ -397,6 +397,9 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
             level[f"{kind}_words_per_cycle"] = (rate if rate is not None
                                                 else UNLIMITED_WORDS_PER_CYCLE)
     level["writeback_on_read_port"] = False  # Timeloop charges a write-back to the parent
+    if not outermost and c.context.get("first_touch_fills"):
+        level["first_touch_fills"] = True  # Timeloop 2022 (v0.3 files): fills, no reads
+        level["first_touch_reads_parent"] = False
     kind = _kind(c)
     if a.has("vector-access-energy"):
         level["energy_pj_per_word"] = a.number("vector-access-energy", positive=False) / (

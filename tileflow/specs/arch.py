@@ -41,6 +41,7 @@ class Level:
     mesh: tuple[int, ...] = ()  # the instances under one parent instance as x by y
     buffering: int | None = None  # default depth of every tensor held here (BUFFERINGS)
     first_touch_fills: bool = False  # outputs are filled here on their first touch too
+    first_touch_reads_parent: bool = True  # those fills are read from the level above
     ports: str = "separate"  # PORTS: a read port and a write port, or one port for both
     writeback_on_read_port: bool = True  # a write-back to the level above reads this level
 
@@ -200,6 +201,7 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
                  f.number("latency_cycles", 0.0, positive=False), mesh=_mesh(f, fanout),
                  buffering=buffering,
                  first_touch_fills=f.boolean("first_touch_fills", False),
+                 first_touch_reads_parent=f.boolean("first_touch_reads_parent", True),
                  ports=choice(f, "ports", PORTS, "separate"),
                  writeback_on_read_port=f.boolean("writeback_on_read_port", True))
 

@@ -130,6 +130,10 @@ LEVEL = Section("level", "each item of `levels`", (
         "read out through this level's read port (and takes its bandwidth); false: only the "
         "level above's write is charged, as Timeloop counts it (its imports set false)",
         "true"),
+    Key("first_touch_reads_parent", "boolean", "with `first_touch_fills`: the level above "
+        "is read for those fills (true), or they are counted here only (false: Timeloop's "
+        "2022 releases, which count a fill of every output's first touch at each level "
+        "below the outermost and no read above; imports of v0.3 files set it)", "true"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
         "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
