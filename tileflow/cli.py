@@ -71,10 +71,22 @@ def _overlap_flag(p: argparse.ArgumentParser) -> None:
                         "accelerator's `overlap`")
 
 
-def _with_overlap(arch, overlap: str | None):
-    """The accelerator with the command line's overlap convention, when one is given."""
+def _conventions_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--conventions", choices=["timeloop"],
+                   help="count as Timeloop does: perfect overlap (unless --overlap says "
+                        "otherwise) and write-backs that take no read bandwidth "
+                        "(`writeback_on_read_port: false` on every level); Timeloop files "
+                        "are imported with these already (docs/interop.md)")
+
+
+def _with_overlap(arch, overlap: str | None, conventions: str | None = None):
+    """The accelerator with the command line's overlap convention, when one is given, and
+    Timeloop's conventions when asked for."""
     from dataclasses import replace
 
+    if conventions == "timeloop":
+        arch = replace(arch, overlap="perfect", levels=tuple(
+            replace(lv, writeback_on_read_port=False) for lv in arch.levels))
     return replace(arch, overlap=overlap) if overlap else arch
 
 
@@ -105,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tensors whose buffering depth neither the level nor the tile sets "
                          "are double-buffered (footprint doubled)")
     _overlap_flag(ev)
+    _conventions_flag(ev)
     ev.add_argument("--tree", action="store_true", help="also print the tile tree")
     ev.add_argument("--detail", action="store_true",
                     help="also print traffic and energy per level and tensor, and the "
@@ -123,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write one row per dataflow (the table's columns) to FILE")
     cp.add_argument("--no-plot", action="store_true", help="do not write the chart")
     _overlap_flag(cp)
+    _conventions_flag(cp)
     rp = sub.add_parser("reproduce", help="re-run the published comparison (G1-G12, C1-C8) "
                         "and write the Markdown report with plots")
     rp.add_argument("--out", default="validate", help="output folder (default: validate)")
@@ -294,7 +308,7 @@ def cmd_evaluate(args) -> int:
     if args.save_dataflow:
         check_output_file(args.save_dataflow, YAML_SUFFIXES, "--save-dataflow")
     workload, arch = _load(args)
-    arch = _with_overlap(arch, args.overlap)
+    arch = _with_overlap(arch, args.overlap, args.conventions)
     flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile", 1))
     result = _evaluate(flow, workload, arch, double_buffer=args.double_buffer)
     if args.save_dataflow:
@@ -340,7 +354,7 @@ def cmd_compare(args) -> int:
     if args.plot and not args.no_plot:
         check_output_file(args.plot, PLOT_SUFFIXES, "--plot")
     workload, arch = _load(args)
-    arch = _with_overlap(arch, args.overlap)
+    arch = _with_overlap(arch, args.overlap, args.conventions)
     plot_path = None
     if not args.no_plot:
         sizes = _pairs(args.set, "--set", -MAX_FLAG_VALUE)

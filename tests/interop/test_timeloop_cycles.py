@@ -12,6 +12,7 @@ from the loop nest; imported files evaluate under Timeloop's conventions (perfec
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -142,3 +143,43 @@ def test_the_batched_evaluator_agrees(tmp_path, name):
         structure = structure_of(w, a, flow)
         batched = evaluate_batch(structure, structure.default_factors[None, :])
         assert batched.cycles[0] == pytest.approx(evaluate(w, a, flow).cycles)
+
+
+ACCELERATOR = """
+name: narrow
+clock_ghz: 1
+word_bits: 16
+levels:
+- {name: DRAM, read_words_per_cycle: 4, write_words_per_cycle: 4}
+- {name: Buffer, capacity_words: 4096, read_words_per_cycle: 4, write_words_per_cycle: 16}
+- {name: Reg, capacity_words: 16, fanout: 4, read_words_per_cycle: 1e9,
+   write_words_per_cycle: 1e9}
+compute:
+  matrix: {rows: 2, cols: 2, level: Reg}
+"""
+
+TREE = """
+root:
+  level: DRAM
+  children:
+  - level: Buffer
+    loops: ["M:16", "N:16", "K:4", "M:2:Sp", "N:2:Sp"]
+    children:
+    - {level: Reg, children: [gemm]}
+"""
+
+
+def test_conventions_timeloop_on_a_tileflow_accelerator(tmp_path, capsys):
+    """The writeback-k-inner case written as TileFlow files: by default the Buffer's read
+    port also carries the 1,024 Z words written back ((4,096 + 1,024) / 4 = 1,280 cycles
+    at least); `--conventions timeloop` gives Timeloop's 1,024."""
+    from tileflow.cli import main
+
+    args = ["evaluate", "--arch", write(tmp_path, "acc.yaml", ACCELERATOR),
+            "--workload", write(tmp_path, "prob.yaml", GEMM_32),
+            "--dataflow", write(tmp_path, "tree.yaml", TREE), "--json"]
+    assert main(args) == 0
+    default = json.loads(capsys.readouterr().out)["cycles"]
+    assert main([*args, "--conventions", "timeloop"]) == 0
+    assert json.loads(capsys.readouterr().out)["cycles"] == 1024
+    assert default >= 1280
