@@ -182,3 +182,17 @@ def test_home_for_a_tensor_that_is_not_an_intermediate(tmp_path, capsys):
     code, err = run(capsys, "evaluate", "--arch", "edge", "--workload", "gemm-chain",
                     "--dataflow", flow)
     assert code == 2 and "homes names 'A', which is not an intermediate" in err
+
+
+@pytest.mark.parametrize("value, message", [
+    ("dual", "'ports' must be one of separate, shared, got 'dual'"),
+    ("true", "'ports' must be one of separate, shared"),
+])
+def test_a_levels_ports_must_be_separate_or_shared(tmp_path, capsys, value, message):
+    text = Path(EDGE).read_text().replace("capacity_bytes: 4194304",
+                                          f"capacity_bytes: 4194304, ports: {value}")
+    bad = write(tmp_path, "arch.yaml", text)
+    code, err = run(capsys, "evaluate", "--arch", bad, "--workload", "attention",
+                    "--dataflow", "layerwise")
+    assert code == 2 and message in err and "arch.yaml, line" in err
+    assert "Traceback" not in err
