@@ -207,7 +207,8 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
         lv = arch.levels[index]
         traffic[lv.name][tensor] = Movement(fill, read, update)
         energy[lv.name][tensor] = (fill * lv.write_energy_pj + read * lv.read_energy_pj
-                                   + update * lv.update_energy_pj)
+                                   + update * lv.update_energy_pj) * w.width_ratio(
+                                       tensor, arch.word_bytes * 8)
     ops = {name: leaf.ops + leaf.rescale_ops for name, leaf in counts.leaves.items()}
     macs = sum(leaf.ops for name, leaf in counts.leaves.items()
                if w.op_by_name[name].unit == MATRIX)

@@ -134,8 +134,8 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
             for t, v in k.items():
                 combined[t] = combined.get(t, 0.0) + v
     for t, scale in _homed_here(plan, path, node, level, double_buffer):
-        combined[t] = combined.get(t, 0.0) + scale * (_lca_extent(plan, t, path)
-                                                      + _kept_rows(plan, t))
+        combined[t] = combined.get(t, 0.0) + scale * _width(plan, t) * (
+            _lca_extent(plan, t, path) + _kept_rows(plan, t))
     return combined
 
 
@@ -214,12 +214,18 @@ def _ops(plan: Plan, path: str, node: Tile) -> tuple[str, ...]:
     return plan.shape.ops_below[path] if plan.shape is not None else ops_under(node)
 
 
+def _width(plan: Plan, tensor: str) -> float:
+    """Accelerator words per element (the workload's `precision_bits`)."""
+    return plan.workload.width_ratio(tensor, plan.arch.word_bytes * 8)
+
+
 def _own(plan: Plan, path: str, node: Tile, level: int,
          double_buffer: bool = False) -> dict[str, float]:
     own: dict[str, float] = {}
     depth = path.count(".")
     for o, t, scale in _held(plan, path, node, level, double_buffer):
-        own[t] = max(own.get(t, 0.0), scale * _box(plan, plan.paths[o], t, depth))
+        own[t] = max(own.get(t, 0.0),
+                     scale * _width(plan, t) * _box(plan, plan.paths[o], t, depth))
     return own
 
 

@@ -193,7 +193,8 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
                                             _union(path, union_sp), axes, is_out, drops,
                                             no_reuse, epoch, False)
                 moved = (*moved[:3], plain[3])
-            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial)
+            _record(counts, owner, x, y, t, is_out, inst_x, inst_y, *moved, serial=serial,
+                    width=plan.workload.width_ratio(t, plan.arch.word_bytes * 8))
 
 
 def _links(plan: Plan, path: OpPath) -> list[tuple]:
@@ -321,22 +322,24 @@ def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:
 
 def _record(counts: Counts, owner: str, x: int, y: int, t: str, is_out: bool, inst_x: int,
             inst_y: int, moved_y: float, moved_x: float, refill_y: float,
-            refill_x: float, serial: bool = False) -> None:
+            refill_x: float, serial: bool = False, width: float = 1.0) -> None:
     """Book one tensor's movement over one link: inputs are filled down; outputs are written
-    back up (after spatial reduction) and their partial sums filled down again."""
+    back up (after spatial reduction) and their partial sums filled down again. Counts are
+    in elements; transfers (their time) in accelerator words, `width` per element."""
+    w = width
     if is_out:
         counts.traffic[(y, t)][FILL] += refill_y
         counts.traffic[(x, t)][READ] += refill_x
         counts.traffic[(x, t)][UPDATE] += moved_x
-        counts.loads[owner] += [Transfer(x, refill_x, inst_x, "read", t, serial),
-                                Transfer(y, refill_y, inst_y, "write", t, serial)]
-        counts.stores[owner] += [Transfer(x, moved_x, inst_x, "write", t, serial),
-                                 Transfer(y, moved_y, inst_y, "read", t, serial)]
+        counts.loads[owner] += [Transfer(x, w * refill_x, inst_x, "read", t, serial),
+                                Transfer(y, w * refill_y, inst_y, "write", t, serial)]
+        counts.stores[owner] += [Transfer(x, w * moved_x, inst_x, "write", t, serial),
+                                 Transfer(y, w * moved_y, inst_y, "read", t, serial)]
     else:
         counts.traffic[(y, t)][FILL] += moved_y
         counts.traffic[(x, t)][READ] += moved_x
-        counts.loads[owner] += [Transfer(x, moved_x, inst_x, "read", t, serial),
-                                Transfer(y, moved_y, inst_y, "write", t, serial)]
+        counts.loads[owner] += [Transfer(x, w * moved_x, inst_x, "read", t, serial),
+                                Transfer(y, w * moved_y, inst_y, "write", t, serial)]
 
 
 class _ExactTiling:
@@ -474,20 +477,23 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         all_loops = _all_loops(path)
         op_axes = tuple(AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
         ops = iteration_count(op_axes, dims, all_loops)
-    reads = 0.0
+    reads = 0.0  # in accelerator words (`precision_bits`), as the transfers
+    bits = plan.arch.word_bytes * 8
     for access in op.inputs:
+        width = w.width_ratio(access.tensor, bits)
         source = path.levels[sources[access.tensor]]
         if source == x:
             counts.traffic[(source, access.tensor)][READ] += ops
-            reads += ops
+            reads += ops * width
         else:  # one word serves every instance below the source that needs the same one
             sent = ops * multicast_share(path, tensor_info[access.tensor][0],
                                          sources[access.tensor])
             counts.traffic[(source, access.tensor)][READ] += sent
-            fed.append(Transfer(source, sent, instances[sources[access.tensor]], "read",
+            fed.append(Transfer(source, sent * width, instances[sources[access.tensor]], "read",
                                  access.tensor))
     out = op.output.tensor
     home = path.levels[sources[out]]
+    out_width = w.width_ratio(out, bits)
     counts.traffic[(home, out)][UPDATE] += ops
     if op.accumulates:
         axes, _, _, epoch = tensor_info[out]
@@ -504,12 +510,13 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
             starts = first_touches(axes, dims, all_loops, marks, guards)
         counts.traffic[(home, out)][READ] += ops - starts
         if home == x:
-            reads += ops - starts
+            reads += (ops - starts) * out_width
         else:
-            fed.append(Transfer(home, ops - starts, instances[sources[out]], "read", out))
-    updates = ops
+            fed.append(Transfer(home, (ops - starts) * out_width, instances[sources[out]],
+                                 "read", out))
+    updates = ops * out_width
     if home != x:
-        fed.append(Transfer(home, ops, instances[sources[out]], "write", out))
+        fed.append(Transfer(home, ops * out_width, instances[sources[out]], "write", out))
         updates = 0
     steps = math.prod(lp.n for lp in path.loops if not lp.spatial)
     if path.cut:  # a kept halo: the iterations past the first of a sweep do fewer rows

@@ -97,7 +97,8 @@ def _by_spread(structure: Structure, factors: np.ndarray, run):
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
     that bypass, set buffering depths or keep a halo, levels with a default depth, first-touch
-    fills or perfect overlap, outputs written through a summed index, state carried across a
+    fills or perfect overlap, tensors with their own precision, outputs written through a
+    summed index, state carried across a
     reduction loop (its rescaling and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
@@ -105,6 +106,8 @@ def scalar_only(structure: Structure) -> str:
                                            for lv in arch.levels):
         return ("the accelerator sets an overlap convention, a buffering depth or fills on "
                 "first touch")
+    if w.precision_bits:
+        return "tensors have their own precision (precision_bits)"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
     if any(op.carried for op in w.ops):

@@ -204,6 +204,12 @@ WORKLOAD = Section("workload", "top level of a workload file", (
     Key("shapes", "mapping tensor -> list of extents", "a tensor's extent per axis (integer "
         "expressions); elements outside it are padding and never move", "the hull of the "
         "indices the operators use"),
+    Key("precision_bits", "mapping tensor or role (inputs, intermediates, outputs) -> "
+        "integer bits", "the width of a tensor's elements (8-bit operands with 32-bit "
+        "accumulators): its footprint, its transfers' time at each level's bandwidth and "
+        "its access energy scale by its bits over the accelerator's `word_bits`; counts stay "
+        "in elements; a tensor's own entry wins over its role's", "the accelerator's word",
+        "bits"),
     Key("presets", "mapping name -> mapping of sizes", "named sets of sizes for dims and "
         "params (`--preset NAME`, or the preset name as `--workload`)", "none"),
 ))

@@ -90,6 +90,13 @@ class Workload:
     shapes: Mapping[str, tuple[int, ...]]  # tensor -> extent per axis
     source: str = field(default="", compare=False)  # file it was read from, if any
     lines: Mapping[str, int] = field(default_factory=dict, compare=False)  # key -> line
+    precision_bits: Mapping[str, int] = field(default_factory=dict)  # tensor -> bits
+
+    def width_ratio(self, tensor: str, word_bits: int) -> float:
+        """Accelerator words per element of `tensor`: its bits over the accelerator's word
+        (1 for a tensor without its own precision)."""
+        bits = self.precision_bits.get(tensor)
+        return 1.0 if bits is None else bits / word_bits
 
     def place(self, key: str = "ops") -> str | None:
         """'line N (key)' for a top-level key of the file it was read from (for messages)."""
@@ -216,7 +223,32 @@ def parse_workload(
             lines[str(key)] = int(line.split()[1])
     workload = Workload(workload.name, workload.ops, sizes, shapes, data.source, lines)
     _check_graph(workload, data)
+    if data.has("precision_bits"):
+        workload = replace(workload, precision_bits=_precisions(workload, data))
     return workload
+
+
+ROLES = ("inputs", "intermediates", "outputs")
+
+
+def _precisions(workload: Workload, data: Field) -> dict[str, int]:
+    """`precision_bits`: bits per element by tensor, or by role (a tensor's own wins)."""
+    f = data.child("precision_bits").require_mapping()
+    by_role = {role: getattr(workload, role) for role in ROLES}
+    out: dict[str, int] = {}
+    for key in f.keys():
+        if key not in workload.tensors and key not in ROLES:
+            raise f.error(f"'{key}' is neither a tensor ({', '.join(workload.tensors)}) nor a "
+                          f"role ({', '.join(ROLES)})", key)
+        f.integer(key, minimum=1, maximum=1024)
+    for role in ROLES:
+        if f.has(role):
+            for t in by_role[role]:
+                out[t] = f.integer(role)
+    for key in f.keys():
+        if key in workload.tensors:
+            out[key] = f.integer(key)
+    return out
 
 
 NAME = re.compile(r"[A-Za-z_]\w*")
