@@ -373,3 +373,43 @@ mapping:
 - {target: glb, type: temporal, factors: M2 N1 K4, permutation: KMN}
 - {target: DRAM, type: temporal, factors: M2 N1 K1, permutation: MNK}
 """
+
+
+# The 2022 example designs' v0.3 layout: the MAC listed before the per-tensor registers of
+# its PE, `memory_depth` and `data_storage_depth`, and a depth-0 buffer that only spreads
+# the PEs (Timeloop's dummy level).
+ARCH_V03_DESIGN = """
+architecture:
+  version: 0.3
+  subtree:
+  - name: system
+    local:
+    - name: DRAM
+      class: DRAM
+      attributes: {type: LPDDR4, width: 64, block-size: 4, word-bits: 16}
+    subtree:
+    - name: chip
+      attributes: {technology: 45nm}
+      local:
+      - name: glb
+        class: storage
+        subclass: smartbuffer_metadata
+        attributes: {data_storage_depth: 1024, data_storage_width: 64, block_size: 4,
+                     word-bits: 16, metadata_storage_depth: 0}
+      - name: dummy[0..1]
+        class: storage
+        subclass: SRAM
+        attributes: {depth: 0, width: 16, word-bits: 16}
+      subtree:
+      - name: PE[0..3]
+        local:
+        - name: mac
+          class: intmac
+          attributes: {datawidth: 16}
+        - name: a_reg
+          class: reg_storage
+          attributes: {depth: 1, width: 16}
+        - name: z_reg
+          class: reg_storage
+          attributes: {depth: 1, width: 16}
+"""

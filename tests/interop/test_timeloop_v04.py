@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.interop.samples import (
+    ARCH_V03_DESIGN,
     ARCH_V04_DESIGN,
     GEMM_MAPPING,
     GEMM_PROBLEM,
@@ -106,3 +107,25 @@ def test_import_of_a_missing_file_says_so(tmp_path, capsys):
     code = main(["import", str(tmp_path / "nowhere.yaml"),
                  write(tmp_path, "m.yaml", GEMM_MAPPING)])
     assert code == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_a_2022_design_layout(tmp_path):
+    """The MAC may precede the registers in its list; `data_storage_depth` is the depth; a
+    depth-0 buffer is a fan-out: glb spreads over the 2 dummies (N:2), each dummy over 2 of
+    the 4 PEs (M:2), both held by glb as its spatial loops. 48 steps of 4 MACs."""
+    arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_V03_DESIGN))
+    assert [lv.name for lv in arch.levels] == ["DRAM", "glb", "a_reg", "z_reg"]
+    assert arch.levels[1].capacity_words == 1024 * 4
+    assert [lv.instances for lv in arch.levels] == [1, 1, 4, 4]
+    w = load_workload_any(write(tmp_path, "prob.yaml", GEMM_PROBLEM))
+    mapping = """
+mapping:
+- {target: DRAM, type: temporal, factors: M=1 N=1 K=1}
+- {target: glb, type: temporal, factors: M=4 N=3 K=4, permutation: KNM}
+- {target: dummy, type: spatial, factors: M=2, permutation: M}
+- {target: glb, type: spatial, factors: N=2, permutation: N}
+- {target: a_reg, type: bypass, keep: [A], bypass: [B, Z]}
+"""
+    flow = load_dataflow_any(write(tmp_path, "map.yaml", mapping), w, arch)
+    r = evaluate(w, arch, flow)
+    assert r.macs == 192 and r.cycles == 4 * 3 * 4
