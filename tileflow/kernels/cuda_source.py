@@ -75,9 +75,9 @@ class _CudaGenerator(_Generator):
             stages = [(f"root.{i}", c) for i, c in enumerate(root.children)]
         launches: list[Launch] = []
         texts = [CUDA_PRELUDE]
-        for op in w.ops:  # outputs that accumulate start from the update's identity
+        for op in w.ops:  # tensors in memory that accumulate start from the identity
             t = op.output.tensor
-            if op.accumulates and t not in self.buffers:
+            if op.accumulates and (t not in self.buffers or not self.buffers[t].local):
                 n = math.prod(pitched(w.shapes[t]))
                 name = f"{self.prefix}_init_{t}"
                 texts.append(f"extern \"C\" __global__ void {name}(float *{t}) {{\n"
@@ -213,8 +213,10 @@ class _CudaGenerator(_Generator):
         words = math.prod(pitched(b.extents))
         if t not in self._stage_locals:
             self._stage_locals = [*self._stage_locals, t]
-            if words * 4 > SHARED_LIMIT_BYTES or not self.grid:
-                self.scratch[t] = words
+            shared = sum(math.prod(pitched(self.buffers[u].extents)) * 4
+                         for u in self._stage_locals[:-1] if u not in self.scratch)
+            if shared + words * 4 > SHARED_LIMIT_BYTES or not self.grid:
+                self.scratch[t] = words  # the block's static shared memory is full
         self.emit(f"float *{t}_local = {t}_pool;", depth)
         if producer.accumulates:
             self.emit(f"for (long z = tid; z < {words}L; z += blockDim.x) "
