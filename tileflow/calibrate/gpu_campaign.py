@@ -41,7 +41,8 @@ from tileflow.specs.workload import Workload, load_workload
 from tileflow.tree import Dataflow, Op, Tile, to_dict
 
 ARCH = "gpu-h100"
-NVCC_FLAGS = ("-O3", "-gencode", "arch=compute_90,code=[sm_90,compute_90]")
+NVCC_FLAGS = ("-O3", "-gencode", "arch=compute_90,code=[sm_90,compute_90]",
+              "-Xcompiler=-static-libstdc++,-static-libgcc")  # cudart is static by default
 WORD_BYTES = 4  # the kernels compute in float32
 DEFAULT_SHAPES = {
     "attention": [{"b": 8, "m": 512, "l": 512, "k": 64, "n": 64},
@@ -284,7 +285,8 @@ LOG="$RESULTS/run.log"
 log() {{ echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }}
 cp "$HERE/campaign.csv" "$HERE/manifest.json" "$RESULTS/"
 rm -f "$RESULTS/timings.csv" "$RESULTS/ncu.csv"
-log "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null || echo unknown)"
+log "device: $(nvidia-smi --format=csv,noheader \\
+    --query-gpu=name,driver_version,memory.total,clocks.max.sm 2>/dev/null || echo unknown)"
 START=$(date +%s)
 DEADLINE=$(( START + {deadline_s} ))
 left() {{ echo $(( DEADLINE - $(date +%s) )); }}
@@ -298,8 +300,10 @@ run_timed() {{  # program, budget in seconds
 }}
 run_profiled() {{  # program, how many, candidate ids: those that ran ok in under 2 ms
     local ids
-    ids=$(awk -F, -v want="$3" -v n="$2" 'BEGIN {{ k = split(want, a, ","); for (i = 1; i <= k; ++i) c[a[i]] = 1 }}
-        NR > 1 && ($1 in c) && $2 == "ok" && $3 + 0 < 0.002 && taken < n {{ printf "%s%s", (taken ? "," : ""), $1; ++taken }}' \
+    ids=$(awk -F, -v want="$3" -v n="$2" '
+        BEGIN {{ k = split(want, a, ","); for (i = 1; i <= k; ++i) c[a[i]] = 1 }}
+        NR > 1 && ($1 in c) && $2 == "ok" && $3 + 0 < 0.002 && taken < n {{
+            printf "%s%s", (taken ? "," : ""), $1; ++taken }}' \\
         "$RESULTS/timings.csv" 2>/dev/null)
     local limit=$(( $(left) < {profile_each} ? $(left) : {profile_each} ))
     if [ -z "$ids" ] || [ "$limit" -lt 5 ]; then log "ncu: nothing profiled for $1"; return; fi

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tileflow.kernels.c_source import pitched
 from tileflow.kernels.cuda_source import CudaSource
@@ -143,11 +144,10 @@ EMULATED_LAUNCH = (
     "kernel(__VA_ARGS__); } } } while (0)\n")
 
 
-def build_emulated(program_text: str, folder) -> "Path":
+def build_emulated(program_text: str, folder: str | Path) -> Path:
     """The harness program compiled with g++ for the CPU (see EMULATED_RUNTIME): an
     executable that behaves as the CUDA one does, slowly."""
     import subprocess
-    from pathlib import Path
 
     from tileflow.kernels.cuda_emulate import SHIM
 
