@@ -189,7 +189,7 @@ static void usage() {
 int main(int argc, char **argv) {
     std::string data, csv;
     double budget_s = 60, kernel_s = 0.2;
-    int min_reps = 5, max_reps = 50;
+    int min_reps = 3, max_reps = 50;
     bool once = false;
     std::vector<int> only;
     for (int i = 1; i < argc; ++i) {
@@ -297,10 +297,12 @@ int main(int argc, char **argv) {
                     }
                 }
                 err = scale > 0 ? worst / scale : worst;
+                // about kernel_s of timed runs: min_reps to max_reps of them, one where a
+                // run takes longer than kernel_s (the checked run was its warm-up)
                 reps = first > 0 ? (int)(kernel_s / first) : max_reps;
                 reps = std::max(min_reps, std::min(max_reps, reps));
-                if (first > 4 * kernel_s) reps = 1;  // very slow: one more run is enough
-                f.run(T.data(), S.data());  // warm-up
+                if (first > kernel_s) reps = 1;
+                else f.run(T.data(), S.data());  // warm-up
                 std::vector<double> times;
                 for (int r = 0; r < reps; ++r) {
                     cudaEventRecord(start);
