@@ -11,6 +11,7 @@ per child, launched in order (the launch boundary is the only grid-wide barrier)
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from tileflow.kernels.c_source import INIT, _Generator, _Loop, _Scope, pitched
@@ -129,6 +130,13 @@ class _CudaGenerator(_Generator):
         level = self.nest.plan.arch.level_index[tile.level]
         below = set(ops_under(tile))
         reductions = self.nest.reduction_dims_below(tile)
+        accumulator = self._register_tile(tile)
+        if accumulator:
+            op = self.w.op_by_name[tile.children[0].op]
+            name = self.fresh("acc")
+            self.emit(f"float {name} = {INIT[op.update]};  /* {op.name}: register "
+                      "accumulator */", depth)
+            self._acc = {"name": name, "names": set(), "out": None, "conditions": []}
         for j, lp in enumerate(tile.loops):
             if lp.factor == 1:
                 continue
@@ -155,6 +163,9 @@ class _CudaGenerator(_Generator):
                           f"/* {lp} threads stride {stride} */", depth)
                 self.emit(f"if ({guard}{var} >= {lo} && {var} < {hi}) {{", depth)
             else:
+                if accumulator:  # a constant-trip loop of the register tile
+                    self.emit("#pragma unroll", depth)
+                    self._acc["names"] |= {var, new}
                 self.emit(f"for (int {var} = {lo}; {var} < {hi}; ++{var}) {{  "
                           f"/* {lp} stride {stride} */", depth)
             depth += 1
@@ -177,6 +188,42 @@ class _CudaGenerator(_Generator):
         for _ in range(opened):
             depth -= 1
             self.emit("}", depth)
+        if accumulator:
+            acc, self._acc = self._acc, None
+            op = self.w.op_by_name[tile.children[0].op]
+            update = (f"{acc['out']} += {acc['name']};" if op.update == "+=" else
+                      f"{acc['out']} = fmaxf({acc['out']}, {acc['name']});")
+            if acc["conditions"]:
+                update = f"if ({' && '.join(acc['conditions'])}) {update}"
+            self.emit(update, depth)
+
+    _acc: dict | None = None
+
+    def _register_tile(self, tile: Tile) -> bool:
+        """A tile holding one accumulating operator whose loops (of more than one step) are
+        temporal loops over dims it reduces: the output element stays in a register
+        across them, written once after."""
+        if len(tile.children) != 1 or not isinstance(tile.children[0], Op):
+            return False
+        op = self.w.op_by_name[tile.children[0].op]
+        loops = [lp for lp in tile.loops if lp.factor > 1]
+        return (op.update in ("+=", "max=") and bool(loops)
+                and all(not lp.spatial and lp.dim in op.reduction_dims for lp in loops))
+
+    def statement(self, op, out: str, rhs: str, conditions: list[str], depth: int) -> None:
+        """In a register tile: update the accumulator; the output's own conditions (those
+        not on the tile's loops) guard the one write after the loops."""
+        if self._acc is None:
+            return super().statement(op, out, rhs, conditions, depth)
+        acc = self._acc
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, acc["names"])) + r")\b")
+        acc["out"] = out
+        acc["conditions"] = [c for c in conditions if not pattern.search(c)]
+        stmt = (f"{acc['name']} += {rhs};" if op.update == "+=" else
+                f"{acc['name']} = fmaxf({acc['name']}, {rhs});")
+        if conditions:
+            stmt = f"if ({' && '.join(conditions)}) {stmt}"
+        self.emit(f"{stmt}  /* {op.name}: {op} */", depth)
 
     def _thread_total(self, tile: Tile) -> int:
         """Threads the loops of a one-operator chain of tiles spread over (from `tile` down)."""

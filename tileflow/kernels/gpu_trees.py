@@ -25,6 +25,13 @@ def _pick(rng: np.random.Generator, n: int, cap: int) -> int:
     return int(rng.choice([d for d in divisors(n) if d <= cap]))
 
 
+def _pick_wide(rng: np.random.Generator, n: int, cap: int) -> int:
+    """A random divisor of n no larger than cap and at least an eighth of the largest such:
+    thread loops that keep a block's threads busy."""
+    fits = [d for d in divisors(n) if d <= cap]
+    return int(rng.choice([d for d in fits if 8 * d >= fits[-1]]))
+
+
 def random_gpu_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
                     name: str = "random") -> Dataflow:
     """One random fused tree. The root (in memory) steps over the shared batch and row
@@ -66,7 +73,7 @@ def random_gpu_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
         for (axis, cap), d in zip(caps, rng.permutation(out_dims) if out_dims else [],
                                   strict=False):
             d = str(d)
-            f = _pick(rng, left[d], min(cap, budget))
+            f = _pick_wide(rng, left[d], min(cap, budget))
             if f > 1:
                 thread_loops.append(Loop(d, f, True, axis))
                 taken[d] = f
