@@ -267,6 +267,7 @@ def run_script(campaign: GpuCampaign, programs: list[str], frame: pd.DataFrame) 
         f"    run_profiled {p} {per_profile} {','.join(map(str, candidates[p]))}"
         for p in programs if candidates.get(p))
     return RUN_SH.format(timing=timing, profiled=profiled, kernel_s=campaign.kernel_s,
+                         programs=" ".join(programs),
                          deadline_s=int(DEADLINE_S), hard_s=int(per_program + 15),
                          profile_each=max(10, campaign.profile_timeout_s // len(programs)))
 
@@ -287,6 +288,9 @@ cp "$HERE/campaign.csv" "$HERE/manifest.json" "$RESULTS/"
 rm -f "$RESULTS/timings.csv" "$RESULTS/ncu.csv"
 log "device: $(nvidia-smi --format=csv,noheader \\
     --query-gpu=name,driver_version,memory.total,clocks.max.sm 2>/dev/null || echo unknown)"
+BIN="$(mktemp -d)"  # the programs, executable whatever the copy of this folder kept
+trap 'rm -rf "$BIN"' EXIT
+for p in {programs}; do cp "$HERE/$p" "$BIN/" && chmod +x "$BIN/$p"; done
 START=$(date +%s)
 DEADLINE=$(( START + {deadline_s} ))
 left() {{ echo $(( DEADLINE - $(date +%s) )); }}
@@ -294,7 +298,7 @@ run_timed() {{  # program, budget in seconds
     local limit=$(( $(left) < {hard_s} ? $(left) : {hard_s} ))
     if [ "$limit" -lt 5 ]; then log "skipping $1: past the deadline"; return; fi
     log "timing $1 (budget $2 s, limit $limit s)"
-    timeout "$limit" "$HERE/$1" --data "$HERE/data/$1" --csv "$RESULTS/timings.csv" \
+    timeout "$limit" "$BIN/$1" --data "$HERE/data/$1" --csv "$RESULTS/timings.csv" \
         --budget-s "$2" --kernel-s {kernel_s} 2>>"$LOG"
     log "$1 finished with status $? after $(( $(date +%s) - START )) s"
 }}
@@ -309,7 +313,7 @@ run_profiled() {{  # program, how many, candidate ids: those that ran ok in unde
     if [ -z "$ids" ] || [ "$limit" -lt 5 ]; then log "ncu: nothing profiled for $1"; return; fi
     timeout "$limit" ncu --csv --print-units base \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum \
-        "$HERE/$1" --data "$HERE/data/$1" --once --only "$ids" >>"$RESULTS/ncu.csv" 2>>"$LOG"
+        "$BIN/$1" --data "$HERE/data/$1" --once --only "$ids" >>"$RESULTS/ncu.csv" 2>>"$LOG"
     log "ncu on $1 ($ids) finished with status $? after $(( $(date +%s) - START )) s"
 }}
 {timing}
@@ -319,5 +323,7 @@ if command -v ncu >/dev/null 2>&1; then
 else
     log "ncu not found: no traffic measurements"
 fi
-log "done in $(( $(date +%s) - START )) s; rows: $(( $(wc -l < "$RESULTS/timings.csv") - 1 ))"
+ROWS=0
+[ -f "$RESULTS/timings.csv" ] && ROWS=$(( $(wc -l < "$RESULTS/timings.csv") - 1 ))
+log "done in $(( $(date +%s) - START )) s; rows: $ROWS"
 """
