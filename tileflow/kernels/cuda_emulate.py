@@ -20,6 +20,7 @@ static tf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(threads)
 #define __restrict__ __restrict
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")

@@ -134,6 +134,7 @@ static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEve
     *ms = (float)((*b - *a) * 1e3); return cudaSuccess;
 }
 static inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 static inline const char *cudaGetErrorName(cudaError_t) { return "cudaErrorUnknown"; }
 """
 EMULATED_LAUNCH = (
@@ -278,7 +279,10 @@ int main(int argc, char **argv) {
             if (e == cudaSuccess) e = cudaGetLastError();
             if (e != cudaSuccess) {
                 status = std::string("error_") + cudaGetErrorName(e);
-                dead = true;  // a launch error leaves the context unusable
+                // a launch the device refuses (resources, configuration) leaves the context
+                // usable; a fault during a kernel does not: stop there
+                cudaGetLastError();
+                dead = cudaDeviceSynchronize() != cudaSuccess;
             } else if (!once) {
                 float ms = 0;
                 cudaEventElapsedTime(&ms, start, stop);
@@ -315,7 +319,7 @@ int main(int argc, char **argv) {
                 e = cudaGetLastError();
                 if (e != cudaSuccess) {
                     status = std::string("error_") + cudaGetErrorName(e);
-                    dead = true;
+                    dead = cudaDeviceSynchronize() != cudaSuccess;
                 } else {
                     std::sort(times.begin(), times.end());
                     median = times.size() % 2 ? times[times.size() / 2]

@@ -99,7 +99,11 @@ class _CudaGenerator(_Generator):
             params = ", ".join(f"float *__restrict__ {t}" for t in tensors)
             scratch = [t for t in self.local if t in self.scratch and t in self._stage_locals]
             params += "".join(f", float *{t}_scratch" for t in scratch)
-            head = [f"extern \"C\" __global__ void {name}({params}) {{",
+            threads = min(max(self.thread_product, 1), MAX_THREADS)
+            # the block size bounds the registers per thread: a launch never asks for more
+            # registers than an SM has
+            head = [f"extern \"C\" __global__ void __launch_bounds__({threads}) "
+                    f"{name}({params}) {{",
                     "    const int tid = threadIdx.x;", "    (void)tid;"]
             for t in self._stage_locals:
                 words = math.prod(pitched(self.buffers[t].extents))
@@ -110,7 +114,7 @@ class _CudaGenerator(_Generator):
                     head.append(f"    __shared__ float {t}_pool[{words}];")
             texts.append("\n".join(head + body + ["}"]) + "\n")
             blocks = math.prod(f for _, f in self.grid) or 1
-            launches.append(Launch(name, blocks, min(max(self.thread_product, 1), MAX_THREADS),
+            launches.append(Launch(name, blocks, threads,
                                    tensors + tuple(f"{t}_scratch" for t in scratch)))
             self._stage_locals = []
         scratch_words = {t: math.prod(pitched(self.buffers[t].extents)) * max(
