@@ -37,7 +37,8 @@ SHAPES = {"attention": [TINY, {"b": 1, "m": 12, "l": 8, "k": 6, "n": 4}],
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("gpu-campaign")
-    prepare_campaign(GpuCampaign(shapes=SHAPES, points=4, min_blocks=1), folder,
+    prepare_campaign(GpuCampaign(shapes=SHAPES, points=4, min_blocks=1, profile=4,
+                                 profile_max_s=100.0), folder,
                      build_binaries=False, progress=lambda m: None)
     return folder
 
@@ -90,7 +91,12 @@ def test_run_script_with_cpu_built_programs_then_report(prepared, tmp_path):
                                 tmp_path / "build" / program)
         shutil.copy(binary, prepared / program)
     results = tmp_path / "results"
-    env = {"PATH": "/usr/bin:/bin", "OUT": str(results), "OMP_WAIT_POLICY": "passive"}
+    tools = tmp_path / "tools"  # an ncu that reports (id + 1) x 1000 DRAM bytes read
+    tools.mkdir()
+    (tools / "ncu").write_text(FAKE_NCU)
+    (tools / "ncu").chmod(0o755)
+    env = {"PATH": f"{tools}:/usr/bin:/bin", "OUT": str(results),
+           "OMP_WAIT_POLICY": "passive"}
     done = subprocess.run(["bash", str(prepared / "run.sh")], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -101,14 +107,34 @@ def test_run_script_with_cpu_built_programs_then_report(prepared, tmp_path):
     assert (timings.status == "ok").all()
     assert (timings.max_rel_err < 1e-5).all()
     assert (timings.min_s <= timings.median_s).all() and (timings.reps >= 1).all()
-    assert "ncu not found" in (results / "run.log").read_text()
+    profiled = {int(i) for ln in (results / "run.log").read_text().splitlines()
+                if "ncu on " in ln for i in ln.split("(")[1].split(")")[0].split(",")}
+    assert len(profiled) == 4  # one per program (4 in all)
     out = tmp_path / "report"
     assert main(["validate", "gpu", "--results", str(results), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
+    measured = pd.read_csv(out / "measurements.csv").set_index("id")
+    for i in profiled:
+        assert measured.loc[i, "measured_dram_bytes"] == (i + 1) * 1000
+    assert summary["traffic_points"]["dram"] == 4
     assert summary["counts"]["correct"] == len(campaign)
     assert summary["machine"]["device"] == "CPU emulation"
     assert summary["heldout"] == "by shape"
     assert (out / "report.md").read_text().startswith("# GPU campaign")
+
+
+FAKE_NCU = r"""#!/usr/bin/env bash
+[ "${1:-}" = "--version" ] && { echo "fake ncu"; exit 0; }
+prev=""; ids=""
+for a in "$@"; do [ "$prev" = "--only" ] && ids="$a"; prev="$a"; done
+printf '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+printf '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+printf '"Metric Value"\n'
+for i in ${ids//,/ }; do
+    printf '"0","1","p","h","k%s_stage0","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0",' "$i"
+    printf '"s","dram__bytes_read.sum","byte","%s"\n' $(( (i + 1) * 1000 ))
+done
+"""
 
 
 def test_results_recover_the_parameters_that_made_synthetic_timings(prepared, tmp_path):

@@ -67,6 +67,7 @@ class GpuCampaign:
     kernel_s: float = 0.1  # timed repetitions per dataflow (3 to 50; 1 for a slow one)
     profile: int = 40  # dataflows measured under ncu
     profile_timeout_s: int = 80  # ncu, all programs together
+    profile_max_s: float = 0.002  # ncu profiles dataflows whose median is below this
 
 
 def shape_text(sizes: dict[str, int]) -> str:
@@ -268,7 +269,7 @@ def run_script(campaign: GpuCampaign, programs: list[str], frame: pd.DataFrame) 
         f"    run_profiled {p} {per_profile} {','.join(map(str, candidates[p]))}"
         for p in programs if candidates.get(p))
     return RUN_SH.format(timing=timing, profiled=profiled, kernel_s=campaign.kernel_s,
-                         programs=" ".join(programs),
+                         programs=" ".join(programs), profile_max_s=campaign.profile_max_s,
                          deadline_s=int(DEADLINE_S), hard_s=int(per_program + 15),
                          profile_each=max(10, campaign.profile_timeout_s // len(programs)))
 
@@ -303,12 +304,12 @@ run_timed() {{  # program, budget in seconds
         --budget-s "$2" --kernel-s {kernel_s} 2>>"$LOG"
     log "$1 finished with status $? after $(( $(date +%s) - START )) s"
 }}
-run_profiled() {{  # program, how many, candidate ids: those that ran ok in under 2 ms
+run_profiled() {{  # program, how many, candidate ids: those that ran ok and fast
     local ids
     ids=$(awk -F, -v want="$3" -v n="$2" '
         BEGIN {{ k = split(want, a, ","); for (i = 1; i <= k; ++i) c[a[i]] = 1 }}
-        NR > 1 && ($1 in c) && $2 == "ok" && $3 + 0 < 0.002 && taken < n {{
-            printf "%s%s", (taken ? "," : ""), $1; ++taken }}' \\
+        NR > 1 && ($1 in c) && $2 == "ok" && $3 + 0 < {profile_max_s} && taken < n {{
+            printf "%s%s", (taken ? "," : ""), $1; ++taken }}' \
         "$RESULTS/timings.csv" 2>/dev/null)
     local limit=$(( $(left) < {profile_each} ? $(left) : {profile_each} ))
     if [ -z "$ids" ] || [ "$limit" -lt 5 ]; then log "ncu: nothing profiled for $1"; return; fi
