@@ -288,8 +288,8 @@ LOG="$RESULTS/run.log"
 log() {{ echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG" >&2; }}
 cp "$HERE/campaign.csv" "$HERE/manifest.json" "$RESULTS/"
 rm -f "$RESULTS/timings.csv" "$RESULTS/ncu.csv"
-log "device: $(nvidia-smi --format=csv,noheader \\
-    --query-gpu=name,driver_version,memory.total,clocks.max.sm 2>/dev/null || echo unknown)"
+QUERY=name,driver_version,memory.total,clocks.max.sm
+log "device: $(nvidia-smi --query-gpu=$QUERY --format=csv,noheader 2>/dev/null || echo unknown)"
 BIN="$(mktemp -d)"  # the programs, executable whatever the copy of this folder kept
 trap 'rm -rf "$BIN"' EXIT
 for p in {programs}; do cp "$HERE/$p" "$BIN/" && chmod +x "$BIN/$p"; done
