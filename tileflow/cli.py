@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validate", help="model accuracy against measurements")
     va.add_argument("target", choices=["rtl", "cpu", "gpu"],
                     help="rtl: the RTL-measured systolic accelerator (1,152 GEMMs, 131 chains); "
-                         "cpu, gpu: measure real kernels on this machine (out: validate/cpu)")
+                         "cpu: measure real kernels on this machine (out: validate/cpu); "
+                         "gpu: --prepare DIR builds CUDA kernels and DIR/run.sh for a GPU, "
+                         "--results DIR reports what run.sh measured (out: validate/gpu)")
     va.add_argument("--data", metavar="DIR",
                     help="folder with gemm_1152.csv and gemm_chain_131.csv, the RTL "
                          "measurements published with the TileFlow paper's artifact "

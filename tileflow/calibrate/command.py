@@ -87,17 +87,42 @@ def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: 
 
 
 def validate_gpu(config_path: str | None, points: int | None, out: str | None,
-                 report_only: bool) -> dict:
-    """Not a campaign yet: the CUDA generator and launcher exist, the GPU campaign does not."""
-    from tileflow.kernels.cuda_launch import gpu_missing
+                 prepare: str | None, results: str | None,
+                 prepared: str | None = None) -> dict:
+    """--prepare DIR: build the campaign's CUDA programs and run.sh here (nvcc, no GPU);
+    --results DIR: read what run.sh measured on the GPU and write the report."""
+    from tileflow.calibrate import gpu_campaign, gpu_report, gpu_results
 
-    reason = gpu_missing()
-    if reason:
-        raise InputError(f"tileflow validate gpu needs a CUDA GPU and PyCUDA: {reason}")
-    raise InputError("tileflow validate gpu: the GPU campaign is not implemented yet; "
-                     "kernels can be generated, launched and timed from Python with "
-                     "tileflow.kernels.cuda_source.generate_cuda and "
-                     "tileflow.kernels.cuda_launch.run_cuda")
+    if bool(prepare) == bool(results):
+        raise InputError("tileflow validate gpu needs either --prepare DIR (build the "
+                         "campaign here) or --results DIR (report what run.sh measured)")
+    if prepare:
+        if config_path:
+            raise InputError("tileflow validate gpu --prepare takes no --config: the "
+                             "campaign's shapes are built in (see docs/gpu-validation.md)")
+        campaign = gpu_campaign.GpuCampaign()
+        if points is not None:
+            if points < 1:
+                raise InputError(f"--points must be at least 1, got {points}")
+            campaign = gpu_campaign.GpuCampaign(points=points)
+        frame = gpu_campaign.prepare_campaign(campaign, Path(prepare),
+                                              progress=lambda m: print(m, file=sys.stderr))
+        return {"prepared": str(prepare), "dataflows": int(len(frame)),
+                "programs": sorted(frame.program.unique().tolist())}
+    from tileflow.specs.arch import load_arch
+
+    folder = Path(results)
+    campaign, manifest = gpu_results.read_campaign(Path(prepared) if prepared else folder)
+    timings = gpu_results.read_timings(folder / "timings.csv")
+    ncu, notes = gpu_results.read_ncu(folder / "ncu.csv")
+    measured, counts = gpu_results.join(campaign, timings, ncu, str(folder / "timings.csv"))
+    study = gpu_results.study(measured, load_arch(manifest.get("arch", gpu_campaign.ARCH)))
+    target = Path(out or "validate/gpu")
+    command = f"tileflow validate gpu --results {results}" + (
+        f" --prepared {prepared}" if prepared else "") + (f" --out {out}" if out else "")
+    gpu_report.write(study, target, command, gpu_results.fingerprint(timings, manifest),
+                     counts, notes)
+    return {**study.summary, "report": str(target / "report.md")}
 
 
 def add_campaign_options(parser) -> None:
@@ -107,6 +132,15 @@ def add_campaign_options(parser) -> None:
     parser.add_argument("--points", type=int, help="dataflows per workload (default 200)")
     parser.add_argument("--report-only", action="store_true",
                         help="rebuild the report from the saved measurements.csv")
+    parser.add_argument("--prepare", metavar="DIR",
+                        help="gpu: choose the campaign, build its CUDA programs with nvcc "
+                             "and write DIR/run.sh to run on a GPU (no GPU needed here)")
+    parser.add_argument("--results", metavar="DIR",
+                        help="gpu: the folder run.sh wrote on the GPU; writes the report "
+                             "(default out: validate/gpu)")
+    parser.add_argument("--prepared", metavar="DIR",
+                        help="gpu --results: the prepared folder, where DIR lacks the "
+                             "campaign.csv and manifest.json run.sh copies")
     parser.add_argument("--remeasure-traffic", action="store_true",
                         help="cpu: measure the saved kernels' cache traffic again and "
                              "recompute the model's traffic columns, keeping their timings; "
@@ -121,7 +155,18 @@ def run(args) -> int:
             summary = validate_cpu(args.config, args.points, out, args.report_only,
                                    getattr(args, "remeasure_traffic", False))
         else:
-            summary = validate_gpu(args.config, args.points, out, args.report_only)
+            summary = validate_gpu(args.config, args.points, out, args.prepare,
+                                   args.results, args.prepared)
+            if args.json or "prepared" in summary:
+                print(json.dumps(summary, indent=2, default=str))
+            else:
+                print(f"points: {summary['points']}; held-out ({summary['heldout']}) "
+                      f"latency Spearman {summary['latency_spearman_heldout']:.3f}, MAPE "
+                      f"{summary['latency_mape_heldout']:.1%}; traffic R^2: "
+                      + (", ".join(f"{k} {v:.3f}" for k, v in summary["traffic_r2"].items())
+                         or "none measured"))
+                print(f"report written to {summary['report']}")
+            return 0
     except KeyboardInterrupt:
         folder = Path(out or "validate/cpu")
         print(f"interrupted: every kernel measured so far is in {folder / 'measurements.csv'};"

@@ -262,6 +262,11 @@ class _Generator:
             conditions += guards
         out, _ = self.address(op.output, g, scope)
         rhs = _expression(op, operands)
+        self.statement(op, out, rhs, conditions, depth)
+
+    def statement(self, op: Operator, out: str, rhs: str, conditions: list[str],
+                  depth: int) -> None:
+        """Emit the operator's update of `out` by `rhs` where every condition holds."""
         if op.update == "+=":
             stmt = f"{out} += {rhs};"
         elif op.update == "max=":

@@ -20,6 +20,7 @@ static tf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+#define __launch_bounds__(threads)
 #define __restrict__ __restrict
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
@@ -47,13 +48,15 @@ def run_emulated(cuda: CudaSource, shapes, inputs) -> dict[str, np.ndarray]:
     """Every launch in order on the CPU; returns the tensors (logical shapes)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     lib = ctypes.CDLL(str(compile_shared(emulator_source(cuda), FLAGS)))
-    storage = {t: np.zeros(cuda.layouts.get(t, shapes[t]), dtype=np.float32)
+    # everything the kernels must write starts as NaN: a value they rely on but never set
+    # shows in the results (device memory is not zeroed either)
+    storage = {t: np.full(cuda.layouts.get(t, shapes[t]), np.nan, dtype=np.float32)
                for t in cuda.tensors}
     views = {t: storage[t][tuple(slice(0, e) for e in shapes[t])] for t in cuda.tensors}
     for t, value in inputs.items():
         views[t][...] = value
     for t, words in cuda.scratch_words.items():
-        storage[f"{t}_scratch"] = np.zeros(words, dtype=np.float32)
+        storage[f"{t}_scratch"] = np.full(words, np.nan, dtype=np.float32)
     for launch in cuda.launches:
         fn = getattr(lib, f"run_{launch.name}")
         fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]

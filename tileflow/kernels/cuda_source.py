@@ -11,6 +11,7 @@ per child, launched in order (the launch boundary is the only grid-wide barrier)
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from tileflow.kernels.c_source import INIT, _Generator, _Loop, _Scope, pitched
@@ -75,9 +76,9 @@ class _CudaGenerator(_Generator):
             stages = [(f"root.{i}", c) for i, c in enumerate(root.children)]
         launches: list[Launch] = []
         texts = [CUDA_PRELUDE]
-        for op in w.ops:  # outputs that accumulate start from the update's identity
+        for op in w.ops:  # tensors in memory that accumulate start from the identity
             t = op.output.tensor
-            if op.accumulates and t not in self.buffers:
+            if op.accumulates and (t not in self.buffers or not self.buffers[t].local):
                 n = math.prod(pitched(w.shapes[t]))
                 name = f"{self.prefix}_init_{t}"
                 texts.append(f"extern \"C\" __global__ void {name}(float *{t}) {{\n"
@@ -98,7 +99,11 @@ class _CudaGenerator(_Generator):
             params = ", ".join(f"float *__restrict__ {t}" for t in tensors)
             scratch = [t for t in self.local if t in self.scratch and t in self._stage_locals]
             params += "".join(f", float *{t}_scratch" for t in scratch)
-            head = [f"extern \"C\" __global__ void {name}({params}) {{",
+            threads = min(max(self.thread_product, 1), MAX_THREADS)
+            # the block size bounds the registers per thread: a launch never asks for more
+            # registers than an SM has
+            head = [f"extern \"C\" __global__ void __launch_bounds__({threads}) "
+                    f"{name}({params}) {{",
                     "    const int tid = threadIdx.x;", "    (void)tid;"]
             for t in self._stage_locals:
                 words = math.prod(pitched(self.buffers[t].extents))
@@ -109,7 +114,7 @@ class _CudaGenerator(_Generator):
                     head.append(f"    __shared__ float {t}_pool[{words}];")
             texts.append("\n".join(head + body + ["}"]) + "\n")
             blocks = math.prod(f for _, f in self.grid) or 1
-            launches.append(Launch(name, blocks, min(max(self.thread_product, 1), MAX_THREADS),
+            launches.append(Launch(name, blocks, threads,
                                    tensors + tuple(f"{t}_scratch" for t in scratch)))
             self._stage_locals = []
         scratch_words = {t: math.prod(pitched(self.buffers[t].extents)) * max(
@@ -129,6 +134,13 @@ class _CudaGenerator(_Generator):
         level = self.nest.plan.arch.level_index[tile.level]
         below = set(ops_under(tile))
         reductions = self.nest.reduction_dims_below(tile)
+        accumulator = self._register_tile(tile)
+        if accumulator:
+            op = self.w.op_by_name[tile.children[0].op]
+            name = self.fresh("acc")
+            self.emit(f"float {name} = {INIT[op.update]};  /* {op.name}: register "
+                      "accumulator */", depth)
+            self._acc = {"name": name, "names": set(), "out": None, "conditions": []}
         for j, lp in enumerate(tile.loops):
             if lp.factor == 1:
                 continue
@@ -155,6 +167,9 @@ class _CudaGenerator(_Generator):
                           f"/* {lp} threads stride {stride} */", depth)
                 self.emit(f"if ({guard}{var} >= {lo} && {var} < {hi}) {{", depth)
             else:
+                if accumulator:  # a constant-trip loop of the register tile
+                    self.emit("#pragma unroll", depth)
+                    self._acc["names"] |= {var, new}
                 self.emit(f"for (int {var} = {lo}; {var} < {hi}; ++{var}) {{  "
                           f"/* {lp} stride {stride} */", depth)
             depth += 1
@@ -177,6 +192,42 @@ class _CudaGenerator(_Generator):
         for _ in range(opened):
             depth -= 1
             self.emit("}", depth)
+        if accumulator:
+            acc, self._acc = self._acc, None
+            op = self.w.op_by_name[tile.children[0].op]
+            update = (f"{acc['out']} += {acc['name']};" if op.update == "+=" else
+                      f"{acc['out']} = fmaxf({acc['out']}, {acc['name']});")
+            if acc["conditions"]:
+                update = f"if ({' && '.join(acc['conditions'])}) {update}"
+            self.emit(update, depth)
+
+    _acc: dict | None = None
+
+    def _register_tile(self, tile: Tile) -> bool:
+        """A tile holding one accumulating operator whose loops (of more than one step) are
+        temporal loops over dims it reduces: the output element stays in a register
+        across them, written once after."""
+        if len(tile.children) != 1 or not isinstance(tile.children[0], Op):
+            return False
+        op = self.w.op_by_name[tile.children[0].op]
+        loops = [lp for lp in tile.loops if lp.factor > 1]
+        return (op.update in ("+=", "max=") and bool(loops)
+                and all(not lp.spatial and lp.dim in op.reduction_dims for lp in loops))
+
+    def statement(self, op, out: str, rhs: str, conditions: list[str], depth: int) -> None:
+        """In a register tile: update the accumulator; the output's own conditions (those
+        not on the tile's loops) guard the one write after the loops."""
+        if self._acc is None:
+            return super().statement(op, out, rhs, conditions, depth)
+        acc = self._acc
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, acc["names"])) + r")\b")
+        acc["out"] = out
+        acc["conditions"] = [c for c in conditions if not pattern.search(c)]
+        stmt = (f"{acc['name']} += {rhs};" if op.update == "+=" else
+                f"{acc['name']} = fmaxf({acc['name']}, {rhs});")
+        if conditions:
+            stmt = f"if ({' && '.join(conditions)}) {stmt}"
+        self.emit(f"{stmt}  /* {op.name}: {op} */", depth)
 
     def _thread_total(self, tile: Tile) -> int:
         """Threads the loops of a one-operator chain of tiles spread over (from `tile` down)."""
@@ -213,8 +264,10 @@ class _CudaGenerator(_Generator):
         words = math.prod(pitched(b.extents))
         if t not in self._stage_locals:
             self._stage_locals = [*self._stage_locals, t]
-            if words * 4 > SHARED_LIMIT_BYTES or not self.grid:
-                self.scratch[t] = words
+            shared = sum(math.prod(pitched(self.buffers[u].extents)) * 4
+                         for u in self._stage_locals[:-1] if u not in self.scratch)
+            if shared + words * 4 > SHARED_LIMIT_BYTES or not self.grid:
+                self.scratch[t] = words  # the block's static shared memory is full
         self.emit(f"float *{t}_local = {t}_pool;", depth)
         if producer.accumulates:
             self.emit(f"for (long z = tid; z < {words}L; z += blockDim.x) "

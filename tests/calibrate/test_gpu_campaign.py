@@ -1,0 +1,241 @@
+"""The GPU campaign without a GPU: random GPU trees are valid and compute the workload
+(emulated), the prepared programs compile with nvcc where it exists, run.sh runs the
+programs built for the CPU (`cuda_harness.build_emulated`) and writes the CSV the report
+reads; the report recovers known parameters from synthetic timings and refuses bad files.
+No figure here is a GPU measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tileflow.calibrate import latency
+from tileflow.calibrate.gpu_campaign import GpuCampaign, op_threads, prepare_campaign
+from tileflow.calibrate.gpu_results import read_ncu, shape_folds, topk_regret
+from tileflow.cli import main
+from tileflow.kernels.cuda_emulate import run_emulated
+from tileflow.kernels.cuda_harness import COLUMNS, build_emulated
+from tileflow.kernels.cuda_source import MAX_THREADS, generate_cuda
+from tileflow.kernels.gpu_trees import blocks_of, random_valid_gpu_trees
+from tileflow.kernels.nest import analyse
+from tileflow.kernels.reference import random_inputs, run_reference
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import load_workload
+
+TINY = {"b": 2, "m": 8, "l": 12, "k": 4, "n": 6}
+SHAPES = {"attention": [TINY, {"b": 1, "m": 12, "l": 8, "k": 6, "n": 4}],
+          "gemm-chain": [TINY, {"b": 1, "m": 12, "l": 8, "k": 6, "n": 4}]}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("gpu-campaign")
+    prepare_campaign(GpuCampaign(shapes=SHAPES, points=4, min_blocks=1, profile=4,
+                                 profile_max_s=100.0), folder,
+                     build_binaries=False, progress=lambda m: None)
+    return folder
+
+
+@pytest.mark.parametrize("workload", ["attention", "gemm-chain"])
+def test_random_gpu_trees_spread_blocks_and_threads_and_compute_the_workload(workload):
+    w = load_workload(workload, {"b": 2, "m": 16, "l": 24, "k": 8, "n": 12})
+    arch = load_arch("gpu-h100")
+    x = random_inputs(w, 3)
+    ref = run_reference(w, x)
+    flows = random_valid_gpu_trees(w, arch, 4, seed=5, min_blocks=4)
+    assert len(flows) == 4
+    for flow in flows:
+        assert 4 <= blocks_of(flow) <= 132  # at least min_blocks, at most one per SM
+        nest = analyse(w, arch, flow)
+        assert all(1 <= n <= MAX_THREADS for n in op_threads(nest).values())
+        source = generate_cuda(nest)
+        out = run_emulated(source, w.shapes, x)
+        for t in w.outputs:
+            assert np.abs(out[t] - ref[t]).max() <= 1e-5 * np.abs(ref[t]).max(), flow.name
+
+
+def test_prepared_folder_holds_programs_data_predictions_and_run_script(prepared):
+    campaign = pd.read_csv(prepared / "campaign.csv")
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert manifest["programs"] == ["attention_0", "attention_1", "gemm-chain_0",
+                                    "gemm-chain_1"]
+    assert sorted(campaign.program.unique()) == manifest["programs"]
+    assert campaign.id.tolist() == list(range(len(campaign)))  # ids unique, in order
+    assert (campaign.model_s > 0).all() and (campaign.blocks >= 1).all()
+    for program in manifest["programs"]:
+        text = (prepared / f"{program}.cu").read_text()
+        for i in campaign[campaign.program == program].id:
+            assert f"run_{i}(" in text  # every dataflow of the shape has its launcher
+        w = load_workload(program.rsplit("_", 1)[0],
+                          SHAPES[program.rsplit("_", 1)[0]][int(program[-1])])
+        for t in w.inputs:  # pitched float32: rows of a multiple of 64 get 16 more words
+            shape = w.shapes[t]
+            words = math.prod(shape[:-1]) * (shape[-1] + (16 if shape[-1] % 64 == 0 else 0))
+            assert (prepared / "data" / program / f"{t}.f32").stat().st_size == 4 * words
+    done = subprocess.run(["bash", "-n", str(prepared / "run.sh")], capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_run_script_with_cpu_built_programs_then_report(prepared, tmp_path):
+    """run.sh as on the GPU, with the programs built for the CPU in their place: every
+    dataflow gets a row, every result matches the reference; --results reports them."""
+    for program in json.loads((prepared / "manifest.json").read_text())["programs"]:
+        binary = build_emulated((prepared / f"{program}.cu").read_text(),
+                                tmp_path / "build" / program)
+        shutil.copy(binary, prepared / program)
+    results = tmp_path / "results"
+    tools = tmp_path / "tools"  # an ncu that reports (id + 1) x 1000 DRAM bytes read
+    tools.mkdir()
+    (tools / "ncu").write_text(FAKE_NCU)
+    (tools / "ncu").chmod(0o755)
+    env = {"PATH": f"{tools}:/usr/bin:/bin", "OUT": str(results),
+           "OMP_WAIT_POLICY": "passive"}
+    done = subprocess.run(["bash", str(prepared / "run.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    timings = pd.read_csv(results / "timings.csv")
+    campaign = pd.read_csv(prepared / "campaign.csv")
+    assert list(timings.columns) == list(COLUMNS)
+    assert sorted(timings.id) == sorted(campaign.id)
+    assert (timings.status == "ok").all()
+    assert (timings.max_rel_err < 1e-5).all()
+    assert (timings.min_s <= timings.median_s).all() and (timings.reps >= 1).all()
+    profiled = {int(i) for ln in (results / "run.log").read_text().splitlines()
+                if "ncu on " in ln for i in ln.split("(")[1].split(")")[0].split(",")}
+    assert len(profiled) == 4  # one per program (4 in all)
+    out = tmp_path / "report"
+    assert main(["validate", "gpu", "--results", str(results), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    measured = pd.read_csv(out / "measurements.csv").set_index("id")
+    for i in profiled:
+        assert measured.loc[i, "measured_dram_bytes"] == (i + 1) * 1000
+    assert summary["traffic_points"]["dram"] == 4
+    assert summary["counts"]["correct"] == len(campaign)
+    assert summary["machine"]["device"] == "CPU emulation"
+    assert summary["heldout"] == "by shape"
+    assert (out / "report.md").read_text().startswith("# GPU campaign")
+
+
+FAKE_NCU = r"""#!/usr/bin/env bash
+[ "${1:-}" = "--version" ] && { echo "fake ncu"; exit 0; }
+prev=""; ids=""
+for a in "$@"; do [ "$prev" = "--only" ] && ids="$a"; prev="$a"; done
+printf '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+printf '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+printf '"Metric Value"\n'
+for i in ${ids//,/ }; do
+    printf '"0","1","p","h","k%s_stage0","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0",' "$i"
+    printf '"s","dram__bytes_read.sum","byte","%s"\n' $(( (i + 1) * 1000 ))
+done
+"""
+
+
+def test_results_recover_the_parameters_that_made_synthetic_timings(prepared, tmp_path):
+    """Timings computed from the latency form with known parameters: the fit with each shape
+    held out predicts them (MAPE near 0, Spearman 1)."""
+    campaign = pd.read_csv(prepared / "campaign.csv")
+    arch = load_arch("gpu-h100")
+    params = latency.parameter_set(arch)
+    values = np.array([2 * v if p.log_scale else v
+                       for v, p in zip(params.defaults, params.parameters, strict=True)])
+    features = {c: campaign[c].to_numpy(float) for c in latency.feature_columns(arch)}
+    seconds = latency.cycles(features, values, arch) / (arch.clock_ghz * 1e9)
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(prepared / "campaign.csv", results)
+    shutil.copy(prepared / "manifest.json", results)
+    pd.DataFrame({"id": campaign.id, "status": "ok", "median_s": seconds, "min_s": seconds,
+                  "max_s": seconds, "first_s": seconds, "reps": 5, "max_rel_err": 1e-7,
+                  "device": "synthetic", "sm_count": 132, "l2_bytes": 52428800,
+                  "cc": "9.0", "driver_version": 13000, "runtime_version": 13000}
+                 ).to_csv(results / "timings.csv", index=False)
+    out = tmp_path / "report"
+    assert main(["validate", "gpu", "--results", str(results), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["latency_mape_heldout"] < 0.02
+    assert summary["latency_spearman_heldout"] > 0.99
+
+
+@pytest.mark.parametrize("column,value,expected", [
+    ("median_s", -1.0, "column 'median_s'"),
+    ("id", 1.5, "column 'id'"),
+    ("reps", 0, "column 'reps'"),
+])
+def test_bad_timings_are_refused_naming_file_row_and_column(prepared, tmp_path, capsys,
+                                                           column, value, expected):
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(prepared / "campaign.csv", results)
+    shutil.copy(prepared / "manifest.json", results)
+    rows = pd.DataFrame({"id": [0, 1], "status": "ok", "median_s": 1e-3, "min_s": 1e-3,
+                         "max_s": 1e-3, "first_s": 1e-3, "reps": 5, "max_rel_err": 0.0,
+                         "device": "x", "sm_count": 1, "l2_bytes": 1, "cc": "9.0",
+                         "driver_version": 1, "runtime_version": 1})
+    rows[column] = rows[column].astype(float)
+    rows.loc[1, column] = value
+    rows.to_csv(results / "timings.csv", index=False)
+    assert main(["validate", "gpu", "--results", str(results), "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "timings.csv: row 3" in err and expected in err and "Traceback" not in err
+
+
+def test_ncu_bytes_are_summed_per_dataflow_in_base_units(tmp_path):
+    header = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+              '"Block Size","Grid Size","Device","CC","Section Name","Metric Name",'
+              '"Metric Unit","Metric Value"')
+
+    def line(i, kernel, metric, unit, value):
+        return (f'"{i}","1","p","h","{kernel}","1","7","(128, 1, 1)","(16, 1, 1)","0","9.0",'
+                f'"Command line profiler metrics","{metric}","{unit}","{value}"')
+
+    text = "\n".join(["==PROF== Connected to process 1", header,
+                      line(0, "k3_init_E", "dram__bytes_write.sum", "byte", "1,024"),
+                      line(1, "k3_stage0", "dram__bytes_read.sum", "Kbyte", "2.5"),
+                      line(1, "k3_stage0", "dram__bytes_write.sum", "byte", "100"),
+                      line(1, "k3_stage0", "lts__t_bytes.sum", "Mbyte", "1"),
+                      line(2, "k4_stage0", "dram__bytes_read.sum", "byte", "n/a")])
+    path = tmp_path / "ncu.csv"
+    path.write_text(text + "\n")
+    frame, notes = read_ncu(path)
+    row = frame.set_index("id").loc[3]
+    assert row.measured_dram_read_bytes == 2500
+    assert row.measured_dram_write_bytes == 1124
+    assert row.measured_dram_bytes == 3624
+    assert row.measured_l2_bytes == 1e6
+    assert 4 not in set(frame.id) and "1 line(s)" in notes[0]
+
+
+def test_shape_folds_hold_out_one_shape_of_every_workload():
+    frame = pd.DataFrame({"workload": ["a", "a", "a", "g", "g", "g"],
+                          "shape": ["s1", "s2", "s1", "t1", "t1", "t2"]})
+    folds = shape_folds(frame)
+    assert [sorted(test.tolist()) for _, test in folds] == [[0, 2, 3, 4], [1, 5]]
+    for train, test in folds:
+        assert sorted([*train, *test]) == list(range(6))
+
+
+def test_topk_regret():
+    predicted = [3.0, 1.0, 2.0, 4.0]
+    measured = [1.0, 1.5, 1.2, 2.0]
+    assert topk_regret(predicted, measured, 1) == pytest.approx(0.5)
+    assert topk_regret(predicted, measured, 2) == pytest.approx(0.2)
+    assert topk_regret(predicted, measured, 3) == 0.0
+
+
+def test_prepared_programs_compile_with_nvcc(tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed: the GPU programs are not built here")
+    prepare_campaign(GpuCampaign(shapes={"gemm-chain": [TINY]}, points=2, min_blocks=1),
+                     tmp_path, progress=lambda m: None)
+    binary = tmp_path / "gemm-chain_0"
+    assert binary.exists()
+    assert binary.read_bytes()[:4] == b"\x7fELF"
+    assert binary.read_bytes()[18] == 0x3E  # e_machine: x86-64

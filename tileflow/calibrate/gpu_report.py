@@ -1,0 +1,92 @@
+"""The GPU campaign's report: measurements.csv (every measured dataflow with its
+predictions), summary.json (metrics, fitted parameters, the machine's fingerprint) and
+report.md (predicted against measured, held out by shape)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tileflow.calibrate.gpu_results import MAX_REL_ERR, GpuStudy
+from tileflow.outputs import write_csv, write_text_atomic
+
+
+def _fmt(v, pct: bool = False) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "n/a"
+    return f"{v:.1%}" if pct else f"{v:.3f}"
+
+
+def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts: dict,
+          notes: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    columns = [c for c in study.frame.columns if c != "tree"] + ["tree"]
+    write_csv(study.frame[columns], folder / "measurements.csv")
+    summary = {**study.summary, "machine": fingerprint, "counts": counts, "notes": notes,
+               "measured": "median of CUDA-event timings of each dataflow's launches"}
+    write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2, default=str)
+                      + "\n")
+    s, f = study.summary, study.frame
+    lines = [
+        "# GPU campaign: the model against measured CUDA kernels", "",
+        f"Command: `{command}`", "",
+        f"Machine: {fingerprint.get('device')} ({fingerprint.get('sm_count')} SMs, L2 "
+        f"{int(fingerprint.get('l2_bytes') or 0) / 2**20:.0f} MiB, compute capability "
+        f"{fingerprint.get('cc')}), driver {fingerprint.get('driver_version')}, runtime "
+        f"{fingerprint.get('runtime_version')}; kernels built with "
+        f"{fingerprint.get('nvcc')} ({fingerprint.get('nvcc_flags')}).", "",
+        f"Dataflows: {counts['prepared']} prepared, {counts['reported']} reported, "
+        f"{counts['ran']} ran, {counts['correct']} correct (max relative error <= "
+        f"{MAX_REL_ERR:g}) and used below; {counts['wrong_results']} with wrong results; "
+        f"not run: {counts['not_run'] or 'none'}; missing from the results: "
+        f"{counts['missing_from_results']}.", "",
+        "Each time is the median of CUDA-event timings of the dataflow's whole launch "
+        "sequence after a warm-up run. The latency parameters of the CPU path "
+        "(`tileflow.calibrate.latency`) are fitted with each workload's shape held out in "
+        f"turn ({s['heldout']}): every held-out prediction comes from parameters that never "
+        "saw that shape.", "",
+        "## Latency", "",
+        "| metric | value |", "|---|---|",
+        f"| held-out Spearman (all rows) | {_fmt(s['latency_spearman_heldout'])} |",
+        f"| held-out MAPE | {_fmt(s['latency_mape_heldout'], True)} |",
+        f"| uncalibrated model Spearman | {_fmt(s['uncalibrated']['model_spearman'])} |",
+        f"| uncalibrated model MAPE | {_fmt(s['uncalibrated']['model_mape'], True)} |",
+        f"| fit on all rows, rms log error | {_fmt(s['fit_rms_log_error_all'])} |", "",
+        "| workload shape | rows | held-out Spearman | top-1 regret | top-10 regret | "
+        "uncalibrated top-1 regret | best measured (GFLOP/s) |", "|---|---|---|---|---|---|---|"]
+    for key, best in s["best_measured"].items():
+        rows = int((f.workload + " " + f["shape"] == key).sum())
+        lines.append(
+            f"| {key} | {rows} | {_fmt(s['latency_spearman_within_shape_heldout'].get(key))} "
+            f"| {_fmt(s['top1_regret'].get(key), True)} "
+            f"| {_fmt(s['top10_regret'].get(key), True)} "
+            f"| {_fmt(s['uncalibrated']['top1_regret'].get(key), True)} "
+            f"| {best['dataflow']} ({best['kind']}): {best['median_s'] * 1e3:.3f} ms, "
+            f"{best['gflops']:.0f} |")
+    lines += ["", "## Traffic (ncu)", ""]
+    if s["traffic_r2"]:
+        lines += ["| boundary | points | R^2 (y = x) | Spearman |", "|---|---|---|---|"]
+        for name in s["traffic_r2"]:
+            lines.append(f"| {name} | {s['traffic_points'][name]} | "
+                         f"{_fmt(s['traffic_r2'][name])} | {_fmt(s['traffic_spearman'][name])} |")
+        lines += ["", "DRAM: `dram__bytes_read.sum + dram__bytes_write.sum` against the "
+                  "model's words across HBM-L2 x 4 bytes; L2: `lts__t_bytes.sum` against "
+                  "the words across L2-SMEM x 4 bytes (the kernels compute in float32)."]
+    else:
+        lines.append("No traffic measurements (ncu was not available or measured nothing).")
+    lines += ["", "## Fitted parameters (all rows)", "", "| parameter | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.4g} |" for k, v in s["parameters"].items()]
+    if s["bound_hits"]:
+        lines += ["", f"At a bound: {', '.join(s['bound_hits'])}."]
+    lines += ["", "## Predicted against measured (held out), fastest 15 per workload", "",
+              "| workload | shape | dataflow | kind | measured ms | held-out ms | model ms |",
+              "|---|---|---|---|---|---|---|"]
+    for _, g in f.sort_values("latency_s").groupby("workload", sort=True):
+        for r in g.head(15).itertuples():
+            lines.append(f"| {r.workload} | {r.shape} | {r.dataflow} | {r.kind} | "
+                         f"{r.latency_s * 1e3:.4f} | {r.calibrated_s * 1e3:.4f} | "
+                         f"{r.model_s * 1e3:.4f} |")
+    if notes:
+        lines += ["", "Notes: " + "; ".join(notes) + "."]
+    return write_text_atomic(folder / "report.md", "\n".join(lines) + "\n")
+

@@ -1,0 +1,259 @@
+"""`tileflow validate gpu --results DIR`: the files `run.sh` wrote on the GPU (timings.csv,
+optionally ncu.csv; campaign.csv and manifest.json copied from the prepared folder) ->
+the measured campaign joined with the model's predictions, the latency parameters fitted
+with each shape held out in turn, traffic compared where ncu measured it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tileflow.calibrate import latency, metrics
+from tileflow.calibrate.fit import Fit, cross_fit, fit
+from tileflow.errors import InputError
+from tileflow.kernels.cuda_harness import COLUMNS
+from tileflow.specs.arch import Architecture
+
+MAX_REL_ERR = 1e-3  # a dataflow whose outputs differ more from the reference is not timed
+MEASURED = "median_s"  # a GPU to itself: the median of the event timings
+FINGERPRINT = ("device", "sm_count", "l2_bytes", "cc", "driver_version", "runtime_version")
+NCU_METRICS = {"dram__bytes_read.sum": "measured_dram_read_bytes",
+               "dram__bytes_write.sum": "measured_dram_write_bytes",
+               "lts__t_bytes.sum": "measured_l2_bytes"}
+UNITS = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12}
+
+
+def read_timings(path: Path) -> pd.DataFrame:
+    """timings.csv, checked: every column of the harness, ids integers, times positive and
+    ordered (min <= median <= max) and errors non-negative on the rows that ran."""
+    if not path.exists():
+        raise InputError(f"{path}: not found (run.sh writes it into its results folder)")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a CSV file ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in COLUMNS if c not in frame]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected "
+                         f"{', '.join(COLUMNS)}")
+
+    def bad(i: int, column: str, expected: str) -> InputError:
+        return InputError(f"{path}: row {i + 2}, column '{column}': expected {expected}, got "
+                          f"{frame.at[i, column]!r}")
+
+    for i in frame.index:
+        value = frame.at[i, "id"]
+        if not (isinstance(value, (int, np.integer)) or (
+                isinstance(value, float) and value.is_integer())) or value < 0:
+            raise bad(i, "id", "a dataflow id (an integer >= 0)")
+        if frame.at[i, "status"] != "ok":
+            continue
+        for c in ("median_s", "min_s", "max_s", "first_s"):
+            v = pd.to_numeric(frame.at[i, c], errors="coerce")
+            if not (np.isfinite(v) and 0 < v < 3600):
+                raise bad(i, c, "a time in seconds, above 0 and below 3600")
+        if not frame.at[i, "min_s"] <= frame.at[i, "median_s"] <= frame.at[i, "max_s"]:
+            raise bad(i, "median_s", "min_s <= median_s <= max_s")
+        reps = pd.to_numeric(frame.at[i, "reps"], errors="coerce")
+        if not (np.isfinite(reps) and reps >= 1):
+            raise bad(i, "reps", "an integer >= 1")
+        err = pd.to_numeric(frame.at[i, "max_rel_err"], errors="coerce")
+        if not (np.isnan(err) or err >= 0):
+            raise bad(i, "max_rel_err", "a relative error >= 0 (or nan)")
+    if frame.id.duplicated().any():
+        i = int(frame.index[frame.id.duplicated()][0])
+        raise bad(i, "id", "each dataflow once")
+    frame["id"] = frame.id.astype(int)
+    return frame
+
+
+def read_ncu(path: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Bytes per dataflow from ncu's CSV (kernels named k<id>_..., metrics summed over a
+    dataflow's launches); (frame, notes). ncu may have been cut short: what parses is
+    kept, lines that do not are counted in the notes."""
+    notes: list[str] = []
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame(columns=["id", *NCU_METRICS.values()]), ["no ncu measurements"]
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.startswith('"')]
+    header = None
+    totals: dict[int, dict[str, float]] = {}
+    skipped = 0
+    for row in csv.reader(lines):
+        if "Kernel Name" in row and "Metric Name" in row:
+            header = {name: k for k, name in enumerate(row)}
+            continue
+        if header is None or len(row) < len(header):
+            skipped += 1
+            continue
+        match = re.match(r"k(\d+)_", row[header["Kernel Name"]])
+        metric = row[header["Metric Name"]]
+        unit = UNITS.get(row[header["Metric Unit"]].strip().lower().rstrip("s"))
+        try:
+            value = float(row[header["Metric Value"]].replace(",", ""))
+        except ValueError:
+            value = math.nan
+        if not match or metric not in NCU_METRICS or unit is None or not math.isfinite(value):
+            skipped += 1
+            continue
+        per = totals.setdefault(int(match.group(1)), dict.fromkeys(NCU_METRICS.values(), 0.0))
+        per[NCU_METRICS[metric]] += value * unit
+    if skipped:
+        notes.append(f"{path.name}: {skipped} line(s) not understood were left out")
+    frame = pd.DataFrame([{"id": k, **v} for k, v in sorted(totals.items())],
+                         columns=["id", *NCU_METRICS.values()])
+    if len(frame):
+        frame["measured_dram_bytes"] = (frame.measured_dram_read_bytes
+                                        + frame.measured_dram_write_bytes)
+    return frame, notes
+
+
+def read_campaign(folder: Path) -> tuple[pd.DataFrame, dict]:
+    csv_path, manifest_path = folder / "campaign.csv", folder / "manifest.json"
+    for p in (csv_path, manifest_path):
+        if not p.exists():
+            raise InputError(f"{p}: not found (run.sh copies it from the prepared folder; "
+                             "or pass --prepared DIR)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{manifest_path}: not JSON ({exc})") from None
+    frame = pd.read_csv(csv_path)
+    need = ["id", "workload", "shape", "kind", "model_s", *latency.INNER_COLUMNS]
+    missing = [c for c in need if c not in frame]
+    if missing:
+        raise InputError(f"{csv_path}: missing column(s) {', '.join(missing)}")
+    return frame, manifest
+
+
+@dataclass(frozen=True)
+class GpuStudy:
+    frame: pd.DataFrame  # measured rows with predictions (calibrated_s held out by shape)
+    fit: Fit  # on every measured row (the reported parameters)
+    summary: dict
+
+
+def join(campaign: pd.DataFrame, timings: pd.DataFrame, ncu: pd.DataFrame,
+         source: str) -> tuple[pd.DataFrame, dict]:
+    """Measured rows that ran correctly, with their predictions; counts of the others."""
+    unknown = sorted(set(timings.id) - set(campaign.id))
+    if unknown:
+        raise InputError(f"{source}: dataflow id(s) {unknown[:5]} are not in campaign.csv "
+                         "(results from another prepared campaign?)")
+    merged = campaign.merge(timings, on="id", how="inner")
+    if len(ncu):
+        merged = merged.merge(ncu, on="id", how="left")
+    ok = merged.status == "ok"
+    correct = ok & (merged.max_rel_err <= MAX_REL_ERR)
+    counts = {"prepared": int(len(campaign)), "reported": int(len(timings)),
+              "ran": int(ok.sum()), "correct": int(correct.sum()),
+              "wrong_results": int((ok & ~correct).sum()),
+              "not_run": {str(k): int(v) for k, v in
+                          merged[~ok].status.value_counts().items()},
+              "missing_from_results": int(len(set(campaign.id) - set(timings.id)))}
+    return merged[correct].reset_index(drop=True), counts
+
+
+def shape_folds(frame: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Fold k holds out every workload's k-th shape (in campaign order) and trains on the
+    rest: a prediction for a shape the parameters never saw."""
+    index = frame.groupby("workload")["shape"].transform(
+        lambda s: pd.Series(pd.factorize(s)[0], index=s.index))
+    folds = []
+    for k in sorted(index.unique()):
+        test = np.flatnonzero(index == k)
+        train = np.flatnonzero(index != k)
+        if len(train) and len(test):
+            folds.append((train, test))
+    return folds
+
+
+def topk_regret(predicted, measured, k: int) -> float:
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    return float(m[np.argsort(p, kind="stable")[:k]].min() / m.min() - 1)
+
+
+def study(frame: pd.DataFrame, arch: Architecture) -> GpuStudy:
+    """Fit the CPU path's latency parameters (`calibrate.latency`) to the GPU timings, each
+    shape held out in turn; metrics on the held-out predictions."""
+    if len(frame) < 4:
+        raise InputError(f"only {len(frame)} dataflow(s) ran correctly: too few to fit")
+    params = latency.parameter_set(arch)
+    features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
+    clock_hz = arch.clock_ghz * 1e9
+
+    def predict(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return latency.cycles({k: v[rows] for k, v in features.items()}, values, arch) / clock_hz
+
+    frame = frame.copy()
+    frame["latency_s"] = frame[MEASURED]
+    measured = frame.latency_s.to_numpy(float)
+    folds = shape_folds(frame)
+    every = np.arange(len(frame))
+    if folds:
+        held, _ = cross_fit(params, predict, measured, folds)
+    else:  # one shape per workload: nothing to hold out
+        held = np.full(len(frame), np.nan)
+    frame["calibrated_s"] = held
+    whole = fit(params, predict, measured, every)
+    frame["fitted_all_s"] = predict(whole.values, every)
+    frame["default_s"] = predict(params.defaults, every)
+    return GpuStudy(frame, whole, _summary(frame, whole, bool(folds)))
+
+
+def _summary(frame: pd.DataFrame, whole: Fit, heldout: bool) -> dict:
+    out: dict = {"points": {str(k): int(v) for k, v in frame.groupby("workload").size().items()},
+                 "shapes": {str(k): sorted(map(str, g["shape"].unique()))
+                            for k, g in frame.groupby("workload")},
+                 "heldout": "by shape" if heldout else "none (one shape per workload)"}
+    held = frame.dropna(subset=["calibrated_s"])
+    out["latency_spearman_heldout"] = metrics.spearman(held.calibrated_s, held.latency_s)
+    out["latency_mape_heldout"] = metrics.mape(held.calibrated_s, held.latency_s) \
+        if len(held) else float("nan")
+    within = metrics.within_groups(held, ["workload", "shape"], "calibrated_s", "latency_s") \
+        if len(held) else pd.DataFrame()
+    out["latency_spearman_within_shape_heldout"] = {
+        f"{r.workload} {r.shape}": r.spearman for r in within.itertuples()}
+    out["top1_regret"] = {}
+    out["top10_regret"] = {}
+    for (w, shape), g in held.groupby(["workload", "shape"]):
+        out["top1_regret"][f"{w} {shape}"] = topk_regret(g.calibrated_s, g.latency_s, 1)
+        out["top10_regret"][f"{w} {shape}"] = topk_regret(g.calibrated_s, g.latency_s, 10)
+    out["uncalibrated"] = {"model_spearman": metrics.spearman(frame.model_s, frame.latency_s),
+                           "model_mape": metrics.mape(frame.model_s, frame.latency_s),
+                           "top1_regret": {f"{w} {s}": topk_regret(g.model_s, g.latency_s, 1)
+                                           for (w, s), g in frame.groupby(["workload",
+                                                                           "shape"])}}
+    out["traffic_r2"], out["traffic_spearman"], out["traffic_points"] = {}, {}, {}
+    for name, model, measured in (("dram", "model_dram_bytes", "measured_dram_bytes"),
+                                  ("l2", "model_l2_bytes", "measured_l2_bytes")):
+        if model in frame and measured in frame:
+            f = frame.dropna(subset=[model, measured])
+            if len(f) > 2:
+                out["traffic_r2"][name] = metrics.r2_identity(f[model], f[measured])
+                out["traffic_spearman"][name] = metrics.spearman(f[model], f[measured])
+                out["traffic_points"][name] = int(len(f))
+    out["parameters"] = whole.as_dict()
+    out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in whole.bound_hits]
+    out["fit_rms_log_error_all"] = whole.rms_log_error
+    best = frame.loc[frame.groupby(["workload", "shape"]).latency_s.idxmin()]
+    out["best_measured"] = {f"{r.workload} {r.shape}": {
+        "dataflow": r.dataflow, "kind": r.kind, "median_s": float(r.latency_s),
+        "gflops": 2 * float(r.macs) / float(r.latency_s) / 1e9} for r in best.itertuples()}
+    return out
+
+
+def fingerprint(timings: pd.DataFrame, manifest: dict) -> dict:
+    """The GPU and software the timings come from (the first row's; all rows agree)."""
+    row = timings.iloc[0]
+    out = {c: (row[c].item() if hasattr(row[c], "item") else row[c]) for c in FINGERPRINT}
+    out["cc"] = str(row["cc"])
+    out["nvcc"] = manifest.get("nvcc", "unknown")
+    out["nvcc_flags"] = " ".join(manifest.get("nvcc_flags", []))
+    return out
