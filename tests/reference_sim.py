@@ -41,6 +41,14 @@ from tileflow.tree import Dataflow, Op, Tile
 FILL, READ, UPDATE = 0, 1, 2
 
 
+def _product(loops, chosen: list[int]) -> int:
+    """The product of the factors of the chosen loops (instances in use)."""
+    out = 1
+    for n in chosen:
+        out *= loops[n][3].factor
+    return out
+
+
 class Oracle:
     """Executes one dataflow: `traffic` {(level name, tensor): [fill, read, update]}, `ops`
     {operator: operations}, `footprints` {level name: words}, `rescale` {carried operator:
@@ -63,6 +71,12 @@ class Oracle:
         self.traffic: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         self.ops: dict[str, int] = {}
         self.record: dict = {}  # (op, j, input) -> what the link below path position j carried
+        # words over each port, for latency: (op, j, tensor) -> {(level index, "r"/"w"): words}
+        self.moves: dict = defaultdict(lambda: defaultdict(int))
+        # (op, j) -> (tile path, parent level, child level, child instances, parent instances)
+        self.links: dict = {}
+        # op -> {"steps", "reads", "updates", "instances", "level"} of its leaf
+        self.leaf: dict = {}
         for op in w.ops:
             self._run(op.name)
         self._share()
@@ -263,6 +277,8 @@ class Oracle:
             child_inst = [n for n in spatial if loops[n][0] <= j]
             parent_inst = [n for n in spatial if loops[n][0] < start]
             buffers.append((j, levels[j], levels[j + 1], child_inst, parent_inst))
+            self.links[(name, j)] = (chain[j][0], levels[j], levels[j + 1],
+                                     _product(loops, child_inst), _product(loops, parent_inst))
         held = defaultdict(frozenset)  # (j, tensor, child instance) -> elements
         # output elements touched per (boundary, tensor, child instance, epoch): an epoch is
         # a value of the loops that start the tensor afresh
@@ -271,6 +287,12 @@ class Oracle:
         ops = 0
         previous = None
         out = op.output.tensor
+        start = len(chain) - 1
+        while start > 0 and levels[start - 1] == levels[-1]:
+            start -= 1
+        leaf = self.leaf[name] = {
+            "steps": 0, "reads": 0, "updates": 0, "level": levels[-1],
+            "instances": _product(loops, [n for n in spatial if loops[n][0] < start])}
         for tvals in itertools.product(*(range(loops[n][3].factor) for n in temporal)):
             now = dict(zip(temporal, tvals, strict=True))
             moved = set() if previous is None else {n for n in temporal
@@ -284,6 +306,7 @@ class Oracle:
                     epoch = tuple(now[n] for n in sorted(fresh[t]) if n in now)
                     entering: dict = defaultdict(set)
                     leaving: dict = defaultdict(set)
+                    moves = self.moves[(name, j, t)]
                     for svals in itertools.product(*(range(loops[n][3].factor)
                                                      for n in child_inst)):
                         values = {**now, **dict(zip(child_inst, svals, strict=True))}
@@ -292,14 +315,16 @@ class Oracle:
                         group = tuple(values[n] for n in parent_inst)
                         want = self._slice(name, t, loops, values, j)
                         have = frozenset() if drop else held[key]
-                        if drop:
-                            leaving[group] |= held[key]
-                        leaving[group] |= have - want
+                        gone = (held[key] if drop else frozenset()) | (have - want)
+                        leaving[group] |= gone
+                        if is_out:  # each instance sends its own partial sums
+                            moves[(y, "r")] += len(gone)
                         new = want - have
                         if is_out:
                             new = new & seen[mark]
                             seen[mark] |= want
                         self.traffic[(self.names[y], t)][FILL] += len(new)
+                        moves[(y, "w")] += len(new)
                         entering[group] |= new
                         held[key] = want
                         if not is_out:  # what the link carries, for sibling sharing
@@ -310,6 +335,9 @@ class Oracle:
                             rec["slices"][(steps, svals)] = want
                     parent = self.traffic[(self.names[x], t)]
                     parent[READ] += sum(len(v) for v in entering.values())
+                    moves[(x, "r")] += sum(len(v) for v in entering.values())
+                    if is_out:
+                        moves[(x, "w")] += sum(len(v) for v in leaving.values())
                     if not is_out:
                         self.record[(name, j, t)]["x"] += sum(len(v) for v in entering.values())
                     if is_out:
@@ -317,6 +345,7 @@ class Oracle:
             # compute at the innermost level, one point per spatial instance
             epoch = tuple(now[n] for n in sorted(fresh[out]) if n in now)
             inner = self.names[levels[-1]]
+            leaf["steps"] += 1
             for svals in itertools.product(*(range(loops[n][3].factor) for n in spatial)):
                 values = {**now, **dict(zip(spatial, svals, strict=True))}
                 point = {d: self.shift.get(name, {}).get(d, 0) for d in op.dims}
@@ -332,11 +361,14 @@ class Oracle:
                 for a in op.inputs:
                     self.traffic[(inner, a.tensor)][READ] += 1
                 self.traffic[(inner, out)][UPDATE] += 1
+                leaf["reads"] += len(op.inputs)
+                leaf["updates"] += 1
                 if op.accumulates:
                     element = tuple(sum(c * point[d] for d, c in axis.terms) + axis.offset
                                     for axis in op.output.axes)
                     if element in touched[(svals, epoch)]:
                         self.traffic[(inner, out)][READ] += 1
+                        leaf["reads"] += 1
                     touched[(svals, epoch)].add(element)
             previous = now
         for j, x, _y, _child, parent_inst in buffers:  # what is still held leaves at the end
@@ -347,7 +379,9 @@ class Oracle:
                 if jj == j and t == out:
                     values = dict(zip(_child, svals, strict=True))
                     groups[tuple(values[n] for n in parent_inst)] |= elements
+                    self.moves[(name, j, out)][(_y, "r")] += len(elements)
             self.traffic[(self.names[x], out)][UPDATE] += sum(len(v) for v in groups.values())
+            self.moves[(name, j, out)][(x, "w")] += sum(len(v) for v in groups.values())
         self.ops[name] = ops
 
     def _share(self) -> None:
@@ -370,6 +404,7 @@ class Oracle:
                             self.traffic[(self.names[rec["level"]], t)][FILL] -= rec["y"]
                             x = self.index[chain[j][1].level]
                             self.traffic[(self.names[x], t)][READ] -= rec["x"]
+                            self.moves.pop((o, j, t), None)  # nothing moves: resident
                         earlier.append((index, mine))
 
     def _drop_depths(self, name: str, chain, tensor: str) -> set[int]:
