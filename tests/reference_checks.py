@@ -29,18 +29,16 @@ from reference_sim import Oracle
 from tileflow.specs.arch import Architecture
 
 
-def violations(oracle: Oracle, arch: Architecture, depth: dict[str, int] | None = None
-               ) -> set[tuple]:
-    """Every violation; `depth` {level: factor} multiplies footprints (double buffering)."""
-    return (_capacity(oracle, arch, depth or {}) | _fanout(oracle, arch)
+def violations(oracle: Oracle, arch: Architecture) -> set[tuple]:
+    """Every violation (the oracle's footprints count each buffer's depth)."""
+    return (_capacity(oracle, arch) | _fanout(oracle, arch)
             | _coverage(oracle) | _dependency(oracle) | _window(oracle))
 
 
-def _capacity(o: Oracle, arch: Architecture, depth: dict[str, int]) -> set[tuple]:
+def _capacity(o: Oracle, arch: Architecture) -> set[tuple]:
     out = set()
     for name, words in o.footprints.items():
         level = arch.level(name)
-        words *= depth.get(name, 1)
         if words > level.capacity_words:
             out.add(("capacity", None, name, words, level.capacity_words))
     return out

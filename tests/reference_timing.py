@@ -44,9 +44,11 @@ class Timing:
     """Cycles of one dataflow under one overlap convention, from an executed Oracle:
     `cycles`, and per tile path `tiles[path] = (load, inner, store, cycles)`."""
 
-    def __init__(self, oracle: Oracle, arch: Architecture, overlap: str):
+    def __init__(self, oracle: Oracle, arch: Architecture, overlap: str,
+                 double_buffer: bool = False):
         assert overlap in OVERLAPS
         self.o, self.arch, self.overlap = oracle, arch, overlap
+        self.double_buffer = double_buffer
         self.levels = arch.levels
         self.tiles: dict[str, tuple[float, float, float, float]] = {}
         # lock step: a read port with a step overhead idle on some of a tile's steps (the
@@ -56,21 +58,37 @@ class Timing:
 
     # ---- one tile -----------------------------------------------------------------------
 
-    def _ports(self, path: str) -> dict[tuple[int, str], dict[str, float]]:
-        """(level, port) -> {tensor: busy cycles} of the links below the tile at `path`."""
+    def _ports(self, path: str) -> dict[tuple[int, str], dict[tuple[str, bool], float]]:
+        """(level, port) -> {(tensor, single-buffered): busy cycles} of the links below the
+        tile at `path`, and which ports are the loads'."""
         o = self.o
         busy: dict = defaultdict(lambda: defaultdict(float))
-        for (op, j, t), moves in o.moves.items():
-            tile_path, x, y, child, parent = o.links[(op, j)]
+        self._loading: set = set()
+        for key, moves in o.moves.items():
+            tile_path, x, y, child, parent, lower = o.links[key]
             if tile_path != path:
                 continue
+            t = key[2]
+            single = self._depth(lower, t, y) == 1
             for (lv, port), words in moves.items():
                 if not words:
                     continue
                 level = self.levels[lv]
                 bw = level.read_words_per_cycle if port == "r" else level.write_words_per_cycle
-                busy[(lv, port)][t] += words / ((child if lv == y else parent) * bw)
+                busy[(lv, port)][(t, single)] += words / ((child if lv == y else parent) * bw)
+                if (lv == x) == (port == "r"):
+                    self._loading.add((lv, port))
         return busy
+
+    def _depth(self, tiles: tuple[Tile, ...], tensor: str, level: int) -> int | None:
+        """The buffering depth of the tensor in the buffer a transfer fills or drains: the
+        tiles' (of that level on the path, innermost first), else the level's, else 2 under
+        double buffering, else unset (None)."""
+        depth = next((dict(t.buffering)[tensor] for t in tiles if tensor in dict(t.buffering)),
+                     self.levels[level].buffering)
+        if depth is None and self.double_buffer:
+            depth = 2
+        return depth
 
     def _tile(self, path: str, node: Tile, above: int) -> float:
         """The tile's cycles over the whole run; `above`: steps of the tiles above it."""
@@ -83,18 +101,23 @@ class Timing:
                 for i, c in enumerate(node.children)]
         inner = _combine(node.primitive, kids, steps)
         busy = self._ports(path)
-        loads = {k: v for k, v in busy.items() if (k[0] == x) == (k[1] == "r")}
+        loads = {k: v for k, v in busy.items() if k in self._loading}
         stores = {k: v for k, v in busy.items() if k not in loads}
         reads_here = (x, "r") in loads
         level = self.levels[x]
         if self.overlap == "lockstep":
             cycles, load, store = self._lockstep(node, loads, stores, inner, above, x)
         else:
-            load = max((sum(v.values()) + self._overhead(k) * steps
-                        for k, v in loads.items()), default=0.0)
-            store = max((sum(v.values()) + self._overhead(k) * steps
-                         for k, v in stores.items()), default=0.0)
-            top = max(load, inner, store)
+            def busiest(table: dict, only_single: bool) -> float:
+                return max((sum(c for (_, single), c in v.items()
+                                if single or not only_single) + self._overhead(k) * steps
+                            for k, v in table.items()
+                            if any(single or not only_single for _, single in v)),
+                           default=0.0)
+
+            load, store = busiest(loads, False), busiest(stores, False)
+            serial = inner + busiest(loads, True) + busiest(stores, True)
+            top = max(load, serial, store)
             cycles = top
             if self.overlap == "fill-drain":
                 cycles += (load + inner + store - top) / steps
@@ -113,11 +136,12 @@ class Timing:
         leaf = o.leaf[op]
         operator = o.w.op_by_name[op]
         unit = self.arch.unit(operator.unit)
-        level = self.levels[leaf["level"]]
         n = leaf["instances"]
-        return max(leaf["steps"] * unit.cycles(operator.function),
-                   leaf["reads"] / (n * level.read_words_per_cycle),
-                   leaf["updates"] / (n * level.write_words_per_cycle))
+        feed = [words / (n[lv] * self.levels[lv].read_words_per_cycle)
+                for lv, words in leaf["reads"].items()]
+        feed += [words / (n[lv] * self.levels[lv].write_words_per_cycle)
+                 for lv, words in leaf["updates"].items()]
+        return max([leaf["steps"] * unit.cycles(operator.function), *feed])
 
     # ---- lock step ----------------------------------------------------------------------
 
@@ -125,39 +149,44 @@ class Timing:
                   x: int) -> tuple[float, float, float]:
         """Slots over the tile's steps in the run (`above` runs of its own loops), each
         tensor's words on the first step of each of its periods (loads) or the last
-        (stores)."""
-        own = [lp.factor for lp in node.loops if not lp.spatial]
-        per_run = 1
-        for f in own:
-            per_run *= f
-        n = above * per_run
-        load_at = [defaultdict(float) for _ in range(n)]
-        store_at = [defaultdict(float) for _ in range(n)]
-        for table, at, first in ((loads, load_at, True), (stores, store_at, False)):
+        (stores); single-buffered ones join the compute of their step."""
+        n = above
+        for lp in node.loops:
+            if not lp.spatial:
+                n *= lp.factor
+        # per step and stage: (level, port) -> cycles
+        stage = {name: [defaultdict(float) for _ in range(n)]
+                 for name in ("load", "store", "load1", "store1")}
+        for table, name, first in ((loads, "load", True), (stores, "store", False)):
             for port, by_tensor in table.items():
-                for t, cycles in by_tensor.items():
+                for (t, single), cycles in by_tensor.items():
                     p = self._period(node, t)
                     periods = n // p
+                    at = stage[name + ("1" if single else "")]
                     for k in range(periods):
                         at[k * p if first else k * p + p - 1][port] += cycles / periods
-        reads_here = (x, "r") in loads
-        slot_loads = [max((v + self._overhead(k) for k, v in at.items() if v), default=0.0)
-                      for at in load_at]
-        for at in (load_at, store_at):
+        for at in stage.values():
             ports = {k for a in at for k, v in a.items() if v and self._overhead(k)}
             if any(not a.get(k) for k in ports for a in at):
                 self.idle_overhead = True
-        slot_stores = [max((v + self._overhead(k) for k, v in at.items() if v), default=0.0)
-                       for at in store_at]
-        compute = inner / n
+
+        def busiest(name: str, s: int) -> float:
+            return max((v + self._overhead(k) for k, v in stage[name][s].items() if v),
+                       default=0.0)
+
         total = 0.0
         for s in range(n + 2):
-            total += max(slot_loads[s] if s < n else 0.0,
-                         compute if 0 <= s - 1 < n else 0.0,
-                         slot_stores[s - 2] if 0 <= s - 2 < n else 0.0)
-        if reads_here:
+            slot = busiest("load", s) if s < n else 0.0
+            if 0 <= s - 1 < n:
+                c = s - 1
+                slot = max(slot, inner / n + busiest("load1", c) + busiest("store1", c))
+            if 0 <= s - 2 < n:
+                slot = max(slot, busiest("store", s - 2))
+            total += slot
+        if (x, "r") in loads:
             total += self.levels[x].latency_cycles
-        return total, sum(slot_loads), sum(slot_stores)
+        return (total, sum(busiest("load", s) for s in range(n)),
+                sum(busiest("store", s) for s in range(n)))
 
     def _period(self, node: Tile, tensor: str) -> int:
         """The product of the tile's innermost temporal loops (factor above 1) that do not
@@ -207,10 +236,10 @@ def port_contention(oracle: Oracle, arch: Architecture) -> bool:
     run at once), or a tile and a tile below it (its loads and stores overlap its children).
     docs/latency.md gives each tile its own busiest port and says nothing of such sharing."""
     users: dict = defaultdict(set)  # (level, port) -> tile paths moving words through it
-    for (op, j, _t), moves in oracle.moves.items():
+    for key, moves in oracle.moves.items():
         for (lv, port), words in moves.items():
             if words and arch.levels[lv].instances == 1:
-                users[(lv, port)].add(oracle.links[(op, j)][0])
+                users[(lv, port)].add(oracle.links[key][0])
     for paths in users.values():
         for a in paths:
             if any(b.startswith(a + ".") for b in paths):
