@@ -439,6 +439,22 @@ class Oracle:
         return any(t in tile.bypass and self.index[tile.level] == self.home.get(t)
                    for chain in self.paths.values() for _, tile in chain for t in self.lca)
 
+    def sibling_bypasses(self) -> bool:
+        """Whether, under a `Shar`, `Para` or `Pipe` tile, a child bypasses an input another
+        child also reads (where the model's sibling sharing and bypass disagree with the
+        docs: see test_oracle_mechanisms)."""
+        for node in self.tiles.values():
+            if node.primitive not in ("Shar", "Para", "Pipe") or len(node.children) < 2:
+                continue
+            for i, child in enumerate(node.children):
+                skipped = {t for o in self._ops_below(child) for _, x in self.paths[o]
+                           for t in x.bypass}
+                others = {t for j, c in enumerate(node.children) if j != i
+                          for o in self._ops_below(c) for t in self.w.op_by_name[o].tensors}
+                if skipped & others:
+                    return True
+        return False
+
     def _share(self) -> None:
         """Children of a Shar, Para or Pipe tile that load an input into the same level with
         exactly the slices (element sets, step by step) an earlier child loaded do not load
@@ -585,7 +601,7 @@ class Oracle:
                 if self.home[t] == level and self._depth(path) == depth and \
                         self.paths[self.w.producer[t]][depth][0] == path:
                     sizes[t] = sizes.get(t, 0) + len(self._tensor_set(t, here, depth)) * \
-                        self.buffers(None, t, level)
+                        self.buffers((), t, level)
             words = sum(sizes.values())
             if words > best[0]:
                 best = (words, sizes)
@@ -618,6 +634,7 @@ class Oracle:
         step instead, or above their home level not at all)."""
         depth = self._depth(path)
         sets: dict = {}
+        copies: dict = {}
         for o in self._ops_below(node):
             loops = self.loops(o)
             keyed = {n: above.get((p, i), 0) for n, (_, p, i, _) in enumerate(loops)}
@@ -629,13 +646,16 @@ class Oracle:
                     if home > level or (home == level and self.lca[t] < depth):
                         continue
                 sets[t] = sets.get(t, frozenset()) | self._slice(o, t, loops, keyed, depth - 1)
-        sizes = {t: len(s) * self.buffers(node, t, level) for t, s in sets.items()}
+                copies[t] = max(copies.get(t, 1), self.buffers((node,), t, level))
+        sizes = {t: len(s) * copies[t] for t, s in sets.items()}
         return sum(sizes.values()), sizes
 
-    def buffers(self, node: Tile | None, tensor: str, level: int) -> int:
-        """How many copies of the tensor's slice a buffer of the level holds: the tile's
-        depth for it, else the level's, else 2 under double buffering, else 1."""
-        depth = dict(node.buffering).get(tensor) if node is not None else None
+    def buffers(self, tiles: tuple[Tile, ...], tensor: str, level: int) -> int:
+        """How many copies of the tensor's slice a buffer of the level holds: the depth the
+        first of `tiles` that sets one gives it (in footprints, the tile holding the data),
+        else the level's, else 2 under double buffering, else 1."""
+        depth = next((dict(t.buffering)[tensor] for t in tiles if tensor in dict(t.buffering)),
+                     None)
         if depth is None:
             depth = self.depths.get(self.names[level])
         if depth is None:

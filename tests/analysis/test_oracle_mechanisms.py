@@ -23,10 +23,10 @@ from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Tile, map_tiles, render, tile
+from tileflow.tree import Dataflow, Tile, map_tiles, render, tile, walk
 
 NAMES = [lv.name for lv in ARCH.levels]
-MECHANISMS = ("bypass", "buffering", "first touch")
+MECHANISMS = ("bypass", "buffering", "first touch", "all")
 
 
 def oracle_for(w: Workload, arch: Architecture, flow: Dataflow,
@@ -50,10 +50,16 @@ def with_mechanisms(w: Workload, flow: Dataflow, chosen: set[str], rng: random.R
         double = rng.random() < 0.3
 
         def depths(path: str, t: Tile) -> Tile:
-            if path == "root" or rng.random() < 0.5:
+            # docs/mechanisms.md does not say which of several tiles of one level on a path
+            # sets a tensor's depth: only tiles alone at their level on every path get one
+            if path == "root" or rng.random() < 0.5 or path in shared:
                 return t
             picked = rng.sample(tensors, rng.randint(1, len(tensors)))
             return replace(t, buffering=tuple(sorted((x, rng.choice([1, 2])) for x in picked)))
+        nodes = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
+        shared = {p for p, n in nodes.items()
+                  if any(isinstance(c, Tile) and c.level == n.level for c in n.children)
+                  or (p != "root" and nodes[p.rsplit(".", 1)[0]].level == n.level)}
         flow = replace(flow, root=map_tiles(flow.root, depths))
     if "first touch" in chosen:
         arch = replace(arch, levels=tuple(
@@ -63,7 +69,8 @@ def with_mechanisms(w: Workload, flow: Dataflow, chosen: set[str], rng: random.R
         def skip(path: str, t: Tile) -> Tile:
             if path == "root" or t.level == "DRAM" or rng.random() < 0.5:
                 return t
-            return replace(t, bypass=(rng.choice(tensors),))
+            ends = sorted(set(tensors) - set(w.intermediates))  # mostly (see home_bypassed)
+            return replace(t, bypass=(rng.choice(ends if rng.random() < 0.75 else tensors),))
         flow = replace(flow, root=map_tiles(flow.root, skip))
     return flow, arch, double
 
@@ -78,6 +85,9 @@ def _agree(w: Workload, flow: Dataflow, arch: Architecture, double: bool, tally:
     oracle = oracle_for(w, arch, flow, double)
     if oracle.home_bypassed():
         tally["home bypassed"] += 1  # see test_an_intermediate_bypassed_at_its_home_...
+        return
+    if oracle.sibling_bypasses():
+        tally["sibling bypasses"] += 1  # see test_a_sibling_that_bypasses_shares_nothing
         return
     counts = {(lv, t): (m.fill, m.read, m.update) for lv, d in result.traffic.items()
               for t, m in d.items() if m.fill or m.read or m.update}
@@ -114,19 +124,21 @@ SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, phases=[Ph
 @pytest.mark.parametrize("case", CASES)
 def test_mechanisms_match_the_oracle(case: str, mechanism: str) -> None:
     w = workload(CASES[case])
-    tally = dict.fromkeys(["counts", "counts differ", "home bypassed", *OVERLAPS], 0)
+    tally = dict.fromkeys(["counts", "counts differ", "home bypassed", "sibling bypasses",
+                           *OVERLAPS], 0)
 
     @SETTINGS
     @given(trees(w), st.integers(0, 2**31))
     def check(flow: Dataflow, seed: int) -> None:
-        flow, arch, double = with_mechanisms(w, flow, {mechanism}, random.Random(seed))
+        chosen = set(MECHANISMS[:3]) if mechanism == "all" else {mechanism}
+        flow, arch, double = with_mechanisms(w, flow, chosen, random.Random(seed))
         _agree(w, flow, arch, double, tally)
 
     check()
     assert tally["counts"] >= 10, tally
     # the count disagreements are the expected failures below; they stay rare
     assert tally["counts differ"] <= 3, tally
-    assert min(tally[ov] for ov in OVERLAPS) >= 5, tally
+    assert min(tally[ov] for ov in OVERLAPS) >= 3, tally
 
 
 # ---- the oracle reproduces the documented figures --------------------------------------
