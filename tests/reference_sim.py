@@ -451,7 +451,7 @@ class Oracle:
                            for t in x.bypass}
                 others = {t for j, c in enumerate(node.children) if j != i
                           for o in self._ops_below(c) for t in self.w.op_by_name[o].tensors}
-                if skipped & others:
+                if skipped & others & set(self.w.inputs):
                     return True
         return False
 
