@@ -218,8 +218,8 @@ def test_a_sibling_that_bypasses_shares_nothing():
     "in the epoch; E stays resident in L1 over every root step here, yet the model fills "
     "it twice from DRAM, where it is written only once, at the end"))
 def test_a_resident_output_across_a_new_epoch_is_not_refilled():
-    """TWINS m = n = j = 1, k = 2 ... with n = 2: a Shar root k:2 n:2 over g1 and g2 in L1
-    tiles without loops. g2 does not use n (its epochs); E (one element) never leaves L1
+    """TWINS m = j = 1, n = k = 2: a Shar root k:2 n:2 over g1 and g2 in L1 tiles without
+    loops. g2 does not use n (its epochs); E (one element) never leaves L1
     until the end: 0 fills, 1 write-back. The model: 2 fills and 2 DRAM reads of E."""
     w = workload(TWINS, m=1, n=2, k=2, j=1)
     flow = Dataflow(tile("DRAM", "k:2 n:2", tile("L1", "", "g1"), tile("L1", "", "g2"),
