@@ -28,6 +28,17 @@ The rules, as executed here:
 * An intermediate moves only at and below its home level. Compute reads each operand and
   updates the result once per valid iteration at the innermost level, and does not read an
   accumulator on its first touch per spatial instance and epoch.
+* Mechanisms (docs/mechanisms.md): a tensor a tile bypasses moves between the nearest
+  levels above and below that hold it (the slice takes every loop above the lower level,
+  the upper level sends the union per its instance) and the compute unit reads (updates) it
+  at the innermost level holding it; an intermediate is never bypassed at its home. A
+  level with first-touch fills fills every output element that enters it. A buffer holds
+  a tensor's slice as many times as its depth (the tile's, else the level's, else 2 under
+  double buffering, else 1).
+
+For latency (`reference_timing`) the oracle also records, per link and tensor, the words
+each port moves (`moves`), the link's instances (`links`) and each leaf's steps and reads
+and updates per level (`leaf`).
 """
 
 from __future__ import annotations
@@ -41,14 +52,30 @@ from tileflow.tree import Dataflow, Op, Tile
 FILL, READ, UPDATE = 0, 1, 2
 
 
+def _product(loops, chosen: list[int]) -> int:
+    """The product of the factors of the chosen loops (instances in use)."""
+    out = 1
+    for n in chosen:
+        out *= loops[n][3].factor
+    return out
+
+
 class Oracle:
     """Executes one dataflow: `traffic` {(level name, tensor): [fill, read, update]}, `ops`
     {operator: operations}, `footprints` {level name: words}, `rescale` {carried operator:
     {function: operations}}."""
 
-    def __init__(self, w: Workload, level_names: list[str], flow: Dataflow):
+    def __init__(self, w: Workload, level_names: list[str], flow: Dataflow, *,
+                 first_touch: frozenset[str] = frozenset(),
+                 depths: dict[str, int | None] | None = None, double_buffer: bool = False):
+        """`first_touch`: levels that fill an output element on its first touch too;
+        `depths`: each level's default buffering depth (None: unset); `double_buffer`:
+        unset depths count as 2 in footprints."""
         self.w = w
         self.flow = flow
+        self.first_touch = first_touch
+        self.depths = depths or {}
+        self.double_buffer = double_buffer
         self.names = list(level_names)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.paths: dict[str, list[tuple[str, Tile]]] = {}
@@ -63,6 +90,13 @@ class Oracle:
         self.traffic: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
         self.ops: dict[str, int] = {}
         self.record: dict = {}  # (op, j, input) -> what the link below path position j carried
+        # words over each port, for latency: (op, j, tensor) -> {(level index, "r"/"w"): words}
+        self.moves: dict = defaultdict(lambda: defaultdict(int))
+        # (op, j, tensor) -> (tile path, parent level, child level, child instances, parent
+        # instances, the first tile of the child level)
+        self.links: dict = {}
+        # op -> {"steps", "reads", "updates", "instances", "level"} of its leaf
+        self.leaf: dict = {}
         for op in w.ops:
             self._run(op.name)
         self._share()
@@ -246,23 +280,23 @@ class Oracle:
         w = self.w
         op = w.op_by_name[name]
         chain = self.paths[name]
-        levels = [self.index[t.level] for _, t in chain]
         loops = self.loops(name)
         temporal = [n for n, (_, _, _, lp) in enumerate(loops) if not lp.spatial]
         spatial = [n for n, (_, _, _, lp) in enumerate(loops) if lp.spatial]
         tensors = [(a.tensor, False) for a in op.inputs] + [(op.output.tensor, True)]
         drops = {t: self._drop_depths(name, chain, t) for t, _ in tensors}
         fresh = {t: self._epoch_loops(op, loops, t) for t, _ in tensors}
-        buffers = []
-        for j in range(len(chain) - 1):
-            if levels[j] == levels[j + 1]:
-                continue
-            start = j
-            while start > 0 and levels[start - 1] == levels[j]:
-                start -= 1
-            child_inst = [n for n in spatial if loops[n][0] <= j]
-            parent_inst = [n for n in spatial if loops[n][0] < start]
-            buffers.append((j, levels[j], levels[j + 1], child_inst, parent_inst))
+        buffers = []  # per tensor, the links between the levels that hold it
+        for t, _ in tensors:
+            held_runs = [r for r in self._runs(chain) if not self.skips(name, t, r[2])]
+            for (first, _, x), (lower, _, y) in zip(held_runs, held_runs[1:], strict=False):
+                j = lower - 1  # the slice takes every loop above the lower level
+                child_inst = [n for n in spatial if loops[n][0] <= j]
+                parent_inst = [n for n in spatial if loops[n][0] < first]
+                buffers.append((j, x, y, child_inst, parent_inst, t))
+                self.links[(name, j, t)] = (chain[j][0], x, y, _product(loops, child_inst),
+                                            _product(loops, parent_inst),
+                                            self._holder(chain, lower))
         held = defaultdict(frozenset)  # (j, tensor, child instance) -> elements
         # output elements touched per (boundary, tensor, child instance, epoch): an epoch is
         # a value of the loops that start the tensor afresh
@@ -271,52 +305,68 @@ class Oracle:
         ops = 0
         previous = None
         out = op.output.tensor
+        # the compute unit reads (updates) each tensor at the innermost level holding it
+        inner = {t: [r for r in self._runs(chain) if not self.skips(name, t, r[2])][-1]
+                 for t, _ in tensors}
+        leaf = self.leaf[name] = {"steps": 0, "reads": defaultdict(int),
+                                  "updates": defaultdict(int), "instances": {
+                                      lv: _product(loops, [n for n in spatial
+                                                           if loops[n][0] < first])
+                                      for first, _, lv in inner.values()}}
         for tvals in itertools.product(*(range(loops[n][3].factor) for n in temporal)):
             now = dict(zip(temporal, tvals, strict=True))
             moved = set() if previous is None else {n for n in temporal
                                                     if now[n] != previous[n]}
-            for j, x, y, child_inst, parent_inst in buffers:
-                for t, is_out in tensors:
-                    if t in self.home and x < self.home[t]:
-                        continue
-                    drop = any(loops[n][0] <= j and self._dropping(loops[n], j, drops[t])
-                               for n in moved)
-                    epoch = tuple(now[n] for n in sorted(fresh[t]) if n in now)
-                    entering: dict = defaultdict(set)
-                    leaving: dict = defaultdict(set)
-                    for svals in itertools.product(*(range(loops[n][3].factor)
-                                                     for n in child_inst)):
-                        values = {**now, **dict(zip(child_inst, svals, strict=True))}
-                        key = (j, t, svals)
-                        mark = (*key, epoch)
-                        group = tuple(values[n] for n in parent_inst)
-                        want = self._slice(name, t, loops, values, j)
-                        have = frozenset() if drop else held[key]
-                        if drop:
-                            leaving[group] |= held[key]
-                        leaving[group] |= have - want
-                        new = want - have
-                        if is_out:
-                            new = new & seen[mark]
-                            seen[mark] |= want
-                        self.traffic[(self.names[y], t)][FILL] += len(new)
-                        entering[group] |= new
-                        held[key] = want
-                        if not is_out:  # what the link carries, for sibling sharing
-                            rec = self.record.setdefault(
-                                (name, j, t), {"x": 0, "y": 0, "slices": {}, "level": y})
-                            rec["y"] += len(new)
-                            steps = tuple(now[n] for n in temporal if loops[n][0] <= j)
-                            rec["slices"][(steps, svals)] = want
-                    parent = self.traffic[(self.names[x], t)]
-                    parent[READ] += sum(len(v) for v in entering.values())
-                    if not is_out:
-                        self.record[(name, j, t)]["x"] += sum(len(v) for v in entering.values())
+            for j, x, y, child_inst, parent_inst, t in buffers:
+                is_out = t == out
+                if t in self.home and x < self.home[t]:
+                    continue
+                drop = any(loops[n][0] <= j and self._dropping(loops[n], j, drops[t])
+                           for n in moved)
+                epoch = tuple(now[n] for n in sorted(fresh[t]) if n in now)
+                entering: dict = defaultdict(set)
+                leaving: dict = defaultdict(set)
+                moves = self.moves[(name, j, t)]
+                for svals in itertools.product(*(range(loops[n][3].factor)
+                                                 for n in child_inst)):
+                    values = {**now, **dict(zip(child_inst, svals, strict=True))}
+                    key = (j, t, svals)
+                    mark = (*key, epoch)
+                    group = tuple(values[n] for n in parent_inst)
+                    want = self._slice(name, t, loops, values, j)
+                    have = frozenset() if drop else held[key]
+                    gone = (held[key] if drop else frozenset()) | (have - want)
+                    leaving[group] |= gone
+                    if is_out:  # each instance sends its own partial sums
+                        moves[(y, "r")] += len(gone)
+                    new = want - have
                     if is_out:
-                        parent[UPDATE] += sum(len(v) for v in leaving.values())
+                        if self.names[y] not in self.first_touch:
+                            new = new & seen[mark]
+                        seen[mark] |= want
+                    self.traffic[(self.names[y], t)][FILL] += len(new)
+                    moves[(y, "w")] += len(new)
+                    entering[group] |= new
+                    held[key] = want
+                    if not is_out:  # what the link carries, for sibling sharing
+                        rec = self.record.setdefault(
+                            (name, j, t),
+                            {"x": 0, "y": 0, "slices": {}, "level": y, "parent": x})
+                        rec["y"] += len(new)
+                        steps = tuple(now[n] for n in temporal if loops[n][0] <= j)
+                        rec["slices"][(steps, svals)] = want
+                parent = self.traffic[(self.names[x], t)]
+                parent[READ] += sum(len(v) for v in entering.values())
+                moves[(x, "r")] += sum(len(v) for v in entering.values())
+                if is_out:
+                    moves[(x, "w")] += sum(len(v) for v in leaving.values())
+                if not is_out:
+                    self.record[(name, j, t)]["x"] += sum(len(v) for v in entering.values())
+                if is_out:
+                    parent[UPDATE] += sum(len(v) for v in leaving.values())
             # compute at the innermost level, one point per spatial instance
             epoch = tuple(now[n] for n in sorted(fresh[out]) if n in now)
-            inner = self.names[levels[-1]]
+            leaf["steps"] += 1
             for svals in itertools.product(*(range(loops[n][3].factor) for n in spatial)):
                 values = {**now, **dict(zip(spatial, svals, strict=True))}
                 point = {d: self.shift.get(name, {}).get(d, 0) for d in op.dims}
@@ -330,25 +380,80 @@ class Oracle:
                     continue  # a kept halo row, computed in the previous step
                 ops += 1
                 for a in op.inputs:
-                    self.traffic[(inner, a.tensor)][READ] += 1
-                self.traffic[(inner, out)][UPDATE] += 1
+                    self.traffic[(self.names[inner[a.tensor][2]], a.tensor)][READ] += 1
+                    leaf["reads"][inner[a.tensor][2]] += 1
+                self.traffic[(self.names[inner[out][2]], out)][UPDATE] += 1
+                leaf["updates"][inner[out][2]] += 1
                 if op.accumulates:
                     element = tuple(sum(c * point[d] for d, c in axis.terms) + axis.offset
                                     for axis in op.output.axes)
                     if element in touched[(svals, epoch)]:
-                        self.traffic[(inner, out)][READ] += 1
+                        self.traffic[(self.names[inner[out][2]], out)][READ] += 1
+                        leaf["reads"][inner[out][2]] += 1
                     touched[(svals, epoch)].add(element)
             previous = now
-        for j, x, _y, _child, parent_inst in buffers:  # what is still held leaves at the end
-            if out in self.home and x < self.home[out]:
+        for j, x, _y, _child, parent_inst, t in buffers:  # what is still held leaves at the end
+            if t != out or (out in self.home and x < self.home[out]):
                 continue
             groups: dict = defaultdict(set)
             for (jj, t, svals), elements in held.items():
                 if jj == j and t == out:
                     values = dict(zip(_child, svals, strict=True))
                     groups[tuple(values[n] for n in parent_inst)] |= elements
+                    self.moves[(name, j, out)][(_y, "r")] += len(elements)
             self.traffic[(self.names[x], out)][UPDATE] += sum(len(v) for v in groups.values())
+            self.moves[(name, j, out)][(x, "w")] += sum(len(v) for v in groups.values())
         self.ops[name] = ops
+
+    def _runs(self, chain) -> list[tuple[int, int, int]]:
+        """(first path position, last path position, level index) of each run of
+        consecutive tiles at one level on a path."""
+        runs: list[tuple[int, int, int]] = []
+        for k, (_, t) in enumerate(chain):
+            lv = self.index[t.level]
+            if runs and runs[-1][2] == lv:
+                runs[-1] = (runs[-1][0], k, lv)
+            else:
+                runs.append((k, k, lv))
+        return runs
+
+    @staticmethod
+    def _holder(chain, first: int) -> tuple[Tile, ...]:
+        """The tiles of the lower level's run on the path, innermost first: the buffering
+        depth that counts for a link is the innermost one of them that sets one."""
+        k = first
+        while k + 1 < len(chain) and chain[k + 1][1].level == chain[k][1].level:
+            k += 1
+        return tuple(t for _, t in reversed(chain[first:k + 1]))
+
+    def skips(self, op: str, tensor: str, level: int) -> bool:
+        """Whether the operator's tiles at the level bypass the tensor (never the outermost
+        level, nor an intermediate's home)."""
+        home = self.home.get(tensor) if hasattr(self, "home") else None
+        return level > 0 and level != home and any(
+            tensor in t.bypass for _, t in self.paths[op] if self.index[t.level] == level)
+
+    def home_bypassed(self) -> bool:
+        """Whether a tile at an intermediate's home level lists it in `bypass` (the oracle
+        keeps it at its home: mechanisms.md, "Intermediates keep their homes rule")."""
+        return any(t in tile.bypass and self.index[tile.level] == self.home.get(t)
+                   for chain in self.paths.values() for _, tile in chain for t in self.lca)
+
+    def sibling_bypasses(self) -> bool:
+        """Whether, under a `Shar`, `Para` or `Pipe` tile, a child bypasses an input another
+        child also reads (where the model's sibling sharing and bypass disagree with the
+        docs: see test_oracle_mechanisms)."""
+        for node in self.tiles.values():
+            if node.primitive not in ("Shar", "Para", "Pipe") or len(node.children) < 2:
+                continue
+            for i, child in enumerate(node.children):
+                skipped = {t for o in self._ops_below(child) for _, x in self.paths[o]
+                           for t in x.bypass}
+                others = {t for j, c in enumerate(node.children) if j != i
+                          for o in self._ops_below(c) for t in self.w.op_by_name[o].tensors}
+                if skipped & others & set(self.w.inputs):
+                    return True
+        return False
 
     def _share(self) -> None:
         """Children of a Shar, Para or Pipe tile that load an input into the same level with
@@ -366,10 +471,9 @@ class Oracle:
                             continue
                         mine = (t, rec["level"], rec["slices"])
                         if any(i < index and other == mine for i, other in earlier):
-                            chain = self.paths[o]
                             self.traffic[(self.names[rec["level"]], t)][FILL] -= rec["y"]
-                            x = self.index[chain[j][1].level]
-                            self.traffic[(self.names[x], t)][READ] -= rec["x"]
+                            self.traffic[(self.names[rec["parent"]], t)][READ] -= rec["x"]
+                            self.moves.pop((o, j, t), None)  # nothing moves: resident
                         earlier.append((index, mine))
 
     def _drop_depths(self, name: str, chain, tensor: str) -> set[int]:
@@ -496,7 +600,8 @@ class Oracle:
             for t, depth in self.lca.items():
                 if self.home[t] == level and self._depth(path) == depth and \
                         self.paths[self.w.producer[t]][depth][0] == path:
-                    sizes[t] = sizes.get(t, 0) + len(self._tensor_set(t, here, depth))
+                    sizes[t] = sizes.get(t, 0) + len(self._tensor_set(t, here, depth)) * \
+                        self.buffers((), t, level)
             words = sum(sizes.values())
             if words > best[0]:
                 best = (words, sizes)
@@ -529,15 +634,31 @@ class Oracle:
         step instead, or above their home level not at all)."""
         depth = self._depth(path)
         sets: dict = {}
+        copies: dict = {}
         for o in self._ops_below(node):
             loops = self.loops(o)
             keyed = {n: above.get((p, i), 0) for n, (_, p, i, _) in enumerate(loops)}
             for t in self.w.op_by_name[o].tensors:
+                if self.skips(o, t, level):
+                    continue
                 if t in self.home:
                     home = self.home[t]
                     if home > level or (home == level and self.lca[t] < depth):
                         continue
                 sets[t] = sets.get(t, frozenset()) | self._slice(o, t, loops, keyed, depth - 1)
-        sizes = {t: len(s) for t, s in sets.items()}
+                copies[t] = max(copies.get(t, 1), self.buffers((node,), t, level))
+        sizes = {t: len(s) * copies[t] for t, s in sets.items()}
         return sum(sizes.values()), sizes
+
+    def buffers(self, tiles: tuple[Tile, ...], tensor: str, level: int) -> int:
+        """How many copies of the tensor's slice a buffer of the level holds: the depth the
+        first of `tiles` that sets one gives it (in footprints, the tile holding the data),
+        else the level's, else 2 under double buffering, else 1."""
+        depth = next((dict(t.buffering)[tensor] for t in tiles if tensor in dict(t.buffering)),
+                     None)
+        if depth is None:
+            depth = self.depths.get(self.names[level])
+        if depth is None:
+            depth = 2 if self.double_buffer else 1
+        return depth
 
