@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -13,7 +14,6 @@ import numpy as np
 import pandas as pd
 
 from tileflow.cost import Result, evaluate
-from tileflow.errors import InputError
 from tileflow.explore import study as studies
 from tileflow.explore.config import ExploreConfig, candidate_structures, check_against
 from tileflow.explore.fit import closed_form_tiles, fit_baseline, warm_rows
@@ -49,6 +49,7 @@ class Outcome:
     seconds: float
     interrupted: bool = False
     structure_search: dict | None = None  # what the genetic search did (structures: search)
+    workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
 
 
 def slot_labels(structure) -> list[str]:
@@ -101,13 +102,13 @@ def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dat
 
 
 def search_structures(config: ExploreConfig, w: Workload, arch: Architecture, storage,
-                      resume: bool):
+                      resume: bool, restart: bool = False):
     """The genetic search over structures (`structures: search`), kept in `storage`."""
     from tileflow.explore.structure_study import run_search
 
     return run_search(w, arch, storage, objectives=config.objectives,
                       objective=config.objective, limits=config.limits, method=config.method,
-                      ga=config.genetic_config, top=config.top, resume=resume)
+                      ga=config.genetic_config, top=config.top, resume=resume, restart=restart)
 
 
 def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
@@ -119,28 +120,69 @@ def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str
     return storage
 
 
-def _worker_entry(config: ExploreConfig, url: str, worker: int) -> None:
+def usable_workers(workers: int) -> int:
+    """`workers`, capped by the cores this process may run on (more processes than cores
+    only share them, and each holds its own copy of the search): a warning says so."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    if workers > cores:
+        print(f"tileflow: warning: --workers {workers} is more than the {cores} cores this "
+              f"process may use; running {cores} workers", file=sys.stderr)
+        return cores
+    return workers
+
+
+def _worker_entry(config: ExploreConfig, url: str, worker: int, ready, stop,
+                  deadline: float | None) -> None:
     """A worker process: the same candidates (warm-started from defaults and closed form),
-    its own seed, the shared study."""
+    its own seed, the shared study; it ends with its parent (a killed main process takes
+    its workers with it), when `stop` is set, or at the wall-clock `deadline`."""
+    import multiprocessing
+    import threading
+    from multiprocessing.connection import wait
+
     from tileflow.explore.structure_study import read_found
 
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        def orphaned() -> None:
+            wait([parent.sentinel])
+            os._exit(1)  # its running trial is failed by whoever resumes or runs the study
+
+        threading.Thread(target=orphaned, daemon=True).start()
     w, arch = config.load()
     storage = studies.open_storage(url)
-    found = read_found(storage, w, arch) if config.structures == "search" else None
-    candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
-    study = studies.create_or_load(storage, candidates, config.objective,
-                                   config.limits, resume=True, extra=config.method,
-                                   fail_running=False)
-    studies.run(study, candidates, config.objective, config.limits, method=config.method,
-                seed=config.seed, worker=worker, batch=config.batch, shared=True,
-                budget_evals=config.budget_evals, budget_seconds=config.budget_seconds)
+    with studies.storage_errors(url):
+        found = read_found(storage, w, arch) if config.structures == "search" else None
+        candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
+        study = studies.create_or_load(storage, candidates, config.objective,
+                                       config.limits, resume=True, extra=config.method,
+                                       fail_running=False)
+        ready.set()
+        seconds = None if deadline is None else max(deadline - time.time(), 0.0)
+        studies.run(study, candidates, config.objective, config.limits, method=config.method,
+                    seed=config.seed, worker=worker, batch=config.batch, shared=True,
+                    budget_evals=config.budget_evals, budget_seconds=seconds,
+                    should_stop=stop.is_set)
 
 
 def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
-            resume: bool = False, progress: bool = True, seed_fitted: bool = True) -> Outcome:
+            resume: bool = False, progress: bool = True, seed_fitted: bool = True,
+            restart: bool = False) -> Outcome:
     """Run the study the config describes and gather its points and best dataflow.
     `seed_fitted=False`: the baselines' fitted factors are neither study points nor warm
-    starts (they are still fitted and compared), so the points are the search's own."""
+    starts (they are still fitted and compared), so the points are the search's own.
+    `restart`: a study already in the storage is discarded and a new one started."""
+    workers = usable_workers(workers)
+    url = storage_url(config, storage, workers)
+    with studies.storage_errors(url):
+        return _explore(config, url, workers, resume, progress, seed_fitted, restart)
+
+
+def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
+             progress: bool, seed_fitted: bool, restart: bool) -> Outcome:
     import multiprocessing
 
     from tqdm import tqdm
@@ -149,14 +191,14 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
     check_against(config, w, arch)
     from tileflow.dataflows import baselines_for
 
-    url = storage_url(config, storage, workers)
     store = studies.open_storage(url)
+    shared = hasattr(store, "record_heartbeat")  # a database: other processes may join
     start = time.perf_counter()
     found = None
     if config.structures == "search":
         if progress:
             print(f"explore {config.name}: searching structures", file=sys.stderr)
-        found = search_structures(config, w, arch, store, resume)
+        found = search_structures(config, w, arch, store, resume, restart)
     candidates = candidates_for(config, w, arch, {}, config.seed, found)
     bare = [studies.Candidate(c.name, c.structure) for c in candidates]
     if found is not None and resume:  # a run stopped during the structure search resumes
@@ -164,23 +206,29 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
 
         resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
     study = studies.create_or_load(store, bare, config.objective,
-                                   config.limits, resume, extra=config.method)
+                                   config.limits, resume, extra=config.method, restart=restart)
+    # the workers start now: their start-up overlaps the baselines' fitting
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    deadline = None if config.budget_seconds is None else time.time() + config.budget_seconds
+    procs = []
+    for k in range(1, workers):
+        ready = context.Event()
+        p = context.Process(target=_worker_entry, args=(config, url, k, ready, stop, deadline),
+                            daemon=True)
+        p.start()
+        procs.append((p, ready))
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
     own = fitted if seed_fitted else {}
     candidates = candidates_for(config, w, arch, own, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
                         seed_rows(w, arch, candidates, own, found))
-    procs = []
-    if workers > 1:
-        context = multiprocessing.get_context("spawn")
-        procs = [context.Process(target=_worker_entry, args=(config, url, k), daemon=True)
-                 for k in range(1, workers)]
-        for p in procs:
-            p.start()
     bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
                desc=f"explore {config.name}", leave=False)
 
     def show(worker: studies.Worker) -> None:
+        for p, _ in procs:
+            p.is_alive()  # collects a dead worker, so its trials read as a dead process's
         best = worker.best()
         bar.n = worker.completed_rows
         rate = worker.completed_rows / max(time.perf_counter() - start, 1e-9)
@@ -188,28 +236,56 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
                             f"{rate:,.0f} evals/s")
 
     interrupted = False
+    left_s = None if deadline is None else max(deadline - time.time(), 0.0)
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
-                    seed=config.seed, worker=0, batch=config.batch, shared=workers > 1,
-                    budget_evals=config.budget_evals, budget_seconds=config.budget_seconds,
-                    progress=show)
-        for p in procs:
-            p.join()
+                    seed=config.seed, worker=0, batch=config.batch, shared=shared,
+                    budget_evals=config.budget_evals, budget_seconds=left_s, progress=show)
+        _finish_workers(procs, stop)
     except KeyboardInterrupt:
         interrupted = True
-        for p in procs:
+        for p, _ in procs:
             p.terminate()
             p.join()
     finally:
         bar.close()
-    for p in procs:
-        if p.exitcode not in (0, None) and not interrupted:
-            raise InputError(f"explore worker process {p.pid} failed (exit {p.exitcode})")
     outcome = gather(config, w, arch, study, candidates, fitted,
                      time.perf_counter() - start, interrupted)
+    outcome = replace(outcome, workers=_workers_report(outcome, procs, interrupted))
     if found is not None:
         outcome = replace(outcome, structure_search=found.summary)
     return outcome
+
+
+def _finish_workers(procs, stop) -> None:
+    """The main process's budget is spent: a worker still starting up has nothing to do and
+    is stopped at once; the others finish their running trial."""
+    stop.set()
+    for p, ready in procs:
+        if not ready.is_set():
+            p.terminate()
+        p.join()
+
+
+def _workers_report(outcome: Outcome, procs, interrupted: bool) -> dict:
+    """Points per worker, and a warning for a worker that died or evaluated nothing."""
+    counts = (outcome.points.groupby("worker").size().to_dict()
+              if len(outcome.points) else {})
+    report = {"processes": 1 + len(procs),
+              "points_by_worker": {str(int(k)): int(v) for k, v in sorted(counts.items())}}
+    notes = []
+    for k, (p, ready) in enumerate(procs, start=1):
+        if p.exitcode not in (0, None) and ready.is_set() and not interrupted:
+            notes.append(f"worker {k} (process {p.pid}) stopped with exit {p.exitcode}; the "
+                         "points it had claimed went back to the others")
+        elif not counts.get(k) and not interrupted:
+            notes.append(f"worker {k} evaluated no point: the budget was spent before it "
+                         "had started (a worker pays off when the search takes much longer "
+                         "than its start-up of a few seconds)")
+    for note in notes:
+        print(f"tileflow: warning: {note}", file=sys.stderr)
+    report["notes"] = notes
+    return report
 
 
 def points_frame(study, candidates) -> pd.DataFrame:
@@ -225,7 +301,7 @@ def points_frame(study, candidates) -> pd.DataFrame:
     for t in trials:
         if t.user_attrs.get("structure") not in names or "points" not in t.user_attrs:
             continue
-        rows, result = studies.decode(t.user_attrs["points"])
+        rows, result = studies.decode(t.user_attrs["points"], t.number)
         seconds = (t.datetime_complete - start).total_seconds() if start else 0.0
         frame = pd.DataFrame(result.metrics)
         frame.insert(0, "structure", t.user_attrs["structure"])
