@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -18,6 +17,7 @@ from tileflow.explore import study as studies
 from tileflow.explore.config import ExploreConfig, candidate_structures, check_against
 from tileflow.explore.fit import closed_form_tiles, fit_baseline, warm_rows
 from tileflow.explore.space import Space
+from tileflow.explore.workers import Pool, usable_workers
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow
@@ -120,54 +120,6 @@ def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str
     return storage
 
 
-def usable_workers(workers: int) -> int:
-    """`workers`, capped by the cores this process may run on (more processes than cores
-    only share them, and each holds its own copy of the search): a warning says so."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    if workers > cores:
-        print(f"tileflow: warning: --workers {workers} is more than the {cores} cores this "
-              f"process may use; running {cores} workers", file=sys.stderr)
-        return cores
-    return workers
-
-
-def _worker_entry(config: ExploreConfig, url: str, worker: int, ready, stop,
-                  deadline: float | None) -> None:
-    """A worker process: the same candidates (warm-started from defaults and closed form),
-    its own seed, the shared study; it ends with its parent (a killed main process takes
-    its workers with it), when `stop` is set, or at the wall-clock `deadline`."""
-    import multiprocessing
-    import threading
-    from multiprocessing.connection import wait
-
-    from tileflow.explore.structure_study import read_found
-
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        def orphaned() -> None:
-            wait([parent.sentinel])
-            os._exit(1)  # its running trial is failed by whoever resumes or runs the study
-
-        threading.Thread(target=orphaned, daemon=True).start()
-    w, arch = config.load()
-    storage = studies.open_storage(url)
-    with studies.storage_errors(url):
-        found = read_found(storage, w, arch) if config.structures == "search" else None
-        candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
-        study = studies.create_or_load(storage, candidates, config.objective,
-                                       config.limits, resume=True, extra=config.method,
-                                       fail_running=False)
-        ready.set()
-        seconds = None if deadline is None else max(deadline - time.time(), 0.0)
-        studies.run(study, candidates, config.objective, config.limits, method=config.method,
-                    seed=config.seed, worker=worker, batch=config.batch, shared=True,
-                    budget_evals=config.budget_evals, budget_seconds=seconds,
-                    should_stop=stop.is_set)
-
-
 def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
             resume: bool = False, progress: bool = True, seed_fitted: bool = True,
             restart: bool = False) -> Outcome:
@@ -183,8 +135,6 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
 
 def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
              progress: bool, seed_fitted: bool, restart: bool) -> Outcome:
-    import multiprocessing
-
     from tqdm import tqdm
 
     w, arch = config.load()
@@ -207,17 +157,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
         resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
     study = studies.create_or_load(store, bare, config.objective,
                                    config.limits, resume, extra=config.method, restart=restart)
-    # the workers start now: their start-up overlaps the baselines' fitting
-    context = multiprocessing.get_context("spawn")
-    stop = context.Event()
-    deadline = None if config.budget_seconds is None else time.time() + config.budget_seconds
-    procs = []
-    for k in range(1, workers):
-        ready = context.Event()
-        p = context.Process(target=_worker_entry, args=(config, url, k, ready, stop, deadline),
-                            daemon=True)
-        p.start()
-        procs.append((p, ready))
+    pool = Pool(config, url, workers)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
     own = fitted if seed_fitted else {}
     candidates = candidates_for(config, w, arch, own, config.seed, found)
@@ -227,8 +167,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
                desc=f"explore {config.name}", leave=False)
 
     def show(worker: studies.Worker) -> None:
-        for p, _ in procs:
-            p.is_alive()  # collects a dead worker, so its trials read as a dead process's
+        pool.tend(worker, time.perf_counter() - searching)
         best = worker.best()
         bar.n = worker.completed_rows
         rate = worker.completed_rows / max(time.perf_counter() - start, 1e-9)
@@ -236,56 +175,24 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
                             f"{rate:,.0f} evals/s")
 
     interrupted = False
-    left_s = None if deadline is None else max(deadline - time.time(), 0.0)
+    searching = time.perf_counter()
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
                     seed=config.seed, worker=0, batch=config.batch, shared=shared,
-                    budget_evals=config.budget_evals, budget_seconds=left_s, progress=show)
-        _finish_workers(procs, stop)
+                    budget_evals=config.budget_evals, budget_seconds=config.budget_seconds,
+                    progress=show)
+        pool.finish()
     except KeyboardInterrupt:
         interrupted = True
-        for p, _ in procs:
-            p.terminate()
-            p.join()
+        pool.terminate()
     finally:
         bar.close()
     outcome = gather(config, w, arch, study, candidates, fitted,
                      time.perf_counter() - start, interrupted)
-    outcome = replace(outcome, workers=_workers_report(outcome, procs, interrupted))
+    outcome = replace(outcome, workers=pool.report(outcome.points, interrupted))
     if found is not None:
         outcome = replace(outcome, structure_search=found.summary)
     return outcome
-
-
-def _finish_workers(procs, stop) -> None:
-    """The main process's budget is spent: a worker still starting up has nothing to do and
-    is stopped at once; the others finish their running trial."""
-    stop.set()
-    for p, ready in procs:
-        if not ready.is_set():
-            p.terminate()
-        p.join()
-
-
-def _workers_report(outcome: Outcome, procs, interrupted: bool) -> dict:
-    """Points per worker, and a warning for a worker that died or evaluated nothing."""
-    counts = (outcome.points.groupby("worker").size().to_dict()
-              if len(outcome.points) else {})
-    report = {"processes": 1 + len(procs),
-              "points_by_worker": {str(int(k)): int(v) for k, v in sorted(counts.items())}}
-    notes = []
-    for k, (p, ready) in enumerate(procs, start=1):
-        if p.exitcode not in (0, None) and ready.is_set() and not interrupted:
-            notes.append(f"worker {k} (process {p.pid}) stopped with exit {p.exitcode}; the "
-                         "points it had claimed went back to the others")
-        elif not counts.get(k) and not interrupted:
-            notes.append(f"worker {k} evaluated no point: the budget was spent before it "
-                         "had started (a worker pays off when the search takes much longer "
-                         "than its start-up of a few seconds)")
-    for note in notes:
-        print(f"tileflow: warning: {note}", file=sys.stderr)
-    report["notes"] = notes
-    return report
 
 
 def points_frame(study, candidates) -> pd.DataFrame:

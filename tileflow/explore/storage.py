@@ -28,9 +28,11 @@ HOST = socket.gethostname()
 
 
 
-def open_storage(url: str | None):
+def open_storage(url: str | None, existing: bool = False):
     """An Optuna storage for a URL: None or 'memory' -> in memory; 'sqlite:///PATH' or a
-    path ending in .db -> SQLite (write-ahead log); 'postgresql://...' -> the server."""
+    path ending in .db -> SQLite (write-ahead log); 'postgresql://...' -> the server.
+    `existing`: a storage this run has opened already (a worker's), so its tables are not
+    checked again (a second saved at every worker's start)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -42,7 +44,7 @@ def open_storage(url: str | None):
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     with creation_lock(url):
-        storage = _connect(url)
+        storage = _connect(url, existing=existing)
     if url.startswith("sqlite"):
         from sqlalchemy import event
 
@@ -58,7 +60,7 @@ def open_storage(url: str | None):
     return storage
 
 
-def _connect(url: str, tries: int = 3):
+def _connect(url: str, tries: int = 3, existing: bool = False):
     """The RDB storage; two processes creating one database's tables at the same moment can
     collide on a server (a duplicate key): the later one tries again and finds them made."""
     import optuna
@@ -69,7 +71,9 @@ def _connect(url: str, tries: int = 3):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url),
                                                   heartbeat_interval=HEARTBEAT_S,
-                                                  grace_period=GRACE_S)
+                                                  grace_period=GRACE_S,
+                                                  skip_compatibility_check=existing,
+                                                  skip_table_creation=existing)
         except Exception as exc:  # a bad URL, a server that does not answer, a missing driver
             text = str(exc.__cause__ or exc)
             if attempt + 1 < tries and ("UNIQUE" in text or "duplicate key" in text):
