@@ -157,7 +157,6 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
         resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
     study = studies.create_or_load(store, bare, config.objective,
                                    config.limits, resume, extra=config.method, restart=restart)
-    pool = Pool(config, url, workers)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
     own = fitted if seed_fitted else {}
     candidates = candidates_for(config, w, arch, own, config.seed, found)
@@ -175,6 +174,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
                             f"{rate:,.0f} evals/s")
 
     interrupted = False
+    pool = Pool(config, url, workers)
     searching = time.perf_counter()
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
