@@ -121,9 +121,14 @@ def test_processes_creating_one_sqlite_file_at_once_take_turns(tmp_path):
 
 def test_workers_are_capped_by_the_cores_with_a_warning(monkeypatch, capsys):
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5), raising=False)
     assert pool.usable_workers(64) == 2
     assert "more than the 2 cores" in capsys.readouterr().err
     assert pool.usable_workers(2) == 2 and capsys.readouterr().err == ""
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0), raising=False)
+    assert pool.usable_workers(2) == 2 and "busy (load 9.0 on 2 cores)" in \
+        capsys.readouterr().err
+    assert pool.usable_workers(1) == 1 and capsys.readouterr().err == ""
 
 
 def test_a_budget_too_small_for_a_worker_starts_none_and_says_why(tmp_path, capsys,

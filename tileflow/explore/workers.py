@@ -26,7 +26,12 @@ def usable_workers(workers: int) -> int:
     if workers > cores:
         print(f"tileflow: warning: --workers {workers} is more than the {cores} cores this "
               f"process may use; running {cores} workers", file=sys.stderr)
-        return cores
+        workers = cores
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if workers > 1 and load >= cores:
+        print(f"tileflow: warning: the machine is busy (load {load:.1f} on {cores} cores): "
+              f"{workers} workers share the cores with it and may not be faster than one",
+              file=sys.stderr)
     return workers
 
 
