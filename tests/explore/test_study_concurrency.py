@@ -76,7 +76,10 @@ def test_resume_while_another_process_runs_joins_it(tmp_path):
     got = points(url)
     keys = [(s, f) for s, f, _ in got]
     assert len(keys) == len(set(keys)), "a claimed point was evaluated by the other process"
-    assert len(keys) == 24 + done and {w for _, _, w in got} == {1, 7}
+    # the other process stops at its budget of 32 with the held trial's points counted (the
+    # held trial itself was given no budget, so it may take more than its first claim)
+    assert sum(w == 7 for _, _, w in got) == done
+    assert len(keys) >= 24 + 8 and {w for _, _, w in got} == {1, 7}
 
 
 RACE = """

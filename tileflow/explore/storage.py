@@ -213,10 +213,12 @@ class Heartbeat:
             self._thread.start()
 
     def track(self, trial_id: int | None) -> None:
-        """Beat for this trial from now on (its first beat at once)."""
-        self.trial_id = trial_id
+        """Beat for this trial from now on (its first beat at once, before the thread
+        knows it: the first beat makes the trial's row, later ones update it)."""
         if self.storage is not None and trial_id is not None:
-            self.storage.record_heartbeat(trial_id)
+            with contextlib.suppress(Exception):  # a busy database: the thread beats next
+                self.storage.record_heartbeat(trial_id)
+        self.trial_id = trial_id
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):

@@ -31,7 +31,7 @@ from tileflow import provenance
 from tileflow.errors import InputError
 from tileflow.explore.search import PointCache, make_sampler
 from tileflow.explore.space import Evaluated, Limits, Space
-from tileflow.explore.storage import (
+from tileflow.explore.storage import (  # noqa: F401 - re-exported
     Heartbeat,
     ask,
     lock_of,
@@ -41,8 +41,6 @@ from tileflow.explore.storage import (
     storage_errors,
 )
 from tileflow.explore.structure import Structure
-
-__all__ = ["open_storage", "storage_errors"]  # callers open storages through this module
 
 STUDY_NAME = "tileflow-explore"
 
