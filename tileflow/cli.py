@@ -516,7 +516,10 @@ def add_explore_parser(sub) -> None:
                     help="study storage: sqlite:///FILE.db or postgresql://... "
                          "(default: in memory; with --workers, OUT/study.db)")
     ex.add_argument("--resume", action="store_true",
-                    help="continue the study in --storage (nothing completed is repeated)")
+                    help="continue the study in --storage (nothing completed is repeated; "
+                         "refused if it was started from other contents)")
+    ex.add_argument("--restart", action="store_true",
+                    help="discard the study in --storage and start a new one")
     ex.add_argument("--out", metavar="DIR", help="output folder (overrides the config's)")
     ex.add_argument("--json", action="store_true", help="print summary.json on stdout")
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -564,7 +567,8 @@ def cmd_explore(args) -> int:
     changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
     config = dataclasses.replace(config, **changes)
     progress = not args.quiet and sys.stderr.isatty()
-    outcome = explore(config, args.storage, args.workers, args.resume, progress)
+    outcome = explore(config, args.storage, args.workers, args.resume, progress,
+                      restart=args.restart)
     data = write_all(outcome, config.out)
     if args.json:
         print(json.dumps(data, indent=2))

@@ -111,32 +111,44 @@ def _free_port() -> int:
 
 @pytest.fixture
 def postgres():
-    """A PostgreSQL server in a temporary folder, run by an unprivileged user when the
-    tests run as root (initdb refuses root)."""
+    """A throw-away PostgreSQL server in a temporary folder on a free loopback port, run by
+    an unprivileged user when the tests run as root (initdb refuses root); skipped, saying
+    why, where that cannot be done."""
     initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
     if not (initdb and pg_ctl):
-        pytest.skip("PostgreSQL's initdb and pg_ctl are not installed")
+        pytest.skip("PostgreSQL's initdb and pg_ctl are not on PATH")
     pytest.importorskip("psycopg2", reason="the 'distributed' extra (psycopg2) is missing")
     folder = Path(tempfile.mkdtemp(prefix="tileflow-pg-", dir="/tmp"))
     prefix: list[str] = []
     if os.geteuid() == 0:
         runuser = shutil.which("runuser")
         if not runuser:
-            pytest.skip("running as root without runuser: cannot start PostgreSQL")
-        shutil.chown(folder, "nobody")
+            shutil.rmtree(folder, ignore_errors=True)
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as "
+                        "another user")
+        try:
+            shutil.chown(folder, "nobody")
+        except (LookupError, OSError) as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            pytest.skip(f"running as root and cannot hand a folder to user 'nobody': {exc}")
         prefix = [runuser, "-u", "nobody", "--"]
     port = _free_port()
     data = folder / "data"
-    subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "tileflow"],
-                   check=True, capture_output=True)
-    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w", "-o",
-                    f"-p {port} -k {folder} -c listen_addresses=127.0.0.1", "start"],
-                   check=True, capture_output=True)
+    try:
+        subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "tileflow"],
+                       check=True, capture_output=True, text=True, timeout=120)
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-l", str(folder / "log"), "-w",
+                        "-o", f"-p {port} -k {folder} -c listen_addresses=127.0.0.1",
+                        "start"], check=True, capture_output=True, text=True, timeout=120)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        detail = getattr(exc, "stderr", "") or ""
+        pytest.skip(f"cannot start a throw-away PostgreSQL server: {exc} {detail[-300:]}")
     try:
         yield f"postgresql://tileflow@127.0.0.1:{port}/postgres"
     finally:
         subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
+                       capture_output=True, timeout=60)
         shutil.rmtree(folder, ignore_errors=True)
 
 

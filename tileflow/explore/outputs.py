@@ -17,6 +17,7 @@ import numpy as np
 from tileflow.cost import Result
 from tileflow.explore import pareto, timeline
 from tileflow.explore.session import Outcome, objective_value
+from tileflow.provenance import MODEL_VERSION
 from tileflow.tree import Dataflow, Op, Tile
 
 FILES = ("best.yaml", "points.csv", "convergence.png", "summary.md", "summary.json",
@@ -94,7 +95,9 @@ def summary(outcome: Outcome) -> dict:
         "method": cfg.method, "evaluations": int(len(outcome.points)),
         "valid_points": int(outcome.points["valid"].sum()) if len(outcome.points) else 0,
         "seconds": outcome.seconds, "interrupted": outcome.interrupted,
-        "found": None, "baselines": []}
+        "model_version": MODEL_VERSION, "found": None, "baselines": []}
+    if outcome.workers is not None:
+        data["workers"] = outcome.workers
     if best is not None:
         data["found"] = {"structure": outcome.best_structure,
                          **_figures(best, outcome.arch, layer),

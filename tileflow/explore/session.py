@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from tileflow.cost import Result, evaluate
-from tileflow.errors import InputError
 from tileflow.explore import study as studies
 from tileflow.explore.config import ExploreConfig, candidate_structures, check_against
 from tileflow.explore.fit import closed_form_tiles, fit_baseline, warm_rows
 from tileflow.explore.space import Space
+from tileflow.explore.workers import Pool, usable_workers
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow
@@ -49,6 +49,7 @@ class Outcome:
     seconds: float
     interrupted: bool = False
     structure_search: dict | None = None  # what the genetic search did (structures: search)
+    workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
 
 
 def slot_labels(structure) -> list[str]:
@@ -101,13 +102,13 @@ def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dat
 
 
 def search_structures(config: ExploreConfig, w: Workload, arch: Architecture, storage,
-                      resume: bool):
+                      resume: bool, restart: bool = False):
     """The genetic search over structures (`structures: search`), kept in `storage`."""
     from tileflow.explore.structure_study import run_search
 
     return run_search(w, arch, storage, objectives=config.objectives,
                       objective=config.objective, limits=config.limits, method=config.method,
-                      ga=config.genetic_config, top=config.top, resume=resume)
+                      ga=config.genetic_config, top=config.top, resume=resume, restart=restart)
 
 
 def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
@@ -119,44 +120,35 @@ def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str
     return storage
 
 
-def _worker_entry(config: ExploreConfig, url: str, worker: int) -> None:
-    """A worker process: the same candidates (warm-started from defaults and closed form),
-    its own seed, the shared study."""
-    from tileflow.explore.structure_study import read_found
-
-    w, arch = config.load()
-    storage = studies.open_storage(url)
-    found = read_found(storage, w, arch) if config.structures == "search" else None
-    candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
-    study = studies.create_or_load(storage, candidates, config.objective,
-                                   config.limits, resume=True, extra=config.method,
-                                   fail_running=False)
-    studies.run(study, candidates, config.objective, config.limits, method=config.method,
-                seed=config.seed, worker=worker, batch=config.batch, shared=True,
-                budget_evals=config.budget_evals, budget_seconds=config.budget_seconds)
-
-
 def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
-            resume: bool = False, progress: bool = True, seed_fitted: bool = True) -> Outcome:
+            resume: bool = False, progress: bool = True, seed_fitted: bool = True,
+            restart: bool = False) -> Outcome:
     """Run the study the config describes and gather its points and best dataflow.
     `seed_fitted=False`: the baselines' fitted factors are neither study points nor warm
-    starts (they are still fitted and compared), so the points are the search's own."""
-    import multiprocessing
+    starts (they are still fitted and compared), so the points are the search's own.
+    `restart`: a study already in the storage is discarded and a new one started."""
+    workers = usable_workers(workers)
+    url = storage_url(config, storage, workers)
+    with studies.storage_errors(url):
+        return _explore(config, url, workers, resume, progress, seed_fitted, restart)
 
+
+def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
+             progress: bool, seed_fitted: bool, restart: bool) -> Outcome:
     from tqdm import tqdm
 
     w, arch = config.load()
     check_against(config, w, arch)
     from tileflow.dataflows import baselines_for
 
-    url = storage_url(config, storage, workers)
     store = studies.open_storage(url)
+    shared = hasattr(store, "record_heartbeat")  # a database: other processes may join
     start = time.perf_counter()
     found = None
     if config.structures == "search":
         if progress:
             print(f"explore {config.name}: searching structures", file=sys.stderr)
-        found = search_structures(config, w, arch, store, resume)
+        found = search_structures(config, w, arch, store, resume, restart)
     candidates = candidates_for(config, w, arch, {}, config.seed, found)
     bare = [studies.Candidate(c.name, c.structure) for c in candidates]
     if found is not None and resume:  # a run stopped during the structure search resumes
@@ -164,23 +156,17 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
 
         resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
     study = studies.create_or_load(store, bare, config.objective,
-                                   config.limits, resume, extra=config.method)
+                                   config.limits, resume, extra=config.method, restart=restart)
     fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
     own = fitted if seed_fitted else {}
     candidates = candidates_for(config, w, arch, own, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
                         seed_rows(w, arch, candidates, own, found))
-    procs = []
-    if workers > 1:
-        context = multiprocessing.get_context("spawn")
-        procs = [context.Process(target=_worker_entry, args=(config, url, k), daemon=True)
-                 for k in range(1, workers)]
-        for p in procs:
-            p.start()
     bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
                desc=f"explore {config.name}", leave=False)
 
     def show(worker: studies.Worker) -> None:
+        pool.tend(worker, time.perf_counter() - searching)
         best = worker.best()
         bar.n = worker.completed_rows
         rate = worker.completed_rows / max(time.perf_counter() - start, 1e-9)
@@ -188,25 +174,22 @@ def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
                             f"{rate:,.0f} evals/s")
 
     interrupted = False
+    pool = Pool(config, url, workers)
+    searching = time.perf_counter()
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
-                    seed=config.seed, worker=0, batch=config.batch, shared=workers > 1,
+                    seed=config.seed, worker=0, batch=config.batch, shared=shared,
                     budget_evals=config.budget_evals, budget_seconds=config.budget_seconds,
                     progress=show)
-        for p in procs:
-            p.join()
+        pool.finish()
     except KeyboardInterrupt:
         interrupted = True
-        for p in procs:
-            p.terminate()
-            p.join()
+        pool.terminate()
     finally:
         bar.close()
-    for p in procs:
-        if p.exitcode not in (0, None) and not interrupted:
-            raise InputError(f"explore worker process {p.pid} failed (exit {p.exitcode})")
     outcome = gather(config, w, arch, study, candidates, fitted,
                      time.perf_counter() - start, interrupted)
+    outcome = replace(outcome, workers=pool.report(outcome.points, interrupted))
     if found is not None:
         outcome = replace(outcome, structure_search=found.summary)
     return outcome
@@ -225,7 +208,7 @@ def points_frame(study, candidates) -> pd.DataFrame:
     for t in trials:
         if t.user_attrs.get("structure") not in names or "points" not in t.user_attrs:
             continue
-        rows, result = studies.decode(t.user_attrs["points"])
+        rows, result = studies.decode(t.user_attrs["points"], t.number)
         seconds = (t.datetime_complete - start).total_seconds() if start else 0.0
         frame = pd.DataFrame(result.metrics)
         frame.insert(0, "structure", t.user_attrs["structure"])

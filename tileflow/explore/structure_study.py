@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tileflow import provenance
 from tileflow.errors import InputError
 from tileflow.explore.fitness import Metrics, pick
 from tileflow.explore.genetic import GAConfig, GeneticSearch, SearchResult
 from tileflow.explore.space import Limits, Space
+from tileflow.explore.storage import ask
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.explore.structure_space import StructureSpace
 from tileflow.explore.study import open_marked
@@ -98,10 +100,14 @@ class StoredSearch(GeneticSearch):
 
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             if "key" in t.user_attrs:
-                cost = t.user_attrs["cost"]
-                self.known[t.user_attrs["key"]] = (math.inf if cost is None else float(cost),
-                                                   np.array(t.user_attrs["factors"],
-                                                            dtype=np.int64))
+                try:
+                    cost = t.user_attrs["cost"]
+                    self.known[str(t.user_attrs["key"])] = (
+                        math.inf if cost is None else float(cost),
+                        np.array(t.user_attrs["factors"], dtype=np.int64).reshape(-1))
+                except (KeyError, TypeError, ValueError):
+                    raise _damaged(f"trial {t.number} of the structure search holds a fitness "
+                                   "that is not what tileflow writes") from None
 
     def _fit(self, weight: float):
         inner = super()._fit(weight)
@@ -113,7 +119,7 @@ class StoredSearch(GeneticSearch):
                 self.replayed += 1
                 return self.known[key]
             cost, factors = inner(structure, budget, seed)
-            trial = self.study.ask()
+            trial = ask(self.study)
             trial.set_user_attr("key", key)
             trial.set_user_attr("cost", cost if math.isfinite(cost) else None)
             trial.set_user_attr("factors", [int(x) for x in factors])
@@ -124,17 +130,17 @@ class StoredSearch(GeneticSearch):
 
 
 def fingerprint(w: Workload, arch: Architecture, objectives, limits: Limits, method: str,
-                ga: GAConfig, top: int) -> str:
-    parts = [w.name, repr(sorted(w.sizes.items())), arch.name, repr(tuple(objectives)),
-             repr(sorted(limits.footprint_words.items())), repr(limits.dram_words), method,
-             repr(sorted(ga.__dict__.items())), str(top)]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+                ga: GAConfig, top: int) -> dict[str, str]:
+    """What the structure search was started from (see `provenance.marks`)."""
+    settings = [list(objectives), sorted(limits.footprint_words.items()), limits.dram_words,
+                method, sorted(ga.__dict__.items()), top]
+    return provenance.marks(arch, w, settings)
 
 
-def _open(storage, mark: str, resume: bool):
+def _open(storage, mark: dict[str, str], resume: bool, restart: bool = False):
     """The structure search's study; resuming a run stopped before it began starts it."""
-    return (open_marked(storage, STUDY_NAME, mark, "the structure search", "genetic settings",
-                        resume)
+    return (open_marked(storage, STUDY_NAME, mark, "the structure search",
+                        "objectives, limits, method or genetic settings", resume, restart)
             or open_marked(storage, STUDY_NAME, mark, "", "", False))
 
 
@@ -154,10 +160,11 @@ def _ranked(result: SearchResult, objectives, top: int):
 
 def run_search(w: Workload, arch: Architecture, storage, *, objectives, objective: str,
                limits: Limits, method: str, ga: GAConfig, top: int,
-               resume: bool) -> StructureSearch:
+               resume: bool, restart: bool = False) -> StructureSearch:
     """Run (or, with `resume`, replay from the storage) the structure search and record what
-    it found in the storage for the workers."""
-    study = _open(storage, fingerprint(w, arch, objectives, limits, method, ga, top), resume)
+    it found in the storage for the workers (`restart`: a search already there is deleted)."""
+    study = _open(storage, fingerprint(w, arch, objectives, limits, method, ga, top), resume,
+                  restart)
     if "found" in study.user_attrs:
         return load_found(study, w, arch)
     start = time.perf_counter()
@@ -188,12 +195,22 @@ def load_found(study, w: Workload, arch: Architecture) -> StructureSearch:
     from tileflow.specs.yamlfile import Field
 
     found = []
-    for item in json.loads(study.user_attrs["found"]):
-        flow = parse_dataflow(Field(item["tree"], "structure search"))
-        cost = math.inf if item["cost"] is None else float(item["cost"])
-        found.append(Found(item["name"], flow, tuple(item["factors"]), cost,
-                           float(item["cycles"]), float(item["energy_pj"])))
-    return StructureSearch(tuple(found), json.loads(study.user_attrs["summary"]))
+    try:
+        for item in json.loads(study.user_attrs["found"]):
+            flow = parse_dataflow(Field(item["tree"], "structure search"))
+            cost = math.inf if item["cost"] is None else float(item["cost"])
+            found.append(Found(str(item["name"]), flow, tuple(int(f) for f in item["factors"]),
+                               cost, float(item["cycles"]), float(item["energy_pj"])))
+        summary = json.loads(study.user_attrs["summary"])
+    except (KeyError, TypeError, ValueError, AttributeError, InputError) as exc:
+        raise _damaged(f"the structures the search found are not what tileflow writes "
+                       f"({' '.join(str(exc).split())[:200]})") from None
+    return StructureSearch(tuple(found), summary)
+
+
+def _damaged(what: str) -> InputError:
+    return InputError(f"the study storage is damaged: {what}; give another --storage, or "
+                      "--restart to start a new study there")
 
 
 def read_found(storage, w: Workload, arch: Architecture) -> StructureSearch:

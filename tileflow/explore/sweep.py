@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tileflow import provenance
 from tileflow.errors import InputError
 from tileflow.explore.bound import Bound, FrontPoint, data_movement_bound, lifted
 from tileflow.explore.structure import Structure
@@ -47,10 +48,13 @@ class SweepState:
 
 
 def fingerprint(config: SweepConfig) -> str:
+    """What a sweep was started from: the model version, the contents of its accelerator and
+    workload (not only their names) and its settings; resuming with others is an error."""
     e = config.explore
-    parts = [e.accelerator, e.workload, repr(e.preset), repr(sorted(e.sizes.items())),
-             e.objective, repr(e.structures), e.method, repr(config.mode),
-             repr(config.bound_level), repr([(p.name, p.values) for p in config.parameters])]
+    w, arch = e.load()
+    parts = [e.objective, repr(e.structures), e.method, repr(config.mode),
+             repr(config.bound_level), repr([(p.name, p.values) for p in config.parameters]),
+             repr(sorted(provenance.marks(arch, w, [e.limits, e.genetic, e.top]).items()))]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -128,8 +132,9 @@ def _load_previous(config: SweepConfig, out: Path, resume: bool) -> SweepState:
     except (OSError, ValueError) as exc:
         raise InputError(f"cannot read '{summary}' to resume: {exc}") from None
     if data.get("fingerprint") != fingerprint(config):
-        raise InputError(f"the sweep in '{out}' was started with another config (accelerator, "
-                         "workload, structures, objective or parameters); give another --out")
+        raise InputError(f"the sweep in '{out}' was started from other contents (the "
+                         "accelerator's or workload's contents, the structures, objective, "
+                         "parameters or model version differ); give another --out")
     state.rows = [r for r in data.get("points", []) if r.get("status") == "done"]
     for key in {bound_key(config, r["parameters"]) for r in state.rows}:
         path = out / "bounds" / f"{key}.json"
@@ -202,6 +207,8 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
 
 
 def _has_study(url: str) -> bool:
+    """Whether a point's storage holds a study: the tile-factor study, or the structure
+    search of a point stopped before its tile-factor study began."""
     path = Path(url[len("sqlite:///"):])
     if not path.exists():
         return False
@@ -209,7 +216,8 @@ def _has_study(url: str) -> bool:
 
     from tileflow.explore import study as studies
 
-    return studies.STUDY_NAME in optuna.get_all_study_names(studies.open_storage(url))
+    with studies.storage_errors(url):
+        return bool(optuna.get_all_study_names(studies.open_storage(url)))
 
 
 def _plain(value):

@@ -15,6 +15,7 @@ import pandas as pd
 from tileflow.explore.sweep import SweepState, fingerprint
 from tileflow.explore.sweep_config import describe_point
 from tileflow.outputs import save_figure, write_csv, write_text_atomic
+from tileflow.provenance import MODEL_VERSION
 
 FILES = ("sweep.csv", "summary.json", "summary.md", "sweep.png", "bound.png")
 COLUMNS = ("label", "structure", "valid", "cycles", "latency_ms", "dram_words", "energy_pj",
@@ -35,6 +36,7 @@ def table(state: SweepState) -> pd.DataFrame:
 def summary(state: SweepState) -> dict:
     c = state.config
     return {"sweep": c.explore.name, "fingerprint": fingerprint(c),
+            "model_version": MODEL_VERSION,
             "accelerator": c.explore.accelerator, "workload": c.explore.workload,
             "sizes": dict(c.explore.sizes), "preset": c.explore.preset,
             "objective": c.explore.objective, "mode": c.mode,
