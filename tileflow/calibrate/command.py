@@ -43,13 +43,15 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
     arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
-    counted = add_columns(frame, arch)
+    env_path = folder / "environment.json"
+    environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    # campaigns measured before the register-tile generator name no style: plain kernels
+    style = (environment or {}).get("kernel_style", "plain")
+    counted = add_columns(frame, arch, style)
     if counted is not frame:  # saved beside the measurements: the next report reads them
         frame = counted
         write_csv(frame, csv)
-    study = cpu.study(frame, arch, config.seed)
-    env_path = folder / "environment.json"
-    environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    study = cpu.study(frame, arch, config.seed, style)
     command = "tileflow validate cpu" + (f" --config {config_path}" if config_path else "") + (
         f" --points {points}" if points else "") + (f" --out {out}" if out else "")
     levels = {"first_level": config.first_level, "last_level": config.last_level}

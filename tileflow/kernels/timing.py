@@ -61,6 +61,8 @@ def environment() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"compiler": cc, "flags": " ".join(FLAGS), "cpu": model,
+    from tileflow.kernels.c_source import STYLES
+
+    return {"compiler": cc, "flags": " ".join(FLAGS), "kernel_style": STYLES[-1], "cpu": model,
             "cpus": str(os.cpu_count()), "os": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__}
