@@ -161,6 +161,24 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     bn.add_argument("--batch-rows", type=int, default=8192,
                     help="factor assignments per batched call (default 8192)")
+    bk = sub.add_parser("bench-kernels", help="the best generated CPU kernel of a shape "
+                        "against NumPy's BLAS, on 1 and 2 threads, side by side")
+    bk.add_argument("--workload", action="append", choices=["gemm-chain", "attention"],
+                    help="workload(s) to benchmark (default: both)")
+    bk.add_argument("--set", action="append", metavar="DIM=SIZE",
+                    help="dim size (repeatable; default b=1 m=256 l=256 k=64 n=64)")
+    bk.add_argument("--campaign", default="validate/cpu/measurements.csv", metavar="CSV",
+                    help="campaign whose fastest trees of the same shape are candidates "
+                         "(default: validate/cpu/measurements.csv; 'none' for none)")
+    bk.add_argument("--top", type=int, default=8, metavar="N",
+                    help="candidates from the campaign (default 8)")
+    bk.add_argument("--random", type=int, default=8, metavar="N",
+                    help="seeded random valid trees as candidates too (default 8)")
+    bk.add_argument("--seed", type=int, default=0, help="seed of the random trees")
+    bk.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    bk.add_argument("--seconds", type=float, default=3.0,
+                    help="time of the side-by-side calls per workload and thread count")
+    bk.add_argument("--json", action="store_true", help="print the result as JSON")
     add_explore_parser(sub)
     add_sweep_parser(sub)
     return parser
@@ -358,6 +376,32 @@ def cmd_compare(args) -> int:
         print(comparison_table(results, title))
         if plot:
             print(f"\nchart written to {plot}")
+    return 0
+
+
+def cmd_bench_kernels(args) -> int:
+    from tileflow.kernels.blas_bench import SHAPE, WORKLOADS, bench, table
+
+    try:
+        threads = tuple(int(t) for t in args.threads.split(","))
+    except ValueError:
+        threads = ()
+    if not threads or min(threads) < 1:
+        raise InputError(f"--threads expects a comma-separated list of positive integers, "
+                         f"got '{args.threads}'")
+    for flag, value in (("--top", args.top), ("--random", args.random), ("--seed", args.seed)):
+        if value < 0:
+            raise InputError(f"{flag} must be an integer >= 0, got {value}")
+    if not (math.isfinite(args.seconds) and 0 < args.seconds <= 600):
+        raise InputError(f"--seconds must be a number of seconds from 0 to 600, got "
+                         f"{args.seconds}")
+    campaign = None if args.campaign == "none" else Path(args.campaign)
+    if campaign is not None and not campaign.exists():
+        raise InputError(f"--campaign: {campaign} does not exist ('none' for no campaign)")
+    sizes = {**SHAPE, **_pairs(args.set, "--set", 1)}
+    result = bench(tuple(args.workload or WORKLOADS), sizes, campaign, args.top,
+                   args.random, args.seed, threads, args.seconds)
+    print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 
 
@@ -563,6 +607,7 @@ def cmd_explore(args) -> int:
 
 
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
+            "bench-kernels": cmd_bench_kernels,
             "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
             "export-timeloop": cmd_export_timeloop, "explore": cmd_explore,
             "sweep": cmd_sweep}

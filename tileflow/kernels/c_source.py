@@ -43,6 +43,24 @@ static void omp_set_num_threads(int n) { (void)n; }
 #define TF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TF_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TF_CEILDIV(a, b) (((a) + (b) - 1) / (b))
+/* exp(x) in single precision (Cephes' polynomial, about 1 ulp), inline and branch-free so
+   that a loop calling it is vectorised; inputs below -87 give about 1e-38 */
+static inline float tf_expf(float x) {
+    x = TF_MIN(TF_MAX(x, -87.0f), 88.0f);
+    const float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int i; } scale;
+    scale.i = ((int)n + 127) << 23;
+    return p * scale.f;
+}
 static inline float tf_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
@@ -454,10 +472,13 @@ class _Generator:
             counters = [scope.acc_vars[(p, j)] for p, j, _, _, _ in acc.loops]
             out = f"{acc.name}[{acc.index(counters)}]"
         rhs = _expression(op, operands)
+        if self.registers:  # functions the compiler can vectorise: inline, branch-free
+            rhs = rhs.replace("expf(", "tf_expf(")
         if op.update == "+=":
             stmt = f"{out} += {rhs};"
         elif op.update == "max=":
-            stmt = f"{out} = fmaxf({out}, {rhs});"
+            stmt = (f"{out} = TF_MAX({out}, {rhs});" if self.registers
+                    else f"{out} = fmaxf({out}, {rhs});")
         else:
             stmt = f"{out} = {rhs};"
         if conditions:
