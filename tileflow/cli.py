@@ -541,6 +541,18 @@ def add_explore_parser(sub) -> None:
     ex.add_argument("--out", metavar="DIR", help="output folder (overrides the config's)")
     ex.add_argument("--json", action="store_true", help="print summary.json on stdout")
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
+    ex.add_argument("--measure-top", type=int, metavar="K",
+                    help="accelerator host: compile, check and time the study's K best points "
+                         "on this CPU (re-ranked by the learned cost model where one exists "
+                         "for this machine), predicted beside measured, the best measured "
+                         "against NumPy's BLAS (OUT/measured.csv)")
+    ex.add_argument("--measure-threads", type=int, default=1, metavar="N",
+                    help="threads of the measured kernels and of NumPy (default 1)")
+    ex.add_argument("--kernel-style", choices=["registers", "plain"], default="registers",
+                    help="C generator style of the measured kernels (default registers)")
+    ex.add_argument("--learned-model", metavar="PKL",
+                    help="learned cost model to re-rank with (default: "
+                         "validate/cpu/learned-model.pkl where it exists; 'none' for none)")
 
 
 def _explore_config(name: str) -> Path:
@@ -584,11 +596,23 @@ def cmd_explore(args) -> int:
     config = config.with_budget(args.budget_evals, args.budget_seconds)
     changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
     config = dataclasses.replace(config, **changes)
+    if args.measure_top is not None:
+        from tileflow.kernels.measure_top import check_host
+
+        if args.measure_top < 1 or args.measure_threads < 1:
+            raise InputError(f"--measure-top and --measure-threads must be integers >= 1, got "
+                             f"{args.measure_top} and {args.measure_threads}")
+        check_host(config.load()[1])
     progress = not args.quiet and sys.stderr.isatty()
     outcome = explore(config, args.storage, args.workers, args.resume, progress)
     data = write_all(outcome, config.out)
+    measured = None
+    if args.measure_top is not None and not outcome.interrupted:
+        measured = _measure_top(args, outcome, config.out, progress)
+        data["measured"] = {**{k: v for k, v in measured.items() if k != "rows"},
+                            "rows": measured["rows"].to_dict("records")}
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2, default=str))
     else:
         found = data["found"]
         print(f"{data['evaluations']:,} points in {outcome.seconds:.1f} s"
@@ -603,7 +627,28 @@ def cmd_explore(args) -> int:
             print(f"Pareto front of {' and '.join(data['objectives'])}: "
                   f"{len(data['front'])} points (front.csv, front.png)")
         print(f"outputs in {config.out}/: " + ", ".join(data["files"]))
+        if measured is not None:
+            from tileflow.kernels.measure_top import table
+
+            print(table(measured))
+            print(f"measured kernels in {Path(config.out) / 'measured.csv'}")
     return 130 if outcome.interrupted else 0
+
+
+def _measure_top(args, outcome, out: str, progress: bool) -> dict:
+    """The study's top points measured on this CPU (`--measure-top`), saved in OUT."""
+    from tileflow.kernels.measure_top import DEFAULT_MODEL, measure_top, tqdm_progress
+    from tileflow.kernels.measure_top import write as write_measured
+
+    model = (None if args.learned_model == "none" else
+             Path(args.learned_model) if args.learned_model else
+             DEFAULT_MODEL if DEFAULT_MODEL.exists() else None)
+    if args.learned_model not in (None, "none") and not Path(args.learned_model).exists():
+        raise InputError(f"--learned-model: {args.learned_model} does not exist")
+    result = measure_top(outcome, args.measure_top, args.measure_threads, args.kernel_style,
+                         model, progress=tqdm_progress(args.measure_top) if progress else None)
+    write_measured(result, Path(out))
+    return result
 
 
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,

@@ -105,7 +105,7 @@ def best_kernel(name: str, sizes: dict[str, int], flows: list, repetitions: int 
 
 
 def side_by_side(name: str, sizes: dict[str, int], tree: dict, threads: int,
-                 seconds: float) -> dict:
+                 seconds: float, arch_name: str = "host", style: str = "registers") -> dict:
     """In this process: the kernel of `tree` on `threads` threads and the NumPy form,
     called in alternation for about `seconds`; medians, fastest calls, numerics."""
     from tileflow.kernels.cpu import build_checked
@@ -118,11 +118,11 @@ def side_by_side(name: str, sizes: dict[str, int], tree: dict, threads: int,
 
     w = load_workload(name, sizes)
     flow = parse_dataflow(Field(tree, "best tree"))
-    arch = load_arch("host")
+    arch = load_arch(arch_name)
     if threads == 1:
         arch = single_core(arch)
     flow = parallel_rows(w, flow, threads)
-    checked = build_checked(w, arch, flow, threads=threads)
+    checked = build_checked(w, arch, flow, threads=threads, style=style)
     blas = numpy_computation(name, random_inputs(w))
     out_tensor = w.outputs[0]
     reference = checked.kernel.arrays[out_tensor]
@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--worker"]:
         job = json.loads(sys.stdin.read())
         print(json.dumps(side_by_side(job["workload"], job["sizes"], job["tree"],
-                                      job["threads"], job["seconds"])))
+                                      job["threads"], job["seconds"], job.get("arch", "host"),
+                                      job.get("style", "registers"))))
         return 0
     from tileflow.cli import main as cli
 
