@@ -56,9 +56,11 @@ def test_thread_split_needs_a_loop_that_divides():
 def test_thread_environment_sets_threads_and_drops_openblas_core_overrides(monkeypatch):
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
     monkeypatch.setenv("OPENBLAS_L2_SIZE", "1048576")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     env = thread_environment(2)
     assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "2"
     assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
 def test_tiny_benchmark_prints_a_row_per_workload_and_thread_count(capsys):

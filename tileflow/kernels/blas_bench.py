@@ -6,10 +6,11 @@ CSV is given and holds the shape) and seeded random valid trees; each is generat
 `registers` style, checked against the reference and timed single-threaded; the fastest is
 the workload's best kernel. Then, per thread count, a fresh Python process (OpenMP and BLAS
 threads set in its environment before NumPy loads; OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE
-removed there, so that OpenBLAS picks its own kernel) times the best kernel (its outermost
-unreduced loop split over the threads) and the NumPy computation in alternation, call after
-call, so that both see the same load. Reported: medians and fastest calls, their ratio, the
-load average before and after, the BLAS library and kernel threadpoolctl reports."""
+removed there, so that OpenBLAS picks its own kernel; OpenMP threads wait passively) times
+the best kernel (its outermost unreduced loop split over the threads) and the NumPy
+computation in alternation, call after call, so that both see the same load. Reported:
+medians and fastest calls, their ratio, the load average before and after, the BLAS library
+and kernel threadpoolctl reports."""
 
 from __future__ import annotations
 
@@ -163,10 +164,14 @@ def _blas_info() -> str:
 
 def thread_environment(threads: int) -> dict[str, str]:
     """This process's environment with `threads` OpenMP and BLAS threads and OpenBLAS left
-    to choose its own kernel (for the benchmark's child process only)."""
+    to choose its own kernel (for the benchmark's child process only). The kernel's OpenMP
+    threads sleep at the end of a parallel loop instead of spinning (OMP_WAIT_POLICY
+    passive): on a shared machine a spinning thread holds the core its partner waits for,
+    and a call takes scheduler time slices (tens of ms) instead of its work."""
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     for key in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[key] = str(threads)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 
