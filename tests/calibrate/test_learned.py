@@ -86,3 +86,21 @@ def test_a_model_for_another_machine_is_refused(tmp_path):
     assert learned.load(path, {"cpu": "AMD EPYC"}).fingerprint == here  # unrecorded: not compared
     with pytest.raises(InputError, match="no learned cost model"):
         learned.load(tmp_path / "absent.pkl", here)
+
+
+def test_report_files_and_the_stored_model_carry_the_campaigns_fingerprint(tmp_path):
+    from tileflow.calibrate import learned_report
+
+    frame = _campaign(12)
+    environment = {"cpu": "AMD EPYC", "compiler": "cc 12", "flags": "-O3"}
+    result = learned_report.run(frame, ARCH, tmp_path, environment, "tileflow validate cpu",
+                                folds=3)
+    assert result["fingerprint"] == {**environment, "kernel_style": "plain"}
+    assert sorted(result["held_out_groups"]["learned"]["groups"]) == sorted(
+        set(frame.workload + " " + frame["shape"]))
+    for name in ("learned.md", "learned.json", "learned-model.pkl", "learned-model.json"):
+        assert (tmp_path / name).exists()
+    text = (tmp_path / "learned.md").read_text()
+    assert "a workload is predicted from the other workloads' kernels" in text
+    model = learned.load(tmp_path / "learned-model.pkl", {"cpu": "AMD EPYC"})
+    assert model.features == result["features"]

@@ -79,6 +79,15 @@ def _table(figures: dict) -> list[str]:
     return lines
 
 
+def _held_out_words(groups: list[str]) -> str:
+    workloads = [g.split()[0] for g in groups]
+    if all(workloads.count(w) == 1 for w in workloads):
+        return ("here one shape per workload: a workload is predicted from the other "
+                "workloads' kernels")
+    return ("a shape is predicted from the kernels of every other shape, the other shapes of "
+            "its own workload included")
+
+
 def _markdown(r: dict, command: str) -> str:
     groups = r["groups"]
     lines = [
@@ -94,8 +103,7 @@ def _markdown(r: dict, command: str) -> str:
         "of a predictor's k first picks over the measured best, minus one.", "",
         "## Held-out groups", "",
         "Each group is predicted by a calibration, a ridge correction and trees fitted on the "
-        "other groups only (here: one shape per workload, so a workload is predicted from "
-        "the other workload's kernels).", "",
+        f"other groups only ({_held_out_words(groups)}).", "",
         *_table(r["held_out_groups"]), "",
         f"## {r['k_fold_rows_folds']}-fold over rows (not held-out groups)", "",
         "For comparison only: every group is in every training set, so this is what the "

@@ -19,7 +19,9 @@ import pandas as pd
 from tileflow.errors import InputError
 
 RERANK = 4  # the learned model re-ranks the model's first RERANK x K points
-DEFAULT_MODEL = Path("validate/cpu/learned-model.pkl")
+# the stored learned models, by the kernel style their campaign measured
+DEFAULT_MODELS = {"plain": Path("validate/cpu/learned-model.pkl"),
+                  "registers": Path("validate/cpu-pilot/learned-model.pkl")}
 
 
 def check_host(arch) -> None:
@@ -75,7 +77,7 @@ def model_rows(w, arch, flows, style: str) -> pd.DataFrame:
 
 
 def measure_top(outcome, k: int, threads: int = 1, style: str = "registers",
-                model_path: Path | None = DEFAULT_MODEL, repetitions: int = 5,
+                model_path: Path | None = None, repetitions: int = 5,
                 blas_seconds: float = 2.0, progress=None) -> dict:
     """Measure the study's top `k` points; returns the table (a DataFrame under "rows")
     and the best measured against NumPy."""
