@@ -205,3 +205,15 @@ def test_clipped_loops_keep_run_time_bounds_and_plain_style_has_no_accumulator()
     assert "acc" not in plain and "omp simd" not in plain
     with pytest.raises(ValueError, match="unknown kernel style"):
         generate_c(analyse(w, HOST, flow), style="fast")
+
+
+def test_the_compiler_reports_the_lane_loop_vectorised():
+    """-fopt-info-vec names the `omp simd` lane loop (32 lanes of n) as vectorised, with
+    vectors of at least 8 words (AVX2 or AVX-512 on an x86 host)."""
+    from tileflow.kernels.vectorised import simd_loops
+
+    w = load_workload("gemm", {"m": 8, "n": 32, "k": 16})
+    flow = Dataflow(tile("DRAM", "m:8", tile("L1", "k:16", tile("Reg", "n:32:SpY", "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    trip, words = simd_loops(text)["gemm"]
+    assert trip == 32 and words >= 4

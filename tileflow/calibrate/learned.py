@@ -77,10 +77,11 @@ def operator_features(w, source: str) -> dict[str, float]:
         out[prefix + "depth"] = len(loops)
         out[prefix + "inner_trip"] = inner[2] if inner else 1
         out[prefix + "inner_reduces"] = float(bool(inner) and inner[1] in op.reduction_dims)
-        vec = [(k, lp) for k, lp in enumerate(reversed(loops)) if lp[0] in lines]
-        position, vloop = vec[0] if vec else (np.nan, None)
+        hits = around[op.name].vectorised(lines) if op.name in around else []
+        vloop, words = hits[-1] if hits else (None, 0)
+        position = len(loops) - 1 - loops.index(vloop) if vloop else np.nan
         out[prefix + "simd_position"] = position
-        out[prefix + "simd_words"] = lines[vloop[0]] if vloop else 0
+        out[prefix + "simd_words"] = words
         out[prefix + "simd_trip"] = vloop[2] if vloop else 0
         out[prefix + "simd_reduces"] = float(bool(vloop) and vloop[1] in op.reduction_dims)
         for where, lp in (("inner", inner), ("simd", vloop)):
