@@ -217,3 +217,15 @@ def test_the_compiler_reports_the_lane_loop_vectorised():
     text = generate_c(analyse(w, HOST, flow), threads=False).text
     trip, words = simd_loops(text)["gemm"]
     assert trip == 32 and words >= 4
+
+
+def test_lanes_over_rows_are_left_to_the_compiler():
+    """Lanes over m (rows of C[m, n], 32 words apart) are not forced into vectors: the
+    compiler decides; the row loop of the 16-word accumulator is unrolled instead."""
+    w = load_workload("gemm", {"m": 8, "n": 2, "k": 16})
+    flow = Dataflow(tile("DRAM", "", tile("L1", "k:16", tile("Reg", "n:2:SpX m:8:SpY",
+                                                             "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    assert "omp simd" not in text
+    assert re.search(r"#pragma GCC unroll 8\n\s*for \(int \w+ = 0; \w+ < 8;", text)
+    assert build_checked(w, HOST, flow).max_error < 1e-6

@@ -314,8 +314,8 @@ class _Generator:
 
     def own_lanes(self, tile: Tile, j: int) -> bool:
         """Whether loop j of `tile` is the SIMD lane loop of one operator: the innermost loop
-        (of factor > 1) above it, over a dim of its output that it does not reduce, so that
-        every lane updates its own output elements."""
+        (of factor > 1) above it, over the last axis of its output (which it does not
+        reduce), so that every lane updates its own, consecutive, output elements."""
         if any(lp.factor > 1 for lp in tile.loops[j + 1:]):
             return False
         node: Tile | Op = tile
@@ -327,7 +327,11 @@ class _Generator:
                 return False
         op = self.w.op_by_name[node.op]
         dim = tile.loops[j].dim
-        return dim in op.output.dims and dim not in op.reduction_dims
+        last = op.output.axes[-1] if op.output.axes else None
+        # lanes over the output's contiguous axis: a vector of lanes is a vector of words
+        # (lanes over another axis would gather and scatter; the compiler decides those)
+        return (last is not None and last.is_plain and last.terms[0][0] == dim
+                and dim not in op.reduction_dims)
 
     def register_tile(self, path: str, tile: Tile, scope: _Scope) -> _Accumulator | None:
         """The register tile of the one accumulating operator below `tile`, where there is
