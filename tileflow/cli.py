@@ -177,6 +177,24 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     bn.add_argument("--batch-rows", type=int, default=8192,
                     help="factor assignments per batched call (default 8192)")
+    bk = sub.add_parser("bench-kernels", help="the best generated CPU kernel of a shape "
+                        "against NumPy's BLAS, on 1 and 2 threads, side by side")
+    bk.add_argument("--workload", action="append", choices=["gemm-chain", "attention"],
+                    help="workload(s) to benchmark (default: both)")
+    bk.add_argument("--set", action="append", metavar="DIM=SIZE",
+                    help="dim size (repeatable; default b=1 m=256 l=256 k=64 n=64)")
+    bk.add_argument("--campaign", default="validate/cpu/measurements.csv", metavar="CSV",
+                    help="campaign whose fastest trees of the same shape are candidates "
+                         "(default: validate/cpu/measurements.csv; 'none' for none)")
+    bk.add_argument("--top", type=int, default=8, metavar="N",
+                    help="candidates from the campaign (default 8)")
+    bk.add_argument("--random", type=int, default=8, metavar="N",
+                    help="seeded random valid trees as candidates too (default 8)")
+    bk.add_argument("--seed", type=int, default=0, help="seed of the random trees")
+    bk.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    bk.add_argument("--seconds", type=float, default=3.0,
+                    help="time of the side-by-side calls per workload and thread count")
+    bk.add_argument("--json", action="store_true", help="print the result as JSON")
     add_explore_parser(sub)
     add_sweep_parser(sub)
     return parser
@@ -377,6 +395,32 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_bench_kernels(args) -> int:
+    from tileflow.kernels.blas_bench import SHAPE, WORKLOADS, bench, table
+
+    try:
+        threads = tuple(int(t) for t in args.threads.split(","))
+    except ValueError:
+        threads = ()
+    if not threads or min(threads) < 1:
+        raise InputError(f"--threads expects a comma-separated list of positive integers, "
+                         f"got '{args.threads}'")
+    for flag, value in (("--top", args.top), ("--random", args.random), ("--seed", args.seed)):
+        if value < 0:
+            raise InputError(f"{flag} must be an integer >= 0, got {value}")
+    if not (math.isfinite(args.seconds) and 0 < args.seconds <= 600):
+        raise InputError(f"--seconds must be a number of seconds from 0 to 600, got "
+                         f"{args.seconds}")
+    campaign = None if args.campaign == "none" else Path(args.campaign)
+    if campaign is not None and not campaign.exists():
+        raise InputError(f"--campaign: {campaign} does not exist ('none' for no campaign)")
+    sizes = {**SHAPE, **_pairs(args.set, "--set", 1)}
+    result = bench(tuple(args.workload or WORKLOADS), sizes, campaign, args.top,
+                   args.random, args.seed, threads, args.seconds)
+    print(json.dumps(result, indent=2) if args.json else table(result))
+    return 0
+
+
 def cmd_bench(args) -> int:
     from tileflow.bench import run_bench
 
@@ -523,6 +567,19 @@ def add_explore_parser(sub) -> None:
     ex.add_argument("--out", metavar="DIR", help="output folder (overrides the config's)")
     ex.add_argument("--json", action="store_true", help="print summary.json on stdout")
     ex.add_argument("--quiet", action="store_true", help="no progress bar")
+    ex.add_argument("--measure-top", type=int, metavar="K",
+                    help="accelerator host: compile, check and time the study's K best points "
+                         "on this CPU (re-ranked by the learned cost model where one exists "
+                         "for this machine), predicted beside measured, the best measured "
+                         "against NumPy's BLAS (OUT/measured.csv)")
+    ex.add_argument("--measure-threads", type=int, default=1, metavar="N",
+                    help="threads of the measured kernels and of NumPy (default 1)")
+    ex.add_argument("--kernel-style", choices=["registers", "plain"], default="registers",
+                    help="C generator style of the measured kernels (default registers)")
+    ex.add_argument("--learned-model", metavar="PKL",
+                    help="learned cost model to re-rank with (default, where it exists: "
+                         "validate/cpu-pilot/learned-model.pkl for registers kernels, "
+                         "validate/cpu/learned-model.pkl for plain ones; 'none' for none)")
 
 
 def _explore_config(name: str) -> Path:
@@ -566,12 +623,24 @@ def cmd_explore(args) -> int:
     config = config.with_budget(args.budget_evals, args.budget_seconds)
     changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
     config = dataclasses.replace(config, **changes)
+    if args.measure_top is not None:
+        from tileflow.kernels.measure_top import check_host
+
+        if args.measure_top < 1 or args.measure_threads < 1:
+            raise InputError(f"--measure-top and --measure-threads must be integers >= 1, got "
+                             f"{args.measure_top} and {args.measure_threads}")
+        check_host(config.load()[1])
     progress = not args.quiet and sys.stderr.isatty()
     outcome = explore(config, args.storage, args.workers, args.resume, progress,
                       restart=args.restart)
     data = write_all(outcome, config.out)
+    measured = None
+    if args.measure_top is not None and not outcome.interrupted:
+        measured = _measure_top(args, outcome, config.out, progress)
+        data["measured"] = {**{k: v for k, v in measured.items() if k != "rows"},
+                            "rows": measured["rows"].to_dict("records")}
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2, default=str))
     else:
         found = data["found"]
         print(f"{data['evaluations']:,} points in {outcome.seconds:.1f} s"
@@ -586,10 +655,33 @@ def cmd_explore(args) -> int:
             print(f"Pareto front of {' and '.join(data['objectives'])}: "
                   f"{len(data['front'])} points (front.csv, front.png)")
         print(f"outputs in {config.out}/: " + ", ".join(data["files"]))
+        if measured is not None:
+            from tileflow.kernels.measure_top import table
+
+            print(table(measured))
+            print(f"measured kernels in {Path(config.out) / 'measured.csv'}")
     return 130 if outcome.interrupted else 0
 
 
+def _measure_top(args, outcome, out: str, progress: bool) -> dict:
+    """The study's top points measured on this CPU (`--measure-top`), saved in OUT."""
+    from tileflow.kernels.measure_top import DEFAULT_MODELS, measure_top, tqdm_progress
+    from tileflow.kernels.measure_top import write as write_measured
+
+    default = DEFAULT_MODELS[args.kernel_style]
+    model = (None if args.learned_model == "none" else
+             Path(args.learned_model) if args.learned_model else
+             default if default.exists() else None)
+    if args.learned_model not in (None, "none") and not Path(args.learned_model).exists():
+        raise InputError(f"--learned-model: {args.learned_model} does not exist")
+    result = measure_top(outcome, args.measure_top, args.measure_threads, args.kernel_style,
+                         model, progress=tqdm_progress(args.measure_top) if progress else None)
+    write_measured(result, Path(out))
+    return result
+
+
 COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench,
+            "bench-kernels": cmd_bench_kernels,
             "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
             "export-timeloop": cmd_export_timeloop, "explore": cmd_explore,
             "sweep": cmd_sweep}

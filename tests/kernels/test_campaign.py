@@ -51,3 +51,18 @@ def test_remeasuring_traffic_keeps_timings_and_measures_each_kernel_once(tmp_pat
     monkeypatch.setattr(campaign, "measure_traffic", lambda *a: calls.append(a) or {})
     remeasure(config, tmp_path)
     assert calls == []  # already measured by the current method: only the model is redone
+
+
+def test_several_shapes_of_one_workload_are_measured_apart(tmp_path):
+    path = tmp_path / "campaign.yaml"
+    path.write_text("workloads:\n  gemm-chain:\n    - {b: 1, m: 16, l: 16, k: 8, n: 8}\n"
+                    "    - {b: 1, m: 8, l: 32, k: 8, n: 8}\npoints: 2\ntraffic: false\n"
+                    "repetitions: 2\n")
+    config = campaign.load_config(str(path))
+    assert config.shapes() == [("gemm-chain", {"b": 1, "m": 16, "l": 16, "k": 8, "n": 8}),
+                               ("gemm-chain", {"b": 1, "m": 8, "l": 32, "k": 8, "n": 8})]
+    saved = run_campaign(config, tmp_path)
+    assert sorted(saved.groupby("shape").size().to_dict().items()) == [
+        ("b=1 m=16 l=16 k=8 n=8", 2), ("b=1 m=8 l=32 k=8 n=8", 2)]
+    assert campaign.shape_sizes("b=1 m=8 l=32 k=8 n=8") == {"b": 1, "m": 8, "l": 32, "k": 8,
+                                                            "n": 8}

@@ -160,3 +160,72 @@ def test_rows_of_64_words_are_padded_and_results_unchanged():
         assert checked.source.layouts["B"] == (1, 16, 64 + 16)  # rows of 64 get one line
         assert checked.source.layouts["A"] == (1, 8, 16)
         assert checked.max_error < 1e-5
+
+
+def _for_lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("for (int i")]
+
+
+def test_register_tile_holds_the_lanes_in_an_accumulator_over_the_reduction():
+    """gemm m x n x k = 8 x 32 x 16, tree m:8 / k:16 / n:32 lanes: the 32 outputs of a row
+    stay in a 32-word accumulator across the 16 steps of k; every trip is a constant; the
+    lane loop (32 >= half the host's 16-word vector) is an `omp simd` loop."""
+    w = load_workload("gemm", {"m": 8, "n": 32, "k": 16})
+    flow = Dataflow(tile("DRAM", "m:8", tile("L1", "k:16", tile("Reg", "n:32:SpY", "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    assert re.search(r"float acc\d+\[32\]", text)
+    loops = _for_lines(text)
+    assert [re.search(r"< (\w+);", ln).group(1) for ln in loops] == ["8", "16", "32"]
+    assert re.search(r"#pragma omp simd\n\s*for \(int \w+ = 0; \w+ < 32;", text)
+    assert re.search(r"acc\d+\[\w+\] \+= ", text)
+    assert build_checked(w, HOST, flow).max_error < 1e-6
+
+
+def test_register_tile_of_rows_and_lanes_is_unrolled_and_laid_out_like_the_output():
+    """m:4 rows x n:16 lanes inside k: a 64-word accumulator, row-major as C[m, n] (index
+    row * 16 + lane), its row loop unrolled whole."""
+    w = load_workload("gemm", {"m": 8, "n": 16, "k": 8})
+    flow = Dataflow(tile("DRAM", "m:2", tile("L1", "k:8 m:4", tile("Reg", "n:16:SpY",
+                                                                   "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    assert re.search(r"float acc\d+\[64\]", text)
+    assert re.search(r"acc\d+\[\(i\d+\) \* 16 \+ i\d+\] \+=", text)
+    assert re.search(r"#pragma GCC unroll 4\n\s*for \(int \w+ = 0; \w+ < 4;", text)
+    assert build_checked(w, HOST, flow).max_error < 1e-6
+
+
+def test_clipped_loops_keep_run_time_bounds_and_plain_style_has_no_accumulator():
+    w = load_workload("gemm", {"m": 7, "n": 5, "k": 4})
+    flow = Dataflow(tile("DRAM", "m:3 n:2", tile("L1", "m:3 k:4 n:3", tile("Reg", "", "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    bounds = [re.search(r"< (\w+);", ln).group(1) for ln in _for_lines(text)]
+    assert bounds[:2] == ["3", "2"]  # the outer steps are whole: 3 x 3 >= 7, 2 x 3 >= 5
+    assert all(not b.isdigit() for b in (bounds[2], bounds[4]))  # m:3, n:3 clipped inside
+    plain = generate_c(analyse(w, HOST, flow), threads=False, style="plain").text
+    assert "acc" not in plain and "omp simd" not in plain
+    with pytest.raises(ValueError, match="unknown kernel style"):
+        generate_c(analyse(w, HOST, flow), style="fast")
+
+
+def test_the_compiler_reports_the_lane_loop_vectorised():
+    """-fopt-info-vec names the `omp simd` lane loop (32 lanes of n) as vectorised, with
+    vectors of at least 8 words (AVX2 or AVX-512 on an x86 host)."""
+    from tileflow.kernels.vectorised import simd_loops
+
+    w = load_workload("gemm", {"m": 8, "n": 32, "k": 16})
+    flow = Dataflow(tile("DRAM", "m:8", tile("L1", "k:16", tile("Reg", "n:32:SpY", "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    trip, words = simd_loops(text)["gemm"]
+    assert trip == 32 and words >= 4
+
+
+def test_lanes_over_rows_are_left_to_the_compiler():
+    """Lanes over m (rows of C[m, n], 32 words apart) are not forced into vectors: the
+    compiler decides; the row loop of the 16-word accumulator is unrolled instead."""
+    w = load_workload("gemm", {"m": 8, "n": 2, "k": 16})
+    flow = Dataflow(tile("DRAM", "", tile("L1", "k:16", tile("Reg", "n:2:SpX m:8:SpY",
+                                                             "gemm"))))
+    text = generate_c(analyse(w, HOST, flow), threads=False).text
+    assert "omp simd" not in text
+    assert re.search(r"#pragma GCC unroll 8\n\s*for \(int \w+ = 0; \w+ < 8;", text)
+    assert build_checked(w, HOST, flow).max_error < 1e-6

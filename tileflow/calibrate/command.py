@@ -13,7 +13,8 @@ from tileflow.errors import InputError
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
-                 report_only: bool, remeasure_traffic: bool = False) -> dict:
+                 report_only: bool, remeasure_traffic: bool = False,
+                 learn: bool = False) -> dict:
     from tileflow.calibrate import cpu, cpu_report
     from tileflow.kernels.campaign import (
         load_config,
@@ -43,18 +44,28 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
     arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
-    counted = add_columns(frame, arch)
+    env_path = folder / "environment.json"
+    environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    # campaigns measured before the register-tile generator name no style: plain kernels
+    style = (environment or {}).get("kernel_style", "plain")
+    counted = add_columns(frame, arch, style)
     if counted is not frame:  # saved beside the measurements: the next report reads them
         frame = counted
         write_csv(frame, csv)
-    study = cpu.study(frame, arch, config.seed)
-    env_path = folder / "environment.json"
-    environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    study = cpu.study(frame, arch, config.seed, style)
     command = "tileflow validate cpu" + (f" --config {config_path}" if config_path else "") + (
         f" --points {points}" if points else "") + (f" --out {out}" if out else "")
     levels = {"first_level": config.first_level, "last_level": config.last_level}
     cpu_report.write(study, folder, command, levels, environment)
     _write_calibrated(study, folder, environment, config.arch)
+    if learn:
+        from tileflow.calibrate import learned_report
+
+        result = learned_report.run(frame, arch, folder, environment,
+                                    command + " --report-only --learn", config.seed)
+        study.summary["learned_model"] = {
+            k: result["held_out_groups"]["learned"][k]
+            for k in ("mape", "spearman_within_mean")}
     return study.summary
 
 
@@ -145,6 +156,11 @@ def add_campaign_options(parser) -> None:
                         help="cpu: measure the saved kernels' cache traffic again and "
                              "recompute the model's traffic columns, keeping their timings; "
                              "then rebuild the report")
+    parser.add_argument("--learn", action="store_true",
+                        help="cpu: also train the learned cost model (needs the 'learn' "
+                             "extra), validate it on held-out workload shapes and store it "
+                             "with this machine's fingerprint (learned.md, learned.json, "
+                             "learned-model.pkl)")
 
 
 def run(args) -> int:
@@ -153,7 +169,8 @@ def run(args) -> int:
     try:
         if args.target == "cpu":
             summary = validate_cpu(args.config, args.points, out, args.report_only,
-                                   getattr(args, "remeasure_traffic", False))
+                                   getattr(args, "remeasure_traffic", False),
+                                   getattr(args, "learn", False))
         else:
             summary = validate_gpu(args.config, args.points, out, args.prepare,
                                    args.results, args.prepared)

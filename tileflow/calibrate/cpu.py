@@ -36,9 +36,11 @@ class CpuStudy:
     summary: dict
 
 
-def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> CpuStudy:
-    """Fit on a seeded 70 % of the rows, validate on the other 30 %."""
-    frame = add_columns(frame.reset_index(drop=True), arch)
+def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0,
+          style: str = "plain") -> CpuStudy:
+    """Fit on a seeded 70 % of the rows, validate on the other 30 %; `style`: the kernel
+    generator's style the rows were measured with (for counts not yet in the frame)."""
+    frame = add_columns(frame.reset_index(drop=True), arch, style)
     params = latency.parameter_set(arch)
     features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
     clock_hz = arch.clock_ghz * 1e9

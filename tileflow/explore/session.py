@@ -50,6 +50,7 @@ class Outcome:
     interrupted: bool = False
     structure_search: dict | None = None  # what the genetic search did (structures: search)
     workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
+    structures: dict | None = None  # name -> structure: rebuilds any point's dataflow
 
 
 def slot_labels(structure) -> list[str]:
@@ -247,7 +248,7 @@ def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> 
                                  evaluate(w, arch, s) if s else None))
     slots = {c.name: slot_labels(c.structure) for c in candidates}
     return Outcome(config, w, arch, best_name, best_flow, best_result, tuple(compared), points,
-                   slots, seconds, interrupted)
+                   slots, seconds, interrupted, structures=by_name)
 
 
 def objective_value(result: Result, objective: str) -> float:

@@ -6,7 +6,15 @@ home is on chip becomes a local buffer of its tile's size, allocated once and re
 step of the common ancestor of its producer and consumers; one homed in memory is an array.
 Spatial loops above the cores (over dims no operator below reduces) become OpenMP parallel
 loops; those below the cores are marked as SIMD loops (`omp simd`); spatial reductions stay
-sequential loops. The compiler may vectorise other loops too."""
+sequential loops. The compiler may vectorise other loops too.
+
+Two styles. `plain` is the nest as written, bounds computed at run time (the committed CPU
+campaign was measured with it). `registers` (the default) follows the register tile: every
+loop whose range is exact becomes a compile-time constant trip; the spatial loop of an
+operator's own tile at the compute level is its SIMD lanes (`omp simd`); and where the
+loops innermost around an accumulating operator are its reductions and constant-trip loops
+over its output, those output elements are held in a local accumulator array (registers)
+for the whole reduction, loaded before and stored after it."""
 
 from __future__ import annotations
 
@@ -19,6 +27,9 @@ from tileflow.specs.workload import Operator
 from tileflow.tree import Op, Tile
 
 ENTRY = "tf_kernel"
+STYLES = ("plain", "registers")
+ACCUMULATOR_WORDS = 512  # largest accumulator array held for a register tile
+UNROLL_WORDS = 128  # largest accumulator whose loops are unrolled whole (in registers)
 INIT = {"+=": "0.0f", "max=": "-INFINITY"}
 PRELUDE = """#include <math.h>
 #include <stdlib.h>
@@ -32,6 +43,24 @@ static void omp_set_num_threads(int n) { (void)n; }
 #define TF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TF_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TF_CEILDIV(a, b) (((a) + (b) - 1) / (b))
+/* exp(x) in single precision (Cephes' polynomial, about 1 ulp), inline and branch-free so
+   that a loop calling it is vectorised; inputs below -87 give about 1e-38 */
+static inline float tf_expf(float x) {
+    x = TF_MIN(TF_MAX(x, -87.0f), 88.0f);
+    const float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { float f; int i; } scale;
+    scale.i = ((int)n + 127) << 23;
+    return p * scale.f;
+}
 static inline float tf_gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
@@ -55,10 +84,41 @@ class _Scope:
     origins: dict[str, list[str]] = field(default_factory=dict)  # local tensor -> names
     init_depth: dict[str, int] = field(default_factory=dict)  # tensor -> len(loops) at init
     threads: int = 0  # GPU: product of the thread-mapped loops open here (0: none)
+    # registers style: per dim, the largest value its base index takes (a static bound)
+    max_base: dict[str, int] = field(default_factory=dict)
+    accumulator: _Accumulator | None = None  # the register tile open here
+    acc_vars: dict[tuple[str, int], str] = field(default_factory=dict)  # its loops' counters
 
     def copy(self) -> _Scope:
         return _Scope(dict(self.bases), list(self.loops), self.parallel, dict(self.origins),
-                      dict(self.init_depth), self.threads)
+                      dict(self.init_depth), self.threads, dict(self.max_base),
+                      self.accumulator, dict(self.acc_vars))
+
+
+@dataclass(frozen=True)
+class _Accumulator:
+    """An operator's output elements held in a local array across its reduction loops."""
+
+    name: str  # the C array
+    op: str
+    start: tuple[str, int]  # (tile path, loop index) of the outermost loop it spans
+    loops: tuple[tuple[str, int, int, str, int], ...]  # (path, j, factor, dim, stride) kept
+    dims: tuple[str, ...]  # the output's axes: the array is a dense tile of them, row-major
+    inner_all: bool  # every kept loop lies inside the innermost reduction loop
+
+    @property
+    def words(self) -> int:
+        return math.prod(f for _, _, f, _, _ in self.loops)
+
+    def index(self, counters: list[str]) -> str:
+        """The element of the loops' counters: per output axis, its loops' counters combined
+        (outer first), the axes row-major, so that the array keeps the output's layout."""
+        text = ""
+        for d in self.dims:
+            for (_, _, f, dim, _), v in zip(self.loops, counters, strict=True):
+                if dim == d:
+                    text = v if not text else f"({text}) * {f} + {v}"
+        return text or "0"
 
 
 def pitched(shape) -> tuple[int, ...]:
@@ -93,14 +153,21 @@ class KernelSource:
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)  # argument -> pitched
 
 
-def generate_c(nest: Nest, threads: bool = True) -> KernelSource:
-    """The C kernel `void tf_kernel(float **args, int nthreads)` for an analysed dataflow."""
-    return _Generator(nest, threads).run()
+def generate_c(nest: Nest, threads: bool = True, style: str = "registers") -> KernelSource:
+    """The C kernel `void tf_kernel(float **args, int nthreads)` for an analysed dataflow;
+    `style`: one of STYLES."""
+    if style not in STYLES:
+        raise ValueError(f"unknown kernel style '{style}' (one of {', '.join(STYLES)})")
+    return _Generator(nest, threads, registers=style == "registers").run()
 
 
 class _Generator:
-    def __init__(self, nest: Nest, threads: bool):
+    def __init__(self, nest: Nest, threads: bool, registers: bool = False):
         self.nest, self.w, self.threads = nest, nest.workload, threads
+        self.registers = registers
+        self.acc_bases: dict[str, dict[str, str]] = {}  # accumulator -> bases at its start
+        arch = nest.plan.arch
+        self.simd_words = max(arch.vector.parallelism, 1)  # the host's SIMD width (words)
         self.lines: list[str] = []
         self.counter = 0
         self.buffers = nest.buffers
@@ -149,30 +216,48 @@ class _Generator:
 
     def tile(self, path: str, tile: Tile, scope: _Scope, depth: int) -> None:
         scope = scope.copy()
-        opened = 0
+        closers: list[_Accumulator | None] = []
         level = self.nest.plan.arch.level_index[tile.level]
         below_reductions = self.nest.reduction_dims_below(tile)
         ops_below = _ops(tile)
+        plan = (self.register_tile(path, tile, scope)
+                if self.registers and scope.accumulator is None else None)
         for j, lp in enumerate(tile.loops):
             if lp.factor == 1:
                 continue
+            started = None
+            if plan is not None and plan.start == (path, j):
+                self.open_accumulator(plan, scope, depth)
+                depth += 1
+                scope.accumulator = started = plan
             var, lo, hi, new, stride, base = self.bounds(path, j, lp, ops_below, scope, depth)
             parallel = (self.threads and lp.spatial and level < self.nest.core_level
                         and lp.dim not in below_reductions and not scope.parallel)
-            lanes = (lp.spatial and not parallel and level >= self.nest.core_level
-                     and lp.dim not in below_reductions)
+            if self.registers:  # an operator's own lanes are SIMD lanes, not threads
+                lanes = lp.spatial and self.own_lanes(tile, j)
+                parallel = parallel and not lanes
+            else:
+                lanes = (lp.spatial and not parallel and level >= self.nest.core_level
+                         and lp.dim not in below_reductions)
             if parallel:
                 self.emit("#pragma omp parallel for schedule(static)", depth)
                 scope.parallel = True
-            elif lanes:  # spatial loops below the cores are the SIMD lanes
-                self.emit("#pragma omp simd", depth)
+            elif lanes and (not self.registers or lp.factor >= self.simd_words // 2):
+                self.emit("#pragma omp simd", depth)  # the lanes: one vector or more
+            elif self.unrolled(scope, path, j):
+                self.emit(f"#pragma GCC unroll {lp.factor}", depth)
             self.emit(f"for (int {var} = {lo}; {var} < {hi}; ++{var}) {{  "
                       f"/* {lp}{' parallel' if parallel else ''} stride {stride} */", depth)
             depth += 1
-            opened += 1
             self.emit(f"const int {new} = {base} + {var} * {stride};", depth)
+            if self.registers:
+                scope.max_base[lp.dim] = self.static_trip(path, j, lp, ops_below,
+                                                          scope.max_base)[1]
             scope.bases[lp.dim] = new
             scope.loops.append(_Loop(var, lp.dim, new))
+            if scope.accumulator is not None:
+                scope.acc_vars[(path, j)] = var
+            closers.append(started)
         for t in self.lca_of.get(path, []):
             self.start_intermediate(t, scope, depth)
         for i, child in enumerate(tile.children):
@@ -180,9 +265,13 @@ class _Generator:
                 self.leaf(self.w.op_by_name[child.op], scope, depth)
             else:
                 self.tile(f"{path}.{i}", child, scope, depth)
-        for _ in range(opened):
+        for closer in reversed(closers):
             depth -= 1
             self.emit("}", depth)
+            if closer is not None:
+                self.move_accumulator(closer, scope, depth, store=True)
+                depth -= 1
+                self.emit("}", depth)
 
     def bounds(self, path: str, j: int, lp, ops_below, scope: _Scope, depth: int):
         """Names and bounds of one loop: the counter runs over [lo, hi), the steps that some
@@ -195,9 +284,130 @@ class _Generator:
         base = scope.bases[lp.dim]
         var, hi, new = self.fresh("i"), self.fresh("hi"), self.fresh(f"{lp.dim}_")
         lo = f"TF_MAX(0, TF_CEILDIV({-high} - {base}, {stride}))" if high < 0 else "0"
+        if self.registers and self.static_trip(path, j, lp, ops_below, scope.max_base)[0]:
+            return var, lo, str(lp.factor), new, stride, base
         self.emit(f"const int {hi} = TF_MIN({lp.factor}, "
                   f"TF_CEILDIV({self.w.sizes[lp.dim] - low} - {base}, {stride}));", depth)
         return var, lo, hi, new, stride, base
+
+    def unrolled(self, scope: _Scope, path: str, j: int) -> bool:
+        """Whether a loop of the open accumulator is unrolled whole: one over its output
+        inside the accumulator's innermost reduction loop, of at most UNROLL_WORDS elements
+        in all, so that the compiler keeps each element in a register."""
+        acc = scope.accumulator
+        if acc is None or not self.registers:
+            return False
+        keys = [(p, i) for p, i, _, _, _ in acc.loops]
+        return (path, j) in keys and acc.words <= UNROLL_WORDS and acc.inner_all
+
+    def static_trip(self, path: str, j: int, lp, ops_below, max_base: dict[str, int]
+                    ) -> tuple[bool, int]:
+        """Whether a loop runs exactly `factor` steps at every step of the loops around it
+        (a compile-time trip count), and the largest index of its dim inside it."""
+        stride = self.nest.strides[(path, j)]
+        shifts = {self.nest.shift(o, lp.dim) for o in ops_below
+                  if lp.dim in self.w.op_by_name[o].dims}
+        low, high = min(shifts), max(shifts)
+        room = self.w.sizes[lp.dim] - low - 1  # the largest index the loop may reach
+        reach = max_base.get(lp.dim, 0) + (lp.factor - 1) * stride
+        return high >= 0 and reach <= room, min(reach, room)
+
+    def own_lanes(self, tile: Tile, j: int) -> bool:
+        """Whether loop j of `tile` is the SIMD lane loop of one operator: the innermost loop
+        (of factor > 1) above it, over the last axis of its output (which it does not
+        reduce), so that every lane updates its own, consecutive, output elements."""
+        if any(lp.factor > 1 for lp in tile.loops[j + 1:]):
+            return False
+        node: Tile | Op = tile
+        while isinstance(node, Tile):
+            if len(node.children) != 1:
+                return False
+            node = node.children[0]
+            if isinstance(node, Tile) and any(lp.factor > 1 for lp in node.loops):
+                return False
+        op = self.w.op_by_name[node.op]
+        dim = tile.loops[j].dim
+        last = op.output.axes[-1] if op.output.axes else None
+        # lanes over the output's contiguous axis: a vector of lanes is a vector of words
+        # (lanes over another axis would gather and scatter; the compiler decides those)
+        return (last is not None and last.is_plain and last.terms[0][0] == dim
+                and dim not in op.reduction_dims)
+
+    def register_tile(self, path: str, tile: Tile, scope: _Scope) -> _Accumulator | None:
+        """The register tile of the one accumulating operator below `tile`, where there is
+        one: the innermost run of its loops (down to the statement) that are reductions or
+        constant-trip loops over its output (those, at most ACCUMULATOR_WORDS elements, are
+        the accumulator's axes), starting at a reduction loop."""
+        ops = _ops(tile)
+        if len(ops) != 1:
+            return None
+        op = self.w.op_by_name[ops[0]]
+        if not op.accumulates or any(self.nest.shift(op.name, d) for d in op.dims):
+            return None
+        if any(not axis.is_plain for a in (*op.inputs, op.output) for axis in a.axes):
+            return None
+        since = scope.init_depth.get(op.output.tensor, 0)
+        if any(lp.dim not in op.dims for lp in scope.loops[since:]):
+            return None  # a loop over another dim computes the statement once: keep it plain
+        chain = []
+        node, p, max_base = tile, path, dict(scope.max_base)
+        arch = self.nest.plan.arch
+        while True:
+            level = arch.level_index[node.level]
+            for j, lp in enumerate(node.loops):
+                if lp.factor == 1:
+                    continue
+                if lp.dim not in op.dims or (self.threads and lp.spatial and level < self.nest
+                                             .core_level and not self.own_lanes(node, j)):
+                    return None
+                constant, max_base[lp.dim] = self.static_trip(p, j, lp, [op.name], max_base)
+                chain.append((p, j, lp, constant, self.nest.strides[(p, j)]))
+            if len(node.children) != 1:
+                return None
+            child = node.children[0]
+            if isinstance(child, Op):
+                break
+            node, p = child, f"{p}.0"
+        taken, words, start = [], 1, -1
+        for p, j, lp, constant, stride in reversed(chain):
+            if lp.dim in op.output.dims:
+                if not constant or words * lp.factor > ACCUMULATOR_WORDS:
+                    break
+                words *= lp.factor
+            else:
+                start = len(taken)
+            taken.append((p, j, lp, stride))
+        if start < 0:
+            return None
+        taken = taken[: start + 1][::-1]  # from the outermost reduction loop inwards
+        kept = tuple((p, j, lp.factor, lp.dim, stride) for p, j, lp, stride in taken
+                     if lp.dim in op.output.dims)
+        last = max(i for i, (_, _, lp, _) in enumerate(taken) if lp.dim not in op.output.dims)
+        inner_all = all(lp.dim not in op.output.dims for _, _, lp, _ in taken[:last])
+        return _Accumulator(self.fresh("acc"), op.name, (taken[0][0], taken[0][1]), kept,
+                            tuple(op.output.dims), inner_all)
+
+    def open_accumulator(self, acc: _Accumulator, scope: _Scope, depth: int) -> None:
+        self.emit("{", depth)
+        self.emit(f"float {acc.name}[{acc.words}] __attribute__((aligned(64)));", depth + 1)
+        self.move_accumulator(acc, scope, depth + 1, store=False)
+
+    def move_accumulator(self, acc: _Accumulator, scope: _Scope, depth: int,
+                         store: bool) -> None:
+        """Copy the accumulator's output elements in (before its loops) or back (after),
+        indexed from the bases where its outermost loop starts."""
+        op = self.w.op_by_name[acc.op]
+        bases = dict(self.acc_bases.setdefault(acc.name, dict(scope.bases)))
+        counters, loops = [], []
+        for _, _, factor, dim, stride in acc.loops:
+            v = self.fresh("a")
+            counters.append(v)
+            loops.append(f"for (int {v} = 0; {v} < {factor}; ++{v}) ")
+            bases[dim] = f"({bases[dim]} + {v} * {stride})"
+        out, _ = self.address(op.output, bases, scope)
+        cell = f"{acc.name}[{acc.index(counters)}]"
+        move = f"{out} = {cell};" if store else f"{cell} = {out};"
+        self.emit("".join(loops) + move, depth)
 
     def start_intermediate(self, t: str, scope: _Scope, depth: int) -> None:
         """At each step of the common ancestor: where the tensor's slice starts, and (when
@@ -261,7 +471,13 @@ class _Generator:
             operands.append(text)
             conditions += guards
         out, _ = self.address(op.output, g, scope)
+        acc = scope.accumulator
+        if acc is not None and acc.op == op.name:  # the register tile's accumulator
+            counters = [scope.acc_vars[(p, j)] for p, j, _, _, _ in acc.loops]
+            out = f"{acc.name}[{acc.index(counters)}]"
         rhs = _expression(op, operands)
+        if self.registers:  # functions the compiler can vectorise: inline, branch-free
+            rhs = rhs.replace("expf(", "tf_expf(")
         self.statement(op, out, rhs, conditions, depth)
 
     def statement(self, op: Operator, out: str, rhs: str, conditions: list[str],
@@ -270,7 +486,8 @@ class _Generator:
         if op.update == "+=":
             stmt = f"{out} += {rhs};"
         elif op.update == "max=":
-            stmt = f"{out} = fmaxf({out}, {rhs});"
+            stmt = (f"{out} = TF_MAX({out}, {rhs});" if self.registers
+                    else f"{out} = fmaxf({out}, {rhs});")
         else:
             stmt = f"{out} = {rhs};"
         if conditions:

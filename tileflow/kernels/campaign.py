@@ -48,7 +48,9 @@ TRAFFIC_METHOD = "cachegrind, less the same driver not calling the kernel; loop 
 
 @dataclass(frozen=True)
 class CampaignConfig:
-    workloads: dict[str, dict[str, int]] = field(default_factory=lambda: dict(DEFAULT_WORKLOADS))
+    # per workload: its sizes, or a list of sizes (several shapes of the same workload)
+    workloads: dict[str, dict[str, int] | list[dict[str, int]]] = field(
+        default_factory=lambda: dict(DEFAULT_WORKLOADS))
     points: int = 200  # dataflows per workload
     arch: str = "host"
     threads: int = 1
@@ -58,6 +60,11 @@ class CampaignConfig:
     traffic: bool = True  # cachegrind
     first_level: str = "L1"
     last_level: str = "L2"  # the last level of one core's own hierarchy
+
+    def shapes(self) -> list[tuple[str, dict[str, int]]]:
+        """(workload, sizes) of every shape measured, in the config's order."""
+        return [(name, sizes) for name, value in self.workloads.items()
+                for sizes in (value if isinstance(value, list) else [value])]
 
 
 def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
@@ -70,9 +77,13 @@ def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
         workloads = dict(config.workloads)
         if f.has("workloads"):
             workloads = {}
-            for name, sizes in f.child("workloads").items():
-                sizes.require_mapping()
-                workloads[str(name)] = {k: sizes.integer(k) for k in sizes.keys()}
+            for name, value in f.child("workloads").items():
+                if isinstance(value.data, list):
+                    workloads[str(name)] = [{k: sizes.integer(k) for k in sizes.keys()}
+                                            for sizes in value.elements()]
+                else:
+                    value.require_mapping()
+                    workloads[str(name)] = {k: value.integer(k) for k in value.keys()}
         traffic = f.get("traffic", True)
         if not isinstance(traffic, bool):
             raise f.error(f"'traffic' must be true or false, got {traffic!r}", "traffic")
@@ -194,7 +205,7 @@ def remeasure(config: CampaignConfig, out: Path,
         frame[column] = text.where(text.notna(), "").astype(str)
     bar = progress(total=len(frame)) if progress else None
     for i, r in frame.iterrows():
-        w = load_workload(r.workload, config.workloads[r.workload])
+        w = load_workload(r.workload, shape_sizes(r["shape"]))
         flow = parse_dataflow(Field(json.loads(r.tree), str(csv)))
         values = model_traffic(w, arch, flow, evaluate(w, arch, flow), config)
         if r.traffic_measured_by != TRAFFIC_METHOD:
@@ -242,7 +253,7 @@ def run_campaign(config: CampaignConfig, out: Path,
     write_text(out / "environment.json", json.dumps(
         {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
     jobs = []
-    for name, sizes in config.workloads.items():
+    for name, sizes in config.shapes():
         w = load_workload(name, sizes)
         for kind, flow in choose_dataflows(w, arch, config.points, config.seed):
             jobs.append((name, w, kind, flow))
@@ -275,7 +286,7 @@ def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int =
     arch = _campaign_arch(config)
     rows = []
     for r in frame.sample(min(sample, len(frame)), random_state=seed).itertuples():
-        w = load_workload(r.workload, config.workloads[r.workload])
+        w = load_workload(r.workload, shape_sizes(r.shape))
         flow = parse_dataflow(Field(json.loads(r.tree), str(out / "measurements.csv")))
         checked = build_checked(w, arch, flow, threads=config.threads, seed=config.seed)
         timing = time_kernel(checked.kernel, config.threads, config.warmup, config.repetitions)
@@ -290,6 +301,11 @@ def _campaign_arch(config: CampaignConfig) -> Architecture:
     """The description the kernels run on: one core's view when single-threaded."""
     arch = load_arch(config.arch)
     return single_core(arch) if config.threads == 1 else arch
+
+
+def shape_sizes(shape: str) -> dict[str, int]:
+    """The sizes of a row's `shape` column ("b=1 m=256 ...")."""
+    return {k: int(v) for k, v in (item.split("=") for item in str(shape).split())}
 
 
 def _shape(w: Workload) -> str:

@@ -29,10 +29,11 @@ class CheckedKernel:
 
 
 def build_checked(w: Workload, arch: Architecture, flow: Dataflow, threads: int = 1,
-                  seed: int = 0) -> CheckedKernel:
-    """Generate the C kernel of `flow`, run it once on random inputs with `threads` threads
-    and check every output against the reference; raises WrongResult on a mismatch."""
-    source = generate_c(analyse(w, arch, flow), threads=threads > 1)
+                  seed: int = 0, style: str = "registers") -> CheckedKernel:
+    """Generate the C kernel of `flow` (generator `style`), run it once on random inputs
+    with `threads` threads and check every output against the reference; raises
+    WrongResult on a mismatch."""
+    source = generate_c(analyse(w, arch, flow), threads=threads > 1, style=style)
     inputs = random_inputs(w, seed)
     kernel = load(source, w.shapes, inputs)
     kernel(threads)

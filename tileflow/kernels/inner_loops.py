@@ -79,16 +79,16 @@ def features(plan: Plan, simd: Mapping[str, tuple[int, int]]) -> dict[str, float
     return out
 
 
-def kernel_features(nest) -> dict[str, float]:
-    """`features` of an analysed dataflow's single-threaded C kernel, with the loops the
-    compiler vectorises in it."""
+def kernel_features(nest, style: str = "registers") -> dict[str, float]:
+    """`features` of an analysed dataflow's single-threaded C kernel (of the generator's
+    `style`), with the loops the compiler vectorises in it."""
     from tileflow.kernels.c_source import generate_c
     from tileflow.kernels.vectorised import simd_loops
 
-    return features(nest.plan, simd_loops(generate_c(nest, threads=False).text))
+    return features(nest.plan, simd_loops(generate_c(nest, threads=False, style=style).text))
 
 
-def add_columns(frame, arch):
+def add_columns(frame, arch, style: str = "registers"):
     """`frame` (measured kernels, with their `workload`, `shape` and `tree` columns) with the
     innermost-loop counts of every row (`features`) added where missing: they come from the
     tree, so measurements saved before these counts existed are costed the same way."""
@@ -106,7 +106,7 @@ def add_columns(frame, arch):
         sizes = {k: int(v) for k, v in (item.split("=") for item in str(r.shape).split())}
         w = load_workload(str(r.workload), sizes)
         flow = parse_dataflow(Field(json.loads(r.tree), "measurements.csv"))
-        rows.append(kernel_features(analyse(w, arch, flow)))
+        rows.append(kernel_features(analyse(w, arch, flow), style))
     out = frame.copy()
     for c in COLUMNS:
         out[c] = [row[c] for row in rows]

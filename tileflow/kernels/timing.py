@@ -61,6 +61,15 @@ def environment() -> dict[str, str]:
                 break
     except OSError:
         pass
-    return {"compiler": cc, "flags": " ".join(FLAGS), "cpu": model,
+    from tileflow.kernels.c_source import STYLES
+    from tileflow.specs.host import read_caches
+
+    try:
+        caches = ", ".join(f"L{c['level']} {c['size_bytes']} B shared by {c['shared_by']}"
+                           for c in read_caches())
+    except OSError:
+        caches = "unknown"
+    return {"compiler": cc, "flags": " ".join(FLAGS), "kernel_style": STYLES[-1], "cpu": model,
+            "caches": caches,
             "cpus": str(os.cpu_count()), "os": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__}

@@ -124,3 +124,31 @@ def random_valid_trees(w: Workload, arch: Architecture, count: int, seed: int = 
         except InvalidDataflow:
             continue
     return list(found.values())
+
+
+def parallel_rows(w: Workload, flow: Dataflow, threads: int) -> Dataflow:
+    """`flow` with its outermost loop over a dim that no operator reduces (in the root tile,
+    else in the tile below it while it is the only child) split into `threads` spatial steps
+    (the kernel's OpenMP parallel loop over the cores) and the rest; unchanged for one
+    thread. Raises InputError where no such loop divides."""
+    from tileflow.errors import InputError
+
+    if threads <= 1:
+        return flow
+    reduced = {d for op in w.ops for d in op.reduction_dims}
+
+    def split(node: Tile) -> Tile | None:
+        for i, lp in enumerate(node.loops):
+            if not lp.spatial and lp.dim not in reduced and lp.factor % threads == 0:
+                parts = (Loop(lp.dim, threads, True), Loop(lp.dim, lp.factor // threads))
+                return replace(node, loops=node.loops[:i] + parts + node.loops[i + 1:])
+        if len(node.children) == 1 and isinstance(node.children[0], Tile):
+            child = split(node.children[0])
+            return None if child is None else replace(node, children=(child,))
+        return None
+
+    root = split(flow.root)
+    if root is None:
+        raise InputError(f"dataflow '{flow.name}': no outermost loop over an unreduced dim "
+                         f"divides into {threads} threads")
+    return replace(flow, root=root)

@@ -30,6 +30,16 @@ class OpLoops:
 
     op: str
     loops: tuple[tuple[int, str, int], ...]  # (line, dim, factor)
+    line: int = 0  # the statement's own line
+
+    def vectorised(self, lines: dict[int, int]) -> list[tuple[tuple[int, str, int], int]]:
+        """The loops around the statement the compiler reports vectorised, outermost first,
+        with their vector's words. An `omp simd` loop is reported at the line of the
+        statement in its body, not at its `for`: that is the innermost loop."""
+        hits = [(lp, lines[lp[0]]) for lp in self.loops if lp[0] in lines]
+        if self.loops and self.line in lines and self.loops[-1][0] not in lines:
+            hits.append((self.loops[-1], lines[self.line]))
+        return hits
 
 
 def op_loops(source: str) -> dict[str, OpLoops]:
@@ -48,7 +58,7 @@ def op_loops(source: str) -> dict[str, OpLoops]:
         statement = STATEMENT.search(text)
         if statement and not text.lstrip().startswith(("for", "/*")):
             name = statement.group(1)
-            out[name] = OpLoops(name, tuple((ln, d, f) for _, ln, d, f in stack))
+            out[name] = OpLoops(name, tuple((ln, d, f) for _, ln, d, f in stack), number)
     return out
 
 
@@ -82,7 +92,7 @@ def simd_loops(source: str) -> dict[str, tuple[int, int]]:
     lines = vectorised_lines(source)
     out = {}
     for name, around in op_loops(source).items():
-        hits = [(factor, lines[ln]) for ln, _, factor in around.loops if ln in lines]
+        hits = [(lp[2], words) for lp, words in around.vectorised(lines)]
         if hits:
             out[name] = hits[-1]
     return out
