@@ -20,6 +20,7 @@ import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
+from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.latency import boundaries, words_column
 from tileflow.cost import evaluate_plan
 from tileflow.dataflows import build
@@ -200,6 +201,7 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                     progress(f"  {program}: {flow.name} skipped ({str(exc).splitlines()[0]})")
                     continue
                 features = thread_features(nest)
+                kernel = gpu_latency.kernel_features(nest)
                 rows.append({"id": next_id, "key": tree_key(w, flow), "workload": workload,
                              "shape": shape_text(w.sizes), "program": program, "kind": kind,
                              "dataflow": flow.name,
@@ -209,6 +211,7 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                              "scratch_words": sum(source.scratch_words.values()),
                              **model_row(w, arch, flow),
                              **{c: features[c] for c in INNER_COLUMNS},
+                             **kernel,
                              "tree": json.dumps(to_dict(flow))})
                 flows.append(HarnessFlow(next_id, source))
                 next_id += 1
