@@ -1,6 +1,7 @@
 """The GPU latency form's counts, derived by hand from random GPU trees of a GEMM chain
-(both operators on the matrix unit, the intermediate on chip, one stage, no recomputation):
-each operator's statements divided over the blocks and its tile's threads."""
+(both operators on the matrix unit, the intermediate on chip, the inputs' tiles staged in
+shared memory, one stage, no recomputation): each operator's statements divided over the
+blocks and its tile's threads."""
 
 from __future__ import annotations
 
@@ -37,10 +38,21 @@ def test_counts_follow_blocks_threads_and_operands(seed):
         # one init kernel (E accumulates in memory) and one stage; one wave (<= 132 blocks)
         assert f["launches"] == 2
         assert f["serial_steps"] == pytest.approx(sum(per_thread))
-        # gemm1 reads A and B from global memory and writes C on chip; gemm2 reads C on
-        # chip and D from global memory and accumulates into E in global memory
-        assert f["global_steps"] == pytest.approx(2 * sum(per_thread))
-        assert f["global_access_bytes"] == pytest.approx(4 * 2 * sum(statements.values()))
+        # A, B and D are staged in shared memory (their tiles fit) and C lives there: only
+        # gemm2's accumulation into E goes to global memory per statement; each staging
+        # loads its tile's words (a block's share of the dims the root walks) once per step
+        # of the root's loops, spread over the block's threads
+        walked = {d: math.prod(lp.factor for lp in flow.root.loops if lp.dim == d)
+                  for d in SIZES}
+        e = {d: SIZES[d] // walked[d] for d in SIZES}
+        steps = walked["b"] * walked["m"]
+        staging = steps * (e["b"] * e["m"] * e["k"] + e["b"] * e["k"] * e["l"]
+                           + e["b"] * e["l"] * e["n"])
+        block_threads = max(_threads(stage) for stage in flow.root.children)
+        gemm2 = [p for p, stage in zip(per_thread, flow.root.children, strict=True)
+                 if stage.children[0].children[0].op == "gemm2"][0]
+        assert f["global_steps"] == pytest.approx(gemm2 + staging / (blocks * block_threads))
+        assert f["global_access_bytes"] == pytest.approx(4 * (statements["gemm2"] + staging))
         assert f["compulsory_dram_bytes"] == 4 * (2 * 16 * 8 + 2 * 8 * 24 + 2 * 24 * 12
                                                   + 2 * 16 * 12)
         warps = sum(statements[s.children[0].children[0].op] / _threads(s)

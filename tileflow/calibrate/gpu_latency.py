@@ -12,8 +12,9 @@ tree's traffic. Per dataflow, from the tree and the kernels generated from it:
 * `warp_steps_per_sm`: warp-instructions of statements an SM issues (an operator on n
   threads runs in ceil(n / 32) warps), over the SMs its launch occupies: throughput;
 * `global_steps`: the serial steps weighted by the operands each statement reads from or
-  writes to global memory (inputs, outputs and intermediates not in shared memory): the
-  words one thread moves through L2 in turn (latency-bound, one after the other).
+  writes to global memory (inputs, outputs and intermediates not in shared memory), plus
+  each thread's share of the input tiles its block loads into shared memory: the words one
+  thread moves through L2 in turn (latency-bound, one after the other).
 
 Cycles = launch_cycles x launches + step_cycles x serial_steps
 + warp_cycles x warp_steps_per_sm + global_cycles x global_steps."""
@@ -62,11 +63,12 @@ def _op_threads(nest: Nest) -> dict[str, int]:
     return op_threads(nest)
 
 
-def kernel_features(nest: Nest) -> dict[str, float]:
-    """The four counts of the module docstring for one analysed dataflow."""
+def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
+    """The four counts of the module docstring for one analysed dataflow, for the kernels
+    `generate_cuda(nest, stage_inputs=...)` makes of it."""
     arch, w = nest.plan.arch, nest.workload
     sms = arch.levels[nest.core_level].fanout
-    gen = _CudaGenerator(nest, "f")
+    gen = _CudaGenerator(nest, "f", stage_inputs)
     source = gen.build()
     stage_launches = [la for la in source.launches if "_stage" in la.name]
     stages = _stages(nest.plan.flow)
@@ -95,13 +97,18 @@ def kernel_features(nest: Nest) -> dict[str, float]:
         out["warp_steps_per_sm"] += (ops / n) * math.ceil(n / WARP) * weight / min(
             la.blocks, sms)
         operands = [a.tensor for a in op.inputs] + [op.output.tensor]
-        global_operands = sum(t not in shared for t in operands)
-        out["global_steps"] += per_thread * waves * global_operands
-        out["global_access_bytes"] += WORD_BYTES * ops * global_operands
+        in_shared = shared | gen.staged_for.get(op.name, set())
+        global_operands = sum(t not in in_shared for t in operands)
+        # tiles staged in shared memory: their words loaded by all the block's threads
+        staging = gen.staged_words.get(op.name, 0.0)
+        out["global_steps"] += (per_thread * global_operands
+                                + staging / (la.blocks * max(la.threads, 1))) * waves
+        out["global_access_bytes"] += WORD_BYTES * (ops * global_operands + staging)
     return out
 
 
-def features_of(rows, arch: Architecture) -> dict[str, np.ndarray]:
+def features_of(rows, arch: Architecture, stage_inputs: bool = True
+                ) -> dict[str, np.ndarray]:
     """The counts and traffic views of every row of a campaign frame (its workload, shape
     and tree columns)."""
     from tileflow.specs.dataflow import parse_dataflow
@@ -116,7 +123,7 @@ def features_of(rows, arch: Architecture) -> dict[str, np.ndarray]:
             sizes = {k: int(v) for k, v in (p.split("=") for p in r.shape.split())}
             cache[key] = load_workload(r.workload, sizes)
         flow = parse_dataflow(Field(json.loads(r.tree), "campaign.csv"))
-        f = kernel_features(analyse(cache[key], arch, flow))
+        f = kernel_features(analyse(cache[key], arch, flow), stage_inputs)
         for c in out:
             out[c].append(f[c])
     return {c: np.asarray(v, float) for c, v in out.items()}

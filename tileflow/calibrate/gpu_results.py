@@ -203,8 +203,9 @@ def study(frame: pd.DataFrame, arch: Architecture) -> GpuStudy:
     frame = frame.copy()
     missing = [c for c in (*gpu_latency.COLUMNS, *gpu_latency.TRAFFIC_COLUMNS)
                if c not in frame]
-    if missing:  # a campaign prepared before these counts: they follow from its trees
-        computed = gpu_latency.features_of(frame, arch)
+    if missing:  # a campaign prepared before these counts (and before input tiles were
+        # staged in shared memory): they follow from its trees and those kernels
+        computed = gpu_latency.features_of(frame, arch, stage_inputs=False)
         for c in missing:
             frame[c] = computed[c]
     clock_hz = arch.clock_ghz * 1e9
