@@ -67,7 +67,7 @@ class GpuCampaign:
     budget_s: float = 80.0  # timing of all programs together on the GPU
     kernel_s: float = 0.1  # timed repetitions per dataflow (3 to 50; 1 for a slow one)
     profile: int = 160  # dataflows measured under ncu (40 per program)
-    profile_timeout_s: int = 48  # ncu, all programs together
+    profile_timeout_s: int = 60  # ncu, all programs together (cut by run.sh's deadline)
     profile_max_s: float = 0.05  # ncu profiles dataflows whose median is below this
 
 

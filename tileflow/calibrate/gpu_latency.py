@@ -44,6 +44,7 @@ COLUMNS = ("launches", "serial_steps", "warp_steps_per_sm", "global_steps")
 # (DRAM when the working set fits in L2), and every global operand access of the statements
 # (L2 and L1 requests before any caching)
 TRAFFIC_COLUMNS = ("compulsory_dram_bytes", "global_access_bytes")
+STAGED = "staged_tiles"  # input tiles the kernels load into shared memory
 WORD_BYTES = 4
 
 
@@ -79,7 +80,8 @@ def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
     shared = {t for t, b in gen.buffers.items() if b.local and t not in gen.scratch}
     counts = count(nest.plan)
     threads = _op_threads(nest)
-    out = dict.fromkeys((*COLUMNS, *TRAFFIC_COLUMNS), 0.0)
+    out = dict.fromkeys((*COLUMNS, *TRAFFIC_COLUMNS, STAGED), 0.0)
+    out[STAGED] = float(gen.staged_count)
     out["compulsory_dram_bytes"] = float(WORD_BYTES * sum(
         math.prod(w.shapes[t]) for t in (*w.inputs, *w.outputs)))
     out["launches"] = float(len(source.launches))
@@ -116,7 +118,7 @@ def features_of(rows, arch: Architecture, stage_inputs: bool = True
     from tileflow.specs.yamlfile import Field
 
     cache: dict[tuple[str, str], Workload] = {}
-    out: dict[str, list[float]] = {c: [] for c in (*COLUMNS, *TRAFFIC_COLUMNS)}
+    out: dict[str, list[float]] = {c: [] for c in (*COLUMNS, *TRAFFIC_COLUMNS, STAGED)}
     for r in rows.itertuples():
         key = (r.workload, r.shape)
         if key not in cache:

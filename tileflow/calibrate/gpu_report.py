@@ -49,6 +49,8 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
         "for comparison, the CPU path's form (`tileflow.calibrate.latency`) are fitted with "
         f"each workload's shape held out in turn ({s['heldout']}): every held-out prediction "
         "comes from parameters that never saw that shape.", "",
+        f"Input tiles loaded into shared memory: {s['staged_tiles']['tiles']} in "
+        f"{s['staged_tiles']['dataflows']} of the dataflows.", "",
         "## Latency: GPU form against the CPU path's form (held out by shape)", "",
         "| metric | GPU form | CPU form |", "|---|---|---|",
         f"| Spearman (all rows) | {_fmt(s['latency_spearman_heldout'])} | "

@@ -201,8 +201,8 @@ def study(frame: pd.DataFrame, arch: Architecture) -> GpuStudy:
     if len(frame) < 4:
         raise InputError(f"only {len(frame)} dataflow(s) ran correctly: too few to fit")
     frame = frame.copy()
-    missing = [c for c in (*gpu_latency.COLUMNS, *gpu_latency.TRAFFIC_COLUMNS)
-               if c not in frame]
+    missing = [c for c in (*gpu_latency.COLUMNS, *gpu_latency.TRAFFIC_COLUMNS,
+                           gpu_latency.STAGED) if c not in frame]
     if missing:  # a campaign prepared before these counts (and before input tiles were
         # staged in shared memory): they follow from its trees and those kernels
         computed = gpu_latency.features_of(frame, arch, stage_inputs=False)
@@ -278,6 +278,8 @@ def _summary(frame: pd.DataFrame, whole: Fit, heldout: bool) -> dict:
                 out["traffic_spearman"][name] = metrics.spearman(f[model], f[measured])
                 out["traffic_points"][name] = int(len(f))
                 out["traffic_ratio_median"][name] = float(np.median(f[measured] / f[model]))
+    staged = frame[gpu_latency.STAGED] if gpu_latency.STAGED in frame else pd.Series([0.0])
+    out["staged_tiles"] = {"dataflows": int((staged > 0).sum()), "tiles": int(staged.sum())}
     out["parameters"] = whole.as_dict()
     out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in whole.bound_hits]
     out["fit_rms_log_error_all"] = whole.rms_log_error
