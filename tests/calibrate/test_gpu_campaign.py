@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tileflow.calibrate import latency
+from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.gpu_campaign import GpuCampaign, op_threads, prepare_campaign
 from tileflow.calibrate.gpu_results import read_ncu, shape_folds, topk_regret
 from tileflow.cli import main
@@ -138,15 +138,15 @@ done
 
 
 def test_results_recover_the_parameters_that_made_synthetic_timings(prepared, tmp_path):
-    """Timings computed from the latency form with known parameters: the fit with each shape
-    held out predicts them (MAPE near 0, Spearman 1)."""
+    """Timings computed from the GPU latency form with known parameters: the fit with each
+    shape held out predicts them (MAPE near 0, Spearman 1); the CPU path's form is reported
+    beside it."""
     campaign = pd.read_csv(prepared / "campaign.csv")
     arch = load_arch("gpu-h100")
-    params = latency.parameter_set(arch)
-    values = np.array([2 * v if p.log_scale else v
-                       for v, p in zip(params.defaults, params.parameters, strict=True)])
-    features = {c: campaign[c].to_numpy(float) for c in latency.feature_columns(arch)}
-    seconds = latency.cycles(features, values, arch) / (arch.clock_ghz * 1e9)
+    params = gpu_latency.parameter_set()
+    values = 2 * params.defaults
+    features = {c: campaign[c].to_numpy(float) for c in gpu_latency.COLUMNS}
+    seconds = gpu_latency.cycles(features, values) / (arch.clock_ghz * 1e9)
     results = tmp_path / "results"
     results.mkdir()
     shutil.copy(prepared / "campaign.csv", results)
@@ -161,6 +161,7 @@ def test_results_recover_the_parameters_that_made_synthetic_timings(prepared, tm
     summary = json.loads((out / "summary.json").read_text())
     assert summary["latency_mape_heldout"] < 0.02
     assert summary["latency_spearman_heldout"] > 0.99
+    assert "latency_mape_heldout" in summary["cpu_form"]
 
 
 @pytest.mark.parametrize("column,value,expected", [

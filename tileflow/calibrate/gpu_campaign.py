@@ -20,6 +20,7 @@ import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
+from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.latency import boundaries, words_column
 from tileflow.cost import evaluate_plan
 from tileflow.dataflows import build
@@ -63,11 +64,11 @@ class GpuCampaign:
     seed: int = 0
     arch: str = ARCH
     min_blocks: int = 32  # random trees spread over at least this many thread blocks
-    budget_s: float = 100.0  # timing of all programs together on the GPU
+    budget_s: float = 80.0  # timing of all programs together on the GPU
     kernel_s: float = 0.1  # timed repetitions per dataflow (3 to 50; 1 for a slow one)
-    profile: int = 40  # dataflows measured under ncu
-    profile_timeout_s: int = 80  # ncu, all programs together
-    profile_max_s: float = 0.002  # ncu profiles dataflows whose median is below this
+    profile: int = 160  # dataflows measured under ncu (40 per program)
+    profile_timeout_s: int = 60  # ncu, all programs together (cut by run.sh's deadline)
+    profile_max_s: float = 0.05  # ncu profiles dataflows whose median is below this
 
 
 def shape_text(sizes: dict[str, int]) -> str:
@@ -200,6 +201,7 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                     progress(f"  {program}: {flow.name} skipped ({str(exc).splitlines()[0]})")
                     continue
                 features = thread_features(nest)
+                kernel = gpu_latency.kernel_features(nest)
                 rows.append({"id": next_id, "key": tree_key(w, flow), "workload": workload,
                              "shape": shape_text(w.sizes), "program": program, "kind": kind,
                              "dataflow": flow.name,
@@ -209,6 +211,7 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                              "scratch_words": sum(source.scratch_words.values()),
                              **model_row(w, arch, flow),
                              **{c: features[c] for c in INNER_COLUMNS},
+                             **kernel,
                              "tree": json.dumps(to_dict(flow))})
                 flows.append(HarnessFlow(next_id, source))
                 next_id += 1
@@ -274,7 +277,7 @@ def run_script(campaign: GpuCampaign, programs: list[str], frame: pd.DataFrame) 
                          profile_each=max(10, campaign.profile_timeout_s // len(programs)))
 
 
-DEADLINE_S = 185  # run.sh stops starting work after this many seconds
+DEADLINE_S = 135  # run.sh stops starting work after this many seconds
 RUN_SH = r"""#!/usr/bin/env bash
 # GPU campaign: times every prepared dataflow (CUDA events), then measures DRAM and L2
 # bytes of a subset under ncu where it is available. Needs the programs beside this

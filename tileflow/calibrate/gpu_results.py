@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.calibrate import latency, metrics
+from tileflow.calibrate import gpu_latency, latency, metrics
 from tileflow.calibrate.fit import Fit, cross_fit, fit
 from tileflow.errors import InputError
 from tileflow.kernels.cuda_harness import COLUMNS
@@ -27,6 +27,13 @@ FINGERPRINT = ("device", "sm_count", "l2_bytes", "cc", "driver_version", "runtim
 NCU_METRICS = {"dram__bytes_read.sum": "measured_dram_read_bytes",
                "dram__bytes_write.sum": "measured_dram_write_bytes",
                "lts__t_bytes.sum": "measured_l2_bytes"}
+# (view, predicted column, measured column): the tree's traffic across HBM-L2 and L2-SMEM,
+# the compulsory DRAM traffic (inputs read once, outputs written once) and the statements'
+# global accesses before any cache
+TRAFFIC_VIEWS = (("dram", "model_dram_bytes", "measured_dram_bytes"),
+                 ("l2", "model_l2_bytes", "measured_l2_bytes"),
+                 ("dram_compulsory", "compulsory_dram_bytes", "measured_dram_bytes"),
+                 ("l2_global_accesses", "global_access_bytes", "measured_l2_bytes"))
 UNITS = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12}
 
 
@@ -179,32 +186,75 @@ def topk_regret(predicted, measured, k: int) -> float:
     return float(m[np.argsort(p, kind="stable")[:k]].min() / m.min() - 1)
 
 
+def _fitted(params, predict, measured: np.ndarray, folds) -> tuple[np.ndarray, Fit]:
+    """Held-out predictions (each shape from parameters that never saw it; nan without
+    folds) and the fit on every row."""
+    held = cross_fit(params, predict, measured, folds)[0] if folds else \
+        np.full(len(measured), np.nan)
+    return held, fit(params, predict, measured, np.arange(len(measured)))
+
+
 def study(frame: pd.DataFrame, arch: Architecture) -> GpuStudy:
-    """Fit the CPU path's latency parameters (`calibrate.latency`) to the GPU timings, each
-    shape held out in turn; metrics on the held-out predictions."""
+    """Fit the GPU kernels' latency form (`calibrate.gpu_latency`) and, for comparison, the
+    CPU path's (`calibrate.latency`) to the GPU timings, each shape held out in turn;
+    metrics on the held-out predictions."""
     if len(frame) < 4:
         raise InputError(f"only {len(frame)} dataflow(s) ran correctly: too few to fit")
-    params = latency.parameter_set(arch)
-    features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
-    clock_hz = arch.clock_ghz * 1e9
-
-    def predict(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return latency.cycles({k: v[rows] for k, v in features.items()}, values, arch) / clock_hz
-
     frame = frame.copy()
+    missing = [c for c in (*gpu_latency.COLUMNS, *gpu_latency.TRAFFIC_COLUMNS,
+                           gpu_latency.STAGED) if c not in frame]
+    if missing:  # a campaign prepared before these counts (and before input tiles were
+        # staged in shared memory): they follow from its trees and those kernels
+        computed = gpu_latency.features_of(frame, arch, stage_inputs=False)
+        for c in missing:
+            frame[c] = computed[c]
+    clock_hz = arch.clock_ghz * 1e9
+    cpu_features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
+    gpu_features = {c: frame[c].to_numpy(float) for c in gpu_latency.COLUMNS}
+
+    def predict_cpu(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return latency.cycles({k: v[rows] for k, v in cpu_features.items()}, values,
+                              arch) / clock_hz
+
+    def predict_gpu(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return gpu_latency.cycles({k: v[rows] for k, v in gpu_features.items()},
+                                  values) / clock_hz
+
     frame["latency_s"] = frame[MEASURED]
     measured = frame.latency_s.to_numpy(float)
     folds = shape_folds(frame)
     every = np.arange(len(frame))
-    if folds:
-        held, _ = cross_fit(params, predict, measured, folds)
-    else:  # one shape per workload: nothing to hold out
-        held = np.full(len(frame), np.nan)
+    held, whole = _fitted(gpu_latency.parameter_set(), predict_gpu, measured, folds)
+    held_cpu, whole_cpu = _fitted(latency.parameter_set(arch), predict_cpu, measured, folds)
     frame["calibrated_s"] = held
-    whole = fit(params, predict, measured, every)
-    frame["fitted_all_s"] = predict(whole.values, every)
-    frame["default_s"] = predict(params.defaults, every)
-    return GpuStudy(frame, whole, _summary(frame, whole, bool(folds)))
+    frame["fitted_all_s"] = predict_gpu(whole.values, every)
+    frame["cpu_form_s"] = held_cpu
+    frame["default_s"] = predict_gpu(gpu_latency.parameter_set().defaults, every)
+    summary = _summary(frame, whole, bool(folds))
+    summary["cpu_form"] = {**_latency_metrics(frame, "cpu_form_s"),
+                           "parameters": whole_cpu.as_dict(),
+                           "bound_hits": [h["parameter"] + f" ({h['bound']})"
+                                          for h in whole_cpu.bound_hits],
+                           "fit_rms_log_error_all": whole_cpu.rms_log_error}
+    return GpuStudy(frame, whole, summary)
+
+
+def _latency_metrics(frame: pd.DataFrame, column: str) -> dict:
+    """Held-out Spearman and MAPE over all rows, and per workload shape the Spearman and
+    the top-1 and top-10 regret of `column` against the measured latency."""
+    held = frame.dropna(subset=[column])
+    out: dict = {"latency_spearman_heldout": metrics.spearman(held[column], held.latency_s),
+                 "latency_mape_heldout": metrics.mape(held[column], held.latency_s)
+                 if len(held) else float("nan")}
+    within = metrics.within_groups(held, ["workload", "shape"], column, "latency_s") \
+        if len(held) else pd.DataFrame()
+    out["latency_spearman_within_shape_heldout"] = {
+        f"{r.workload} {r.shape}": r.spearman for r in within.itertuples()}
+    out["top1_regret"], out["top10_regret"] = {}, {}
+    for (w, shape), g in held.groupby(["workload", "shape"]):
+        out["top1_regret"][f"{w} {shape}"] = topk_regret(g[column], g.latency_s, 1)
+        out["top10_regret"][f"{w} {shape}"] = topk_regret(g[column], g.latency_s, 10)
+    return out
 
 
 def _summary(frame: pd.DataFrame, whole: Fit, heldout: bool) -> dict:
@@ -212,33 +262,24 @@ def _summary(frame: pd.DataFrame, whole: Fit, heldout: bool) -> dict:
                  "shapes": {str(k): sorted(map(str, g["shape"].unique()))
                             for k, g in frame.groupby("workload")},
                  "heldout": "by shape" if heldout else "none (one shape per workload)"}
-    held = frame.dropna(subset=["calibrated_s"])
-    out["latency_spearman_heldout"] = metrics.spearman(held.calibrated_s, held.latency_s)
-    out["latency_mape_heldout"] = metrics.mape(held.calibrated_s, held.latency_s) \
-        if len(held) else float("nan")
-    within = metrics.within_groups(held, ["workload", "shape"], "calibrated_s", "latency_s") \
-        if len(held) else pd.DataFrame()
-    out["latency_spearman_within_shape_heldout"] = {
-        f"{r.workload} {r.shape}": r.spearman for r in within.itertuples()}
-    out["top1_regret"] = {}
-    out["top10_regret"] = {}
-    for (w, shape), g in held.groupby(["workload", "shape"]):
-        out["top1_regret"][f"{w} {shape}"] = topk_regret(g.calibrated_s, g.latency_s, 1)
-        out["top10_regret"][f"{w} {shape}"] = topk_regret(g.calibrated_s, g.latency_s, 10)
+    out.update(_latency_metrics(frame, "calibrated_s"))
     out["uncalibrated"] = {"model_spearman": metrics.spearman(frame.model_s, frame.latency_s),
                            "model_mape": metrics.mape(frame.model_s, frame.latency_s),
                            "top1_regret": {f"{w} {s}": topk_regret(g.model_s, g.latency_s, 1)
                                            for (w, s), g in frame.groupby(["workload",
                                                                            "shape"])}}
     out["traffic_r2"], out["traffic_spearman"], out["traffic_points"] = {}, {}, {}
-    for name, model, measured in (("dram", "model_dram_bytes", "measured_dram_bytes"),
-                                  ("l2", "model_l2_bytes", "measured_l2_bytes")):
+    out["traffic_ratio_median"] = {}
+    for name, model, measured in TRAFFIC_VIEWS:
         if model in frame and measured in frame:
             f = frame.dropna(subset=[model, measured])
             if len(f) > 2:
                 out["traffic_r2"][name] = metrics.r2_identity(f[model], f[measured])
                 out["traffic_spearman"][name] = metrics.spearman(f[model], f[measured])
                 out["traffic_points"][name] = int(len(f))
+                out["traffic_ratio_median"][name] = float(np.median(f[measured] / f[model]))
+    staged = frame[gpu_latency.STAGED] if gpu_latency.STAGED in frame else pd.Series([0.0])
+    out["staged_tiles"] = {"dataflows": int((staged > 0).sum()), "tiles": int(staged.sum())}
     out["parameters"] = whole.as_dict()
     out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in whole.bound_hits]
     out["fit_rms_log_error_all"] = whole.rms_log_error

@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from tileflow.kernels.c_source import INIT, _Generator, _Loop, _Scope, pitched
+from tileflow.kernels.c_source import INIT, _flat, _Generator, _Loop, _Scope, pitched
 from tileflow.kernels.nest import Nest
 from tileflow.tree import Op, Tile, ops_under
 
@@ -52,19 +52,30 @@ class CudaSource:
     scratch_words: dict[str, int] = field(default_factory=dict)  # global scratch per buffer
 
 
-def generate_cuda(nest: Nest, prefix: str = "tf") -> CudaSource:
-    return _CudaGenerator(nest, prefix).build()
+def generate_cuda(nest: Nest, prefix: str = "tf", stage_inputs: bool = True) -> CudaSource:
+    """`stage_inputs`: load input tiles into shared memory where the tree keeps them at the
+    SM level (False: every input read from global memory, as kernels generated before)."""
+    return _CudaGenerator(nest, prefix, stage_inputs).build()
 
 
 class _CudaGenerator(_Generator):
-    def __init__(self, nest: Nest, prefix: str):
+    def __init__(self, nest: Nest, prefix: str, stage_inputs: bool = True):
         super().__init__(nest, threads=True)
         self.prefix = prefix
+        self.stage_inputs = stage_inputs
         self.grid: list[tuple[str, int]] = []  # (variable, factor) of block-mapped loops
         self.block: list[tuple[str, int]] = []
         self.thread_product = 1
         self.shared: dict[str, bool] = {}
         self.scratch: dict[str, int] = {}
+        # tensor -> (origins, extents, array) of its tile in shared memory
+        self.staged: dict[str, tuple[list[str], tuple[int, ...], str]] = {}
+        self._stage_tiles: list[tuple[str, int]] = []  # (__shared__ array, words) per stage
+        self.staged_count = 0  # input tiles staged in shared memory, all stages
+        # per operator: the tensors staged for it and the words its tiles load, all blocks
+        self.staged_for: dict[str, set[str]] = {}
+        self.staged_words: dict[str, float] = {}
+        self._parent_level = -1
 
     def build(self) -> CudaSource:
         w = self.w
@@ -88,6 +99,7 @@ class _CudaGenerator(_Generator):
                 launches.append(Launch(name, min(-(-n // 256), 1024), 256, (t,)))
         for k, (path, stage) in enumerate(stages):
             self.lines, self.grid, self.thread_product = [], [], 1
+            self._parent_level = -1
             name = f"{self.prefix}_stage{k}"
             scope = _Scope(bases={d: "0" for d in w.sizes})
             for t in w.tensors:
@@ -112,11 +124,13 @@ class _CudaGenerator(_Generator):
                                 f"{words}L;")
                 else:
                     head.append(f"    __shared__ float {t}_pool[{words}];")
+            for array, words in self._stage_tiles:
+                head.append(f"    __shared__ float {array}[{words}];  /* an input's tile */")
             texts.append("\n".join(head + body + ["}"]) + "\n")
             blocks = math.prod(f for _, f in self.grid) or 1
             launches.append(Launch(name, blocks, threads,
                                    tensors + tuple(f"{t}_scratch" for t in scratch)))
-            self._stage_locals = []
+            self._stage_locals, self._stage_tiles = [], []
         scratch_words = {t: math.prod(pitched(self.buffers[t].extents)) * max(
             (la.blocks for la in launches if f"{t}_scratch" in la.arguments), default=1)
             for t in self.scratch}
@@ -134,6 +148,7 @@ class _CudaGenerator(_Generator):
         level = self.nest.plan.arch.level_index[tile.level]
         below = set(ops_under(tile))
         reductions = self.nest.reduction_dims_below(tile)
+        staged = self._stage_inputs(path, tile, scope, depth)
         accumulator = self._register_tile(tile)
         if accumulator:
             op = self.w.op_by_name[tile.children[0].op]
@@ -182,6 +197,7 @@ class _CudaGenerator(_Generator):
         for t in self.lca_of.get(path, []):
             self.start_intermediate(t, scope, depth)
         several = len(tile.children) > 1
+        parent_level, self._parent_level = self._parent_level, level
         for i, child in enumerate(tile.children):
             if isinstance(child, Op):
                 self.leaf(self.w.op_by_name[child.op], scope, depth)
@@ -189,6 +205,7 @@ class _CudaGenerator(_Generator):
                 self.tile(f"{path}.{i}", child, scope, depth, covers)
             if several:
                 self.emit("__syncthreads();", depth)
+        self._parent_level = parent_level
         for _ in range(opened):
             depth -= 1
             self.emit("}", depth)
@@ -200,8 +217,93 @@ class _CudaGenerator(_Generator):
             if acc["conditions"]:
                 update = f"if ({' && '.join(acc['conditions'])}) {update}"
             self.emit(update, depth)
+        if staged:  # every thread is done with the tiles before they are loaded again
+            for t in staged:
+                del self.staged[t]
+            self.emit("__syncthreads();", depth)
 
     _acc: dict | None = None
+
+    def _shared_bytes(self) -> int:
+        """Static shared memory the stage declares so far (intermediates and input tiles)."""
+        return 4 * (sum(math.prod(pitched(self.buffers[u].extents))
+                        for u in self._stage_locals if u not in self.scratch)
+                    + sum(words for _, words in self._stage_tiles))
+
+    def _stage_inputs(self, path: str, tile: Tile, scope: _Scope, depth: int) -> list[str]:
+        """Where the tree keeps an operator's tile at the SM level (the first SM-level tile
+        on its path, one operator below, no thread loop open yet): each input in global
+        memory whose indices are plain dims is loaded by the block's threads together into
+        a `__shared__` array of the tile's extent, then a barrier; the operator reads it
+        from there. Inputs whose tile would overflow the static shared memory stay global.
+        Returns the tensors staged."""
+        arch = self.nest.plan.arch
+        level = arch.level_index[tile.level]
+        below = list(ops_under(tile))
+        if (not self.stage_inputs or level != self.nest.core_level or len(below) != 1
+                or scope.threads
+                or self._parent_level >= self.nest.core_level or not self.grid
+                or self._acc is not None):
+            return []
+        op = self.w.op_by_name[below[0]]
+        position = path.count(".")
+        extent_of = self.nest.plan.paths[op.name].extents_from[position]
+        staged = []
+        for a in op.inputs:
+            t = a.tensor
+            if (t in self.staged or t in staged or (t in self.buffers and self.buffers[t].local)
+                    or not all(ax.is_plain and len(ax.terms) == 1 and ax.terms[0][1] == 1
+                               and not ax.offset for ax in a.axes)):
+                continue
+            dims = [ax.terms[0][0] for ax in a.axes]
+            extents = tuple(min(extent_of.get(d, 1), self.w.sizes[d]) for d in dims)
+            words = math.prod(extents)
+            if self._shared_bytes() + 4 * words > SHARED_LIMIT_BYTES:
+                continue
+            array = self.fresh(f"{t}_tile")
+            self._stage_tiles.append((array, words))
+            self.staged_count += 1
+            origins = []
+            for d in dims:
+                name = self.fresh(f"o{t}_")
+                shift = self.nest.shift(op.name, d)
+                self.emit(f"const int {name} = {scope.bases[d]}"
+                          + (f" + ({shift})" if shift else "") + ";", depth)
+                origins.append(name)
+            z = self.fresh("z")
+            self.emit(f"for (int {z} = tid; {z} < {words}; {z} += blockDim.x) {{  "
+                      f"/* {t}: the tile's {'x'.join(map(str, extents))} words, together */",
+                      depth)
+            index, inside, rest = [], [], 1
+            for axis in reversed(range(len(dims))):
+                g = self.fresh("g")
+                self.emit(f"    const int {g} = {origins[axis]} + ({z} / {rest}) % "
+                          f"{extents[axis]};", depth)
+                rest *= extents[axis]
+                index.insert(0, g)
+                inside.insert(0, f"{g} >= 0 && {g} < {self.w.shapes[t][axis]}")
+            self.emit(f"    {array}[{z}] = ({' && '.join(inside)}) ? "
+                      f"{t}[{_flat(index, pitched(self.w.shapes[t]))}] : 0.0f;", depth)
+            self.emit("}", depth)
+            self.staged[t] = (origins, extents, array)
+            staged.append(t)
+            loads = math.prod(self.w.sizes[d] / min(extent_of.get(d, 1), self.w.sizes[d])
+                              for d in op.dims)  # the tile's steps over the whole operator
+            self.staged_for.setdefault(op.name, set()).add(t)
+            self.staged_words[op.name] = self.staged_words.get(op.name, 0.0) + words * loads
+        if staged:
+            self.emit("__syncthreads();", depth)
+        return staged
+
+    def address(self, a, g, scope):
+        """An input staged in shared memory is read from its tile there."""
+        if a.tensor not in self.staged:
+            return super().address(a, g, scope)
+        text, guards = super().address(a, g, scope)
+        origins, extents, array = self.staged[a.tensor]
+        values = [g[ax.terms[0][0]] for ax in a.axes]
+        local = [f"({v} - {o})" for v, o in zip(values, origins, strict=True)]
+        return f"{array}[{_flat(local, extents)}]", guards
 
     def _register_tile(self, tile: Tile) -> bool:
         """A tile holding one accumulating operator whose loops (of more than one step) are
@@ -264,8 +366,7 @@ class _CudaGenerator(_Generator):
         words = math.prod(pitched(b.extents))
         if t not in self._stage_locals:
             self._stage_locals = [*self._stage_locals, t]
-            shared = sum(math.prod(pitched(self.buffers[u].extents)) * 4
-                         for u in self._stage_locals[:-1] if u not in self.scratch)
+            shared = self._shared_bytes() - 4 * words  # without this one
             if shared + words * 4 > SHARED_LIMIT_BYTES or not self.grid:
                 self.scratch[t] = words  # the block's static shared memory is full
         self.emit(f"float *{t}_local = {t}_pool;", depth)
