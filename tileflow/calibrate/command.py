@@ -42,7 +42,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         retime(frame, config, folder)  # the noise floor: a sample timed a second time
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
-    arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    described = _measured_machine(config.arch, folder, report_only)
+    arch = single_core(load_arch(described)) if config.threads == 1 else load_arch(described)
     counted = add_columns(frame, arch)
     if counted is not frame:  # saved beside the measurements: the next report reads them
         frame = counted
@@ -54,17 +55,42 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         f" --points {points}" if points else "") + (f" --out {out}" if out else "")
     levels = {"first_level": config.first_level, "last_level": config.last_level}
     cpu_report.write(study, folder, command, levels, environment)
-    _write_calibrated(study, folder, environment, config.arch)
+    _write_calibrated(study, folder, environment, config.arch, described)
     return study.summary
 
 
-def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: str) -> None:
+MEASURED_MACHINE = "host.yaml"
+
+
+def _measured_machine(arch_name: str, folder: Path, report_only: bool) -> str:
+    """The accelerator the measurements were made on. For `host`, a campaign saves this
+    machine's description beside its measurements (host.yaml), and a report rebuilt from
+    them fits against that file: on another machine `host` would read other caches."""
+    saved = folder / MEASURED_MACHINE
+    if arch_name != "host":
+        return arch_name
+    if report_only:
+        return str(saved) if saved.is_file() else arch_name
+    from tileflow.calibrate.description import write_description
+    from tileflow.specs.host import host_description
+
+    try:
+        write_description(host_description(), saved)
+    except OSError:
+        return arch_name
+    return str(saved)
+
+
+def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: str,
+                      described: str) -> None:
     """host-calibrated.yaml beside the report: the description with the fitted rates."""
     from tileflow import resources
     from tileflow.calibrate.description import calibrated_description, write_description
     from tileflow.specs.yamlfile import load_yaml
 
-    if arch_name == "host":
+    if arch_name == "host" and described != arch_name:  # the measured machine's saved file
+        original = dict(load_yaml(Path(described)))
+    elif arch_name == "host":
         from tileflow.specs.host import host_description
 
         try:
