@@ -524,7 +524,8 @@ def cmd_explore(args) -> int:
     import dataclasses
     import math
 
-    from tileflow.explore.config import load_config
+    from tileflow.explore.config import MAX_EVALUATIONS, check_against, load_config
+    from tileflow.explore.inputs import check_out, check_storage
     from tileflow.explore.outputs import write_all
     from tileflow.explore.session import explore
 
@@ -533,6 +534,9 @@ def cmd_explore(args) -> int:
                              ("--workers", args.workers, 1), ("--seed", args.seed, 0)):
         if value is not None and value < low:
             raise InputError(f"{flag} must be an integer >= {low}, got {value}")
+    if args.budget_evals is not None and args.budget_evals > MAX_EVALUATIONS:
+        raise InputError(f"--budget-evals must be at most {MAX_EVALUATIONS:,}, got "
+                         f"{args.budget_evals:,}")
     if args.budget_seconds is not None and not (math.isfinite(args.budget_seconds)
                                                 and args.budget_seconds > 0):
         raise InputError(f"--budget-seconds must be a positive number, got "
@@ -540,6 +544,12 @@ def cmd_explore(args) -> int:
     config = config.with_budget(args.budget_evals, args.budget_seconds)
     changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
     config = dataclasses.replace(config, **changes)
+    if args.out is not None or "out" not in config.places:
+        check_out(config.out)
+    else:
+        check_out(config.out, config.source, config.places["out"])
+    check_storage(args.storage)
+    check_against(config, *config.load())  # sizes, preset, names: before the search
     progress = not args.quiet and sys.stderr.isatty()
     outcome = explore(config, args.storage, args.workers, args.resume, progress)
     data = write_all(outcome, config.out)
