@@ -85,6 +85,7 @@ def _flatten_v03(node: Field, instances: int, context: dict, out: list[Component
     subtrees = node.child("subtree").elements() if node.has("subtree") else []
     if node.has("local"):
         for item in node.child("local").elements():
+            _untagged(item)
             item.check_keys({"name", "class", "attributes", "subclass", "required_actions"},
                             required={"name", "class"})
             base, n = _count(item.string("name"))
@@ -98,11 +99,22 @@ def _flatten_v03(node: Field, instances: int, context: dict, out: list[Component
         raise node.error("more than one subtree at one place (a heterogeneous hierarchy): "
                          "TileFlow accelerators are one chain of levels", "subtree")
     for sub in subtrees:
+        _untagged(sub)
         sub.check_keys({"name", "attributes", "local", "subtree"}, required={"name"})
         _, n = _count(sub.string("name"))
         attrs = _attributes(sub)
         _check_attrs(attrs, CONTAINER_KEYS, "container")
         _flatten_v03(sub, instances * n, _inherit(context, attrs), out)
+
+
+def _untagged(item: Field) -> None:
+    """v0.3 nodes are plain mappings; a v0.4 tag here would be read as if it were not
+    there."""
+    tag = getattr(getattr(item.data, "tag", None), "value", None)
+    if tag:
+        raise item.error(f"node tag {tag} belongs to the v0.4 layout (version: 0.4 and a "
+                         "'nodes' list); in a v0.3 'subtree'/'local' layout give the node "
+                         "without a tag")
 
 
 def _flatten_v04(nodes: Field) -> list[Component]:
@@ -231,18 +243,22 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
                                    f"{inner.instances} instances of '{inner.name}'")
     per_instance = mac.instances // inner.instances
     fanout = levels[-1].get("fanout", 1)
+    mac_bits = _word_bits(mac.attributes, 8)
+    if mac_bits % 8:
+        raise mac.attributes.error(f"compute '{mac.name}' has a {mac_bits}-bit datawidth, "
+                                   "not a whole number of bytes")
     if per_instance == 1:
         cols = (mac.attributes.get("meshX") or inner.attributes.get("meshX")
                 or mac.context.get("meshX") or fanout)
-        cols = cols if isinstance(cols, int) and cols > 0 and fanout % cols == 0 else fanout
+        _check_mesh(cols, fanout, mac, inner)
         rows = fanout // cols
     elif per_instance == fanout:
         raise mac.attributes.error(f"{per_instance} MACs per '{inner.name}' equals its fan-out "
                                    "(ambiguous for TileFlow's matrix unit); give one MAC per "
                                    "instance of the innermost storage level")
     else:
-        cols = mac.attributes.get("meshX")
-        cols = cols if isinstance(cols, int) and cols > 0 and per_instance % cols == 0 else 1
+        cols = mac.attributes.get("meshX") or 1
+        _check_mesh(cols, per_instance, mac, mac)
         rows = per_instance // cols
     matrix: dict = {"rows": rows, "cols": cols, "level": inner.name}
     out: dict = {"name": Path(where.source).stem, "clock_ghz": _clock_ghz(components),
@@ -255,6 +271,17 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
     out["levels"] = levels
     out["compute"] = {"matrix": matrix}
     return out
+
+
+def _check_mesh(cols, instances: int, mac: Component, inner: Component) -> None:
+    """meshX must be a whole number that divides the instances it lays out in rows."""
+    if isinstance(cols, int) and not isinstance(cols, bool) and cols > 0 and \
+            instances % cols == 0:
+        return
+    attrs = next((c.attributes for c in (mac, inner) if c.attributes.has("meshX")),
+                 mac.attributes)
+    raise attrs.error(f"meshX {cols!r} does not divide the {instances} instances it "
+                      "lays out (rows x meshX columns)", "meshX" if attrs.has("meshX") else None)
 
 
 def _precision(mac: Component) -> str | None:
