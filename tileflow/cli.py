@@ -395,7 +395,7 @@ def cmd_validate(args) -> int:
         from tileflow.calibrate.command import run
 
         return run(args)
-    from tileflow.outputs import check_output_folder
+    from tileflow.outputs import check_output_folder, finite
     from tileflow.rtl import report, study
 
     study.load_dataset(args.data)  # a missing dataset is explained before anything is written
@@ -407,7 +407,7 @@ def cmd_validate(args) -> int:
     path = report.write(results, args.out, command)
     numbers = report.summary(results)
     if args.json:
-        print(json.dumps(numbers, indent=2))
+        print(json.dumps(finite(numbers), indent=2, allow_nan=False))
     else:
         print(f"GEMM set:  MAPE {numbers['gemm_mape']:.2%}, R^2 {numbers['gemm_r2']:.4f} "
               f"(calibrated, held out: {numbers['gemm_mape_calibrated_heldout']:.2%})")

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from tileflow.errors import InputError
+from tileflow.outputs import finite
+from tileflow.tables import read_table
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
@@ -34,7 +34,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         if not csv.exists():
             raise InputError(f"no measurements to report on: {csv} does not exist (run "
                              "`tileflow validate cpu` without --report-only first)")
-        frame = pd.read_csv(csv)
+        described = _measured_machine(config.arch, folder, report_only)
+        frame = read_table(csv, measurement_columns(load_arch(described)), minimum_rows=4)
     elif remeasure_traffic:
         frame = remeasure(config, folder, tqdm_progress)
     else:
@@ -60,6 +61,30 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
 
 
 MEASURED_MACHINE = "host.yaml"
+
+
+def measurement_columns(arch) -> dict:
+    """What `measurements.csv` must hold for a report: each kernel's workload, shape and
+    tree, its times (> 0 s), the model's time and the counts the latency fit reads
+    (>= 0); traffic columns, where a campaign measured them, >= 0 bytes."""
+    from tileflow.calibrate import latency
+    from tileflow.tables import Column
+
+    text, time, count = Column("text"), Column("number", 0, strict=True), Column("number", 0)
+    columns = {"workload": text, "shape": text, "tree": text, "min_s": time,
+               "model_s": time, "macs": count}
+    for name in ("measured_s", "max_s"):
+        columns[name] = Column("number", 0, strict=True, required=False)
+    for name in ("spread", "vector_work", "leaf_steps", *latency.INNER_COLUMNS):
+        columns[name] = Column("number", 0, required=False)
+    for name in latency.feature_columns(arch):
+        columns.setdefault(name, count)
+    for view in ("", "_cache"):
+        for side in ("first", "last"):
+            for kind in ("model", "measured"):
+                columns[f"{kind}{view if kind == 'model' else ''}_{side}_level_bytes"] = \
+                    Column("number", 0, required=False)
+    return columns
 
 
 def _measured_machine(arch_name: str, folder: Path, report_only: bool) -> str:
@@ -154,7 +179,7 @@ def run(args) -> int:
               " run the same command again to continue", file=sys.stderr)
         return 130
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(finite(summary), indent=2, allow_nan=False))
     else:
         print(f"points: {summary['points']}; traffic R^2 (tree view): "
               + ", ".join(f"{k} {v:.3f}" for k, v in summary["traffic_r2"].items())

@@ -12,7 +12,7 @@ import pandas as pd
 from tileflow.calibrate import metrics
 from tileflow.calibrate.cpu import CACHE_TRAFFIC, VIEWS, CpuStudy, worst_cases
 from tileflow.errors import InputError
-from tileflow.outputs import save_figure
+from tileflow.outputs import finite, save_figure
 from tileflow.outputs import write_text_atomic as write_text
 from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field
@@ -379,7 +379,8 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         lines += ["", "## Environment", "", *[f"* {k}: {v}" for k, v in environment.items()
                                               if k != "config"]]
     write_text(out / "report.md", "\n".join(lines) + "\n")
-    write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(out / "summary.json",
+               json.dumps(finite(summary), indent=2, allow_nan=False) + "\n")
     return out / "report.md"
 
 

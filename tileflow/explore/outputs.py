@@ -17,6 +17,7 @@ import numpy as np
 from tileflow.cost import Result
 from tileflow.explore import pareto, timeline
 from tileflow.explore.session import Outcome, objective_value
+from tileflow.outputs import finite
 from tileflow.tree import Dataflow, Op, Tile
 
 FILES = ("best.yaml", "points.csv", "convergence.png", "summary.md", "summary.json",
@@ -282,18 +283,6 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
         json.dumps(data, indent=2, allow_nan=False)))
     atomic_write(out / "summary.md", lambda p: p.write_text(summary_markdown(outcome, data)))
     return data
-
-
-def finite(value):
-    """`value` with every NaN or infinite number replaced by None: JSON has no such numbers,
-    and a reader would take them for figures."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
 
 
 def _this_run(outcome: Outcome) -> set[str]:
