@@ -214,6 +214,7 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     fit (the workload's shape) names the workload file."""
     from tileflow.analysis.prepare import prepare
     from tileflow.dataflows import build
+    from tileflow.explore.compiled import ConstantIndex
     from tileflow.explore.fit import fit_baseline
     from tileflow.workbound import check_enumeration
 
@@ -222,7 +223,12 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
         if not fit or tiles:
             return flow
         check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
-        return fit_baseline(name, workload, arch)
+        try:
+            return fit_baseline(name, workload, arch)
+        except ConstantIndex as exc:  # the builder's factors, said so
+            print(f"tileflow: note: {name} keeps its builder's factors: {exc.message}",
+                  file=sys.stderr)
+            return flow
     except InputError as exc:
         if exc.source or not workload.source:
             raise

@@ -67,10 +67,22 @@ def _count(name: str) -> tuple[str, int]:
     return base, int(high) - int(low) + 1
 
 
+# Spellings of one attribute: the importer reads one, so two given together are an error
+SYNONYMS = (("word-bits", "word_bits", "datawidth"), ("block-size", "block_size"),
+            ("multiple_buffering", "multiple-buffering"), ("depth", "entries", "memory_depth"),
+            ("width", "memory_width"))
+
+
 def _attributes(f: Field) -> Field:
-    if f.has("attributes"):
-        return f.child("attributes").require_mapping()
-    return Field({}, f.source, f.path)
+    if not f.has("attributes"):
+        return Field({}, f.source, f.path)
+    attrs = f.child("attributes").require_mapping()
+    for group in SYNONYMS:
+        given = [k for k in group if attrs.has(k)]
+        if len(given) > 1:
+            raise attrs.error(f"'{given[0]}' and '{given[1]}' are one attribute: give one",
+                              given[1])
+    return attrs
 
 
 def _inherit(context: dict, attrs: Field) -> dict:
