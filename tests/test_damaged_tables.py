@@ -100,3 +100,14 @@ def test_json_outputs_never_hold_nan():
     value = {"a": math.nan, "b": [1.0, math.inf, {"c": -math.inf}], "d": "nan", "e": 2}
     assert finite(value) == {"a": None, "b": [1.0, None, {"c": None}], "d": "nan", "e": 2}
     json.dumps(finite(value), allow_nan=False)
+
+
+def test_validate_cpu_report_checks_the_tree_column(tmp_path, capsys):
+    """Headers swapped (tree <-> another column): the tree column must hold JSON objects."""
+    folder = tmp_path / "cpu"
+    frame = saved_campaign(folder)
+    frame.loc[3, "tree"] = "12.5"
+    frame.to_csv(folder / "measurements.csv", index=False)
+    code = main(["validate", "cpu", "--report-only", "--out", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 2 and "line 5, column 'tree'" in err and "JSON object" in err, err

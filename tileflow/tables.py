@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,9 @@ from tileflow.errors import InputError
 
 @dataclass(frozen=True)
 class Column:
-    """What a column must hold: `kind` 'text', 'integer' or 'number'; numbers at least
-    `minimum` (above it when `strict`), always finite; `required`: the column must exist
-    and no row may leave it empty."""
+    """What a column must hold: `kind` 'text', 'json' (an object), 'integer' or 'number';
+    numbers at least `minimum` (above it when `strict`), always finite; `required`: the
+    column must exist and no row may leave it empty."""
 
     kind: str = "number"
     minimum: float = 0.0
@@ -30,6 +31,8 @@ class Column:
     def expected(self) -> str:
         if self.kind == "text":
             return "text"
+        if self.kind == "json":
+            return "a JSON object (the dataflow tree)"
         what = "an integer" if self.kind == "integer" else "a finite number"
         return f"{what} {'>' if self.strict else '>='} {self.minimum:g}"
 
@@ -59,6 +62,14 @@ def _check(value: str, column: Column, name: str, path: Path, line: int) -> None
             raise InputError(f"empty; expected {column.expected()}", str(path), where)
         return
     if column.kind == "text":
+        return
+    if column.kind == "json":
+        try:
+            ok = isinstance(json.loads(value), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InputError(f"{value[:40]!r} is not {column.expected()}", str(path), where)
         return
     try:
         number = float(value)

@@ -71,7 +71,7 @@ def measurement_columns(arch) -> dict:
     from tileflow.tables import Column
 
     text, time, count = Column("text"), Column("number", 0, strict=True), Column("number", 0)
-    columns = {"workload": text, "shape": text, "tree": text, "min_s": time,
+    columns = {"workload": text, "shape": text, "tree": Column("json"), "min_s": time,
                "model_s": time, "macs": count}
     for name in ("measured_s", "max_s"):
         columns[name] = Column("number", 0, strict=True, required=False)
