@@ -158,3 +158,13 @@ def test_outputs_have_the_usual_mode_and_stale_files_are_not_listed(tmp_path, ca
     os.umask(mask)
     for name in summary["files"]:
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~mask, name
+
+
+@pytest.mark.parametrize("edit, line", [("accelerator: edgy", 1),
+                                        ('workload: "st1 * 0"', 2)])
+def test_an_unknown_name_in_the_config_is_named_by_its_line(edit, line, tmp_path, capsys,
+                                                            no_search):
+    key = edit.split(":")[0]
+    config = "\n".join(edit if x.startswith(key + ":") else x for x in CONFIG.splitlines())
+    code, err = explore(capsys, tmp_path, config + "\n")
+    assert code == 2 and f"c.yaml, line {line} ({key})" in err, err

@@ -54,7 +54,11 @@ class ExploreConfig:
     places: dict[str, str] = field(default_factory=dict, compare=False)
 
     def load(self) -> tuple[Workload, Architecture]:
-        return self.load_workload(), load_arch(self.accelerator)
+        w = self.load_workload()
+        try:
+            return w, load_arch(self.accelerator)
+        except InputError as exc:  # an unknown name: the config's line says where
+            raise exc.located(self.source, self.places.get("accelerator")) from None
 
     def load_workload(self) -> Workload:
         """The workload with the config's preset and sizes; an error about those names the
@@ -63,9 +67,12 @@ class ExploreConfig:
             return load_workload(self.workload, self.sizes, self.preset)
         except InputError as exc:
             failed = exc
+        try:
+            load_workload(self.workload)  # the workload itself: a file's errors as they are
+        except InputError as exc:
+            raise exc.located(self.source, self.places.get("workload")) from None
         if not self.sizes and not self.preset:
             raise failed
-        load_workload(self.workload)  # the workload file itself: its own errors as they are
         key = "preset"
         if self.preset:
             try:
@@ -131,8 +138,8 @@ def parse_config(data: Field) -> ExploreConfig:
                             objectives)
     name = data.string("name", Path(data.source).stem)
     out = data.string("out", "")
-    places = {key: data.where(key) for key in ("out", "sizes", "preset", "workload")
-              if data.has(key)}
+    places = {key: data.where(key) for key in ("out", "sizes", "preset", "workload",
+                                               "accelerator") if data.has(key)}
     return ExploreConfig(
         source=data.source, name=name,
         accelerator=_path_or_name(data, "accelerator", base),
