@@ -142,6 +142,7 @@ def _explore_flags(rng: random.Random, n: int) -> Case:
             "sqlite:////dev/null", STORAGES[13], "postgresql://nobody@127.0.0.1:1/x",
             "mysql://x", "garbage")
         args += ["--storage", url]
+        places.append(url.removeprefix("sqlite:///"))  # a message may name the storage
         if rng.random() < 0.3:
             args.append("--resume")
     elif choice >= 0.7:
@@ -371,8 +372,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=1, help="run every n-th case only")
     parser.add_argument("--log", help="write one line per case (JSON) to this file")
     parser.add_argument("--jobs", type=int, default=1, help="cases run at once")
+    parser.add_argument("--rerun", metavar="LOG",
+                        help="run only the cases that did not pass in this earlier log")
     args = parser.parse_args(argv)
     corpus = generate(args.cases, args.seed)[:: args.every]
+    if args.rerun:
+        with open(args.rerun) as handle:
+            failed_before = {json.loads(line)["case"] for line in handle
+                             if json.loads(line)["outcome"] not in ("ok", "error")}
+        corpus = [c for c in corpus if c.ident in failed_before]
     outcomes: Counter[str] = Counter()
     kinds: Counter[tuple[str, str]] = Counter()
     start = time.monotonic()
