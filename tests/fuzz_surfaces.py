@@ -20,8 +20,10 @@ in the output folder is gone, or a file a run reported is missing).
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import functools
+import io
 import json
 import os
 import random
@@ -112,7 +114,7 @@ def _explore_config(rng: random.Random, n: int) -> Case:
     if rng.random() < 0.7:
         args += ["--budget-evals", "4"]
     return Case(f"{n:05d}-explore-config-{what}"[:120], "explore", args, {"c.yaml": data},
-                ["c.yaml, line ", "c.yaml: the file is", "--out", "--budget-evals"],
+                ["c.yaml, line ", "c.yaml, top level", "c.yaml: ", "--out", "--budget-evals"],
                 out="out")
 
 
@@ -174,7 +176,7 @@ def _sweep(rng: random.Random, n: int) -> Case:
     if rng.random() < 0.15:
         args.append("--resume")
     return Case(f"{n:05d}-sweep-{what}"[:120], "sweep", args, {"s.yaml": data},
-                ["s.yaml, line ", "s.yaml: the file is", "--out", "--resume"],
+                ["s.yaml, line ", "s.yaml, top level", "s.yaml: ", "--out", "--resume"],
                 out="out")
 
 
@@ -210,15 +212,40 @@ def _import(rng: random.Random, n: int) -> Case:
                 must_fail=must_fail, out=out)
 
 
-def _damage(rng: random.Random, text: str) -> tuple[bytes, str, bool]:
+CPU_TIMES = ("min_s", "model_s", "measured_s", "max_s")
+CPU_REQUIRED = ("workload", "shape", "tree", "min_s", "model_s", "macs")
+
+
+def _rule(name: str, cpu: bool) -> tuple[bool, bool, bool]:
+    """(checked, required, zero refused) for a column of measurements.csv (cpu) or of the
+    RTL dataset: what tileflow.tables is told to check (the tests' own list)."""
+    if not cpu:
+        return True, True, not name.endswith("_bits")
+    numeric = name.endswith(("_s", "_bytes", "_work")) or name.startswith("words_") or \
+        name in ("macs", "vector_work", "leaf_steps", "loop_starts", "spread")
+    checked = numeric or name == "tree"
+    return checked, name in CPU_REQUIRED or name.startswith("words_"), name in CPU_TIMES
+
+
+def _joined(cells: list[str]) -> str:
+    """One CSV line of these cells (quoted where they need it)."""
+    handle = io.StringIO()
+    csv.writer(handle, lineterminator="").writerow(cells)
+    return handle.getvalue()
+
+
+def _damage(rng: random.Random, text: str, cpu: bool = False) -> tuple[bytes, str, bool]:
     """A damaged CSV: (bytes, what, whether it must be refused)."""
     lines = text.splitlines()
     kind = rng.choice(["empty", "cut", "binary", "latin1", "ragged", "drop-column", "word",
                        "zero", "negative", "inf", "nan", "huge", "blank-lines", "bom", "crlf",
                        "quote", "header-only", "duplicate-header", "swap"])
     row = rng.randrange(1, len(lines))
-    cells = lines[row].split(",")
+    cells = next(csv.reader([lines[row]]))
     col = rng.randrange(len(cells))
+    header = next(csv.reader([lines[0]]))
+    name = header[col] if col < len(header) else ""
+    checked, required, no_zero = _rule(name, cpu) if name else (False, False, False)
     bad = True
     if kind == "empty":
         return b"", kind, True
@@ -229,17 +256,19 @@ def _damage(rng: random.Random, text: str) -> tuple[bytes, str, bool]:
         return bytes(rng.randrange(256) for _ in range(512)), kind, True
     if kind == "latin1":
         cells[col] = cells[col] + "\xe9"
-        lines[row] = ",".join(cells)
+        lines[row] = _joined(cells)
         return "\n".join(lines).encode("latin-1") + b"\n", kind, True
     if kind == "ragged":
         lines[row] += ",7"
     elif kind == "drop-column":
-        lines = [",".join(c for i, c in enumerate(x.split(",")) if i != col) for x in lines]
+        lines = [_joined([c for i, c in enumerate(next(csv.reader([x]))) if i != col])
+                 for x in lines]
+        bad = required
     elif kind in ("word", "zero", "negative", "inf", "nan", "huge"):
         cells[col] = {"word": "fast", "zero": "0", "negative": "-3", "inf": "inf",
                       "nan": "nan", "huge": "1e400"}[kind]
-        lines[row] = ",".join(cells)
-        bad = kind != "zero" or True
+        lines[row] = _joined(cells)
+        bad = not name or (checked and (kind != "zero" or no_zero or name == "tree"))
     elif kind == "blank-lines":
         lines.insert(row, "")
         bad = False
@@ -249,6 +278,7 @@ def _damage(rng: random.Random, text: str) -> tuple[bytes, str, bool]:
         return ("\r\n".join(lines) + "\r\n").encode(), kind, False
     elif kind == "quote":
         lines[row] = lines[row].replace(",", ',"', 1)
+        bad = False  # a field quoted to the end of the file, or to another quote
     elif kind == "header-only":
         lines = lines[:1]
     elif kind == "duplicate-header":
@@ -271,7 +301,7 @@ def _validate(rng: random.Random, n: int) -> Case:
         args = ["validate", "rtl", "--data", "data", "--out", "out", "--json"]
         return Case(f"{n:05d}-validate-rtl-{victim}-{what}", "validate", args, files,
                     [victim, "--data", "--out"], must_fail=bad, out="out")
-    data, what, bad = _damage(rng, _campaign_csv(n % 4))
+    data, what, bad = _damage(rng, _campaign_csv(n % 4), cpu=True)
     args = ["validate", "cpu", "--report-only", "--out", "cpu", "--json"]
     return Case(f"{n:05d}-validate-cpu-{what}", "validate", args,
                 {"cpu/measurements.csv": data}, ["measurements.csv", "--out"],
