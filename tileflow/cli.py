@@ -550,12 +550,12 @@ def cmd_explore(args) -> int:
     config = config.with_budget(args.budget_evals, args.budget_seconds)
     changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
     config = dataclasses.replace(config, **changes)
-    if args.out is not None or "out" not in config.places:
+    check_against(config, *config.load())  # sizes, preset, names: before the search
+    check_storage(args.storage)
+    if args.out is not None or "out" not in config.places:  # last: it creates the folder
         check_out(config.out)
     else:
         check_out(config.out, config.source, config.places["out"])
-    check_storage(args.storage)
-    check_against(config, *config.load())  # sizes, preset, names: before the search
     progress = not args.quiet and sys.stderr.isatty()
     outcome = explore(config, args.storage, args.workers, args.resume, progress)
     data = write_all(outcome, config.out)
