@@ -91,7 +91,7 @@ FUSED_CSV = ("M,L,K,N,tile_M,tile_K,tile_L,rtl_cycles,dram_to_buffer_bits,buffer
              "64,64,16,16,16,16,32,53753,3407872,52428,7602176,3774873\n")
 OUT_TARGETS = ["/dev/null", "/proc/tileflow-fuzz", "/proc/self/x", "afile", "a/b/c", ".", "",
                "x" * 300, "/sys/x", "ro", "-", "out\nline", "fifo"]
-STORAGES = ["sqlite://", "sqlite:///:memory:", "sqlite:///", "sqlite:///proc/x/s.db",
+STORAGES = ["sqlite://", "sqlite:///:memory:", "sqlite:///", "sqlite:////proc/x/s.db",
             "sqlite:///afile/s.db", "sqlite:///dir", "s.db", "postgresql://nobody@127.0.0.1:1/x",
             "mysql://x", "memory", "sqlite:///s.db", "sqlite:////dev/null", "garbage",
             "sqlite:///" + "d" * 300 + "/s.db", "corrupt.db"]
@@ -335,6 +335,7 @@ def _prepare(case: Case, work: Path) -> Path | None:
         (work / name).write_bytes(data)
     if case.setup == "fifo":
         os.mkfifo(work / "fifo")
+    (work / "dir").mkdir(exist_ok=True)  # a folder where a storage file is named
     (work / "ro").mkdir(exist_ok=True)
     (work / "ro").chmod(0o555)
     out = work / case.out if case.out else None

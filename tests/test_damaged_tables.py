@@ -111,3 +111,22 @@ def test_validate_cpu_report_checks_the_tree_column(tmp_path, capsys):
     code = main(["validate", "cpu", "--report-only", "--out", str(folder)])
     err = capsys.readouterr().err
     assert code == 2 and "line 5, column 'tree'" in err and "JSON object" in err, err
+
+
+@pytest.mark.parametrize("column", ["dataflow", "kind", "model_bottleneck", "measured_s"])
+def test_validate_cpu_report_needs_the_columns_the_report_reads(column, tmp_path, capsys):
+    folder = tmp_path / "cpu"
+    saved_campaign(folder).drop(columns=[column]).to_csv(folder / "measurements.csv",
+                                                         index=False)
+    code = main(["validate", "cpu", "--report-only", "--out", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 2 and "line 1" in err and column in err and "Traceback" not in err, err
+
+
+def test_a_damaged_retest_file_is_named(tmp_path, capsys):
+    folder = tmp_path / "cpu"
+    saved_campaign(folder)
+    (folder / "retest.csv").write_text("key,workload,min_s,min_s_again\nk0,attention,1e-3,\n")
+    code = main(["validate", "cpu", "--report-only", "--out", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 2 and "retest.csv, line 2, column 'min_s_again'" in err, err

@@ -168,3 +168,9 @@ def test_an_unknown_name_in_the_config_is_named_by_its_line(edit, line, tmp_path
     config = "\n".join(edit if x.startswith(key + ":") else x for x in CONFIG.splitlines())
     code, err = explore(capsys, tmp_path, config + "\n")
     assert code == 2 and f"c.yaml, line {line} ({key})" in err, err
+
+
+def test_a_storage_name_too_long_is_refused(tmp_path, capsys, no_search):
+    code, err = explore(capsys, tmp_path, CONFIG, "--out", str(tmp_path / "o"), "--storage",
+                        "sqlite:///" + "d" * 300 + "/s.db")
+    assert code == 2 and "--storage" in err and "too long" in err, err

@@ -71,10 +71,10 @@ def measurement_columns(arch) -> dict:
     from tileflow.tables import Column
 
     text, time, count = Column("text"), Column("number", 0, strict=True), Column("number", 0)
-    columns = {"workload": text, "shape": text, "tree": Column("json"), "min_s": time,
+    columns = {"workload": text, "shape": text, "tree": Column("json"), "kind": text,
+               "dataflow": text, "model_bottleneck": text, "min_s": time, "measured_s": time,
                "model_s": time, "macs": count}
-    for name in ("measured_s", "max_s"):
-        columns[name] = Column("number", 0, strict=True, required=False)
+    columns["max_s"] = Column("number", 0, strict=True, required=False)
     for name in ("spread", "vector_work", "leaf_steps", *latency.INNER_COLUMNS):
         columns[name] = Column("number", 0, required=False)
     for name in latency.feature_columns(arch):

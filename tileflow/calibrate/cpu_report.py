@@ -363,7 +363,10 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
     lines += _limits(s, levels)
     retest = out / "retest.csv"
     if retest.exists():
-        r = pd.read_csv(retest)
+        from tileflow.tables import Column, read_table
+
+        time = Column("number", 0, strict=True)
+        r = read_table(retest, {"min_s": time, "min_s_again": time})
         lines += [f"* Measurement noise: {len(r)} kernels timed again later give Spearman "
                   f"{metrics.spearman(r.min_s_again, r.min_s):.3f} and MAPE "
                   f"{metrics.mape(r.min_s_again, r.min_s):.1%} against their first "

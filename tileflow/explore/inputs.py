@@ -69,6 +69,11 @@ def check_storage(url: str | None, flag: str = "--storage") -> None:
         return
     if not str(path):
         raise InputError(f"'{url}' names no database file: give sqlite:///FILE.db", where=flag)
-    if path.exists() and not path.is_file():
+    try:
+        exists_not_file = path.exists() and not path.is_file()
+    except OSError as exc:  # a name too long, a loop of links
+        raise InputError(f"cannot use the study storage '{url}' ({exc.strerror or exc})",
+                         where=flag) from None
+    if exists_not_file:
         raise InputError(f"the study storage '{path}' is not a file", where=flag)
     _writable(path.parent if str(path.parent) else Path("."), "the study storage", flag)
