@@ -67,6 +67,7 @@ def test_compare_csv_has_one_row_per_dataflow_matching_the_json(tmp_path):
     assert any(not r["valid"] for r in results)  # the invalid rows are exported too
 
 
+@pytest.mark.slow
 def test_compare_plot_names_carry_the_sizes_so_runs_do_not_overwrite(tmp_path):
     for m in (256, 128):
         proc = tileflow("compare", "--arch", "edge", "--workload", "G4", "--set", f"m={m}",

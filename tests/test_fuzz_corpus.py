@@ -26,6 +26,7 @@ def test_the_corpus_is_seeded_and_covers_every_kind():
     assert min(kinds.values()) >= 100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SAMPLE, ids=lambda c: c.ident[:60])
 def test_sampled_case(case):
     outcome, detail = run_case(case, timeout_s=60)

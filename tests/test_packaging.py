@@ -4,9 +4,11 @@ accelerators, workloads and dataflows inside the package, not in the source tree
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # every test here takes tens of seconds
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "tileflow", "accelerators", "workloads",
@@ -36,6 +40,31 @@ def _run(*args: str | Path, cwd: Path, env: dict | None = None) -> subprocess.Co
     return proc
 
 
+def _dependency_folders() -> list[str]:
+    """The folders the running interpreter imports TileFlow's dependencies from (a venv's
+    site-packages, the user site, the system site: wherever they were installed), then its
+    other site folders for what those dependencies import in turn."""
+    folders: list[str] = []
+    for requirement in importlib.metadata.requires("tileflow") or []:
+        if "extra ==" in requirement:
+            continue
+        name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+        folders.append(str(importlib.metadata.distribution(name).locate_file("")))
+    folders += [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    return [f for f in dict.fromkeys(folders) if Path(f).is_dir() and
+            not Path(f).resolve().is_relative_to(REPO)]
+
+
+def _reach_the_dependencies(venv: Path) -> None:
+    """A .pth file in the new venv's site-packages lists the running interpreter's dependency
+    folders, after the venv's own: the wheel installed there (`--no-deps`) imports its
+    dependencies from where they are, not from the base interpreter's system site by luck.
+    Plain paths in a .pth are added without processing that folder's own .pth files, so an
+    editable TileFlow there (a path hook) is not picked up."""
+    [site] = venv.glob("lib/python*/site-packages")
+    (site / "tileflow-test-dependencies.pth").write_text("\n".join(_dependency_folders()) + "\n")
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
     """Build the wheel from a copy of the sources (no stale build/ folder, nothing written into
@@ -55,7 +84,8 @@ def installed(tmp_path_factory) -> dict:
     _run(*build, cwd=src)
     wheel = next((root / "dist").glob("tileflow-*.whl"))
     venv = root / "venv"
-    _run(sys.executable, "-m", "venv", "--system-site-packages", venv, cwd=root)
+    _run(sys.executable, "-m", "venv", venv, cwd=root)
+    _reach_the_dependencies(venv)
     # without the checkout on the path, and over any tileflow the system site already has
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     _run(venv / "bin" / "python", "-m", "pip", "install", "--no-deps", "--force-reinstall",

@@ -248,6 +248,7 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     fit (the workload's shape) names the workload file."""
     from tileflow.analysis.prepare import prepare
     from tileflow.dataflows import build
+    from tileflow.explore.compiled import ConstantIndex
     from tileflow.explore.fit import fit_baseline
     from tileflow.workbound import check_enumeration
 
@@ -256,7 +257,12 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
         if not fit or tiles:
             return flow
         check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
-        return fit_baseline(name, workload, arch)
+        try:
+            return fit_baseline(name, workload, arch)
+        except ConstantIndex as exc:  # the builder's factors, said so
+            print(f"tileflow: note: {name} keeps its builder's factors: {exc.message}",
+                  file=sys.stderr)
+            return flow
     except InputError as exc:
         if exc.source or not workload.source:
             raise
@@ -455,7 +461,7 @@ def cmd_validate(args) -> int:
         from tileflow.calibrate.command import run
 
         return run(args)
-    from tileflow.outputs import check_output_folder
+    from tileflow.outputs import check_output_folder, finite
     from tileflow.rtl import report, study
 
     study.load_dataset(args.data)  # a missing dataset is explained before anything is written
@@ -467,7 +473,7 @@ def cmd_validate(args) -> int:
     path = report.write(results, args.out, command)
     numbers = report.summary(results)
     if args.json:
-        print(json.dumps(numbers, indent=2))
+        print(json.dumps(finite(numbers), indent=2, allow_nan=False))
     else:
         print(f"GEMM set:  MAPE {numbers['gemm_mape']:.2%}, R^2 {numbers['gemm_r2']:.4f} "
               f"(calibrated, held out: {numbers['gemm_mape_calibrated_heldout']:.2%})")
@@ -607,7 +613,8 @@ def cmd_explore(args) -> int:
     import dataclasses
     import math
 
-    from tileflow.explore.config import load_config
+    from tileflow.explore.config import MAX_EVALUATIONS, check_against, load_config
+    from tileflow.explore.inputs import check_out, check_storage
     from tileflow.explore.outputs import write_all
     from tileflow.explore.session import explore
 
@@ -616,6 +623,9 @@ def cmd_explore(args) -> int:
                              ("--workers", args.workers, 1), ("--seed", args.seed, 0)):
         if value is not None and value < low:
             raise InputError(f"{flag} must be an integer >= {low}, got {value}")
+    if args.budget_evals is not None and args.budget_evals > MAX_EVALUATIONS:
+        raise InputError(f"--budget-evals must be at most {MAX_EVALUATIONS:,}, got "
+                         f"{args.budget_evals:,}")
     if args.budget_seconds is not None and not (math.isfinite(args.budget_seconds)
                                                 and args.budget_seconds > 0):
         raise InputError(f"--budget-seconds must be a positive number, got "
@@ -630,6 +640,12 @@ def cmd_explore(args) -> int:
             raise InputError(f"--measure-top and --measure-threads must be integers >= 1, got "
                              f"{args.measure_top} and {args.measure_threads}")
         check_host(config.load()[1])
+    check_against(config, *config.load())  # sizes, preset, names: before the search
+    check_storage(args.storage)
+    if args.out is not None or "out" not in config.places:  # last: it creates the folder
+        check_out(config.out)
+    else:
+        check_out(config.out, config.source, config.places["out"])
     progress = not args.quiet and sys.stderr.isatty()
     outcome = explore(config, args.storage, args.workers, args.resume, progress,
                       restart=args.restart)

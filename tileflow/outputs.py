@@ -5,6 +5,7 @@ leaves a partial file under its final name."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import stat
 import tempfile
@@ -121,6 +122,18 @@ def save_figure(fig, path: str | Path, flag: str | None = None, **kw) -> Path:
     fmt = path.suffix.lower().lstrip(".") or "png"
     return write_atomic(path, lambda handle: fig.savefig(handle, format=fmt, **kw),
                         binary=True, flag=flag)
+
+
+def finite(value):
+    """`value` with every NaN or infinite number replaced by None (null in JSON): JSON has
+    no such numbers, and a reader would take them for figures."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def _umask() -> int:

@@ -82,3 +82,29 @@ def test_bad_campaign_input_exits_2(tmp_path, capsys):
     config.write_text("traffic: 'yes'\n")
     assert main(["validate", "cpu", "--config", str(config), "--report-only",
                  "--out", str(tmp_path)]) == 2
+
+
+def test_report_fits_against_the_machine_the_rows_were_measured_on(tmp_path, monkeypatch):
+    """A report rebuilt elsewhere: the folder's host.yaml (the measured machine) is the
+    description the fit uses, not the caches of the machine rebuilding it."""
+    from tileflow.calibrate import cpu
+    from tileflow.specs import host
+
+    frame = saved_campaign(tmp_path / "cpu")
+    measured_on = host.host_description()
+    measured_on["clock_ghz"] = 1.0  # another machine than this one
+    measured_on["levels"][-2]["capacity_bytes"] = 49152
+    from tileflow.calibrate.description import write_description
+
+    write_description(measured_on, tmp_path / "cpu" / "host.yaml")
+
+    def elsewhere(*args, **kwargs):
+        raise AssertionError("the report read this machine's caches")
+
+    monkeypatch.setattr(host, "host_description", elsewhere)
+    assert main(["validate", "cpu", "--report-only", "--out", str(tmp_path / "cpu")]) == 0
+    summary = json.loads((tmp_path / "cpu" / "summary.json").read_text())
+    expected = cpu.study(frame, single_core(load_arch(str(tmp_path / "cpu" / "host.yaml"))))
+    assert summary["latency_mape_heldout"] == expected.summary["latency_mape_heldout"]
+    calibrated = (tmp_path / "cpu" / "host-calibrated.yaml").read_text()
+    assert "clock_ghz: 1.0" in calibrated and "49152" in calibrated

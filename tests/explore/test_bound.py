@@ -164,6 +164,7 @@ def chain(request):
     return w, arch, structures, data_movement_bound(structures, "L1")
 
 
+@pytest.mark.slow
 def test_chain_bound_matches_every_tiling_evaluated_at_each_capacity(chain):
     w, arch, structures, bound = chain
     rows = {name: exact_rows(s) for name, s in structures}

@@ -27,6 +27,8 @@ from tileflow.specs.workload import load_workload
 from tileflow.specs.yamlfile import Field
 from tileflow.tree import Dataflow, Op, Tile, walk, with_factors
 
+pytestmark = pytest.mark.slow  # every test here takes tens of seconds
+
 WORKLOADS = {
     "gemm-chain": {"b": 1, "m": 8, "l": 8, "k": 4, "n": 4},
     "mlp": {"m": 4, "d": 8, "f": 8, "e": 4},

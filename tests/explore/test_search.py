@@ -63,6 +63,7 @@ def test_divisor_completions_tile_every_dimension_exactly(seed):
     assert space.exact(row)
 
 
+@pytest.mark.slow
 def test_enumeration_equals_brute_force_over_the_divisor_grid():
     w = load_workload("gemm-chain", {"b": 2, "m": 4, "l": 4, "k": 2, "n": 2})
     arch = small_arch(l1_words=200, cores=2, pes=4)
@@ -125,6 +126,7 @@ def test_pruned_subtrees_hold_no_valid_point():
         assert not (valid[:, decided] == state[decided]).all(axis=1).any()
 
 
+@pytest.mark.slow
 def test_mcts_reaches_the_exhaustive_optimum_of_a_small_structure_and_random_does_not_beat_it():
     """The tileflow-pipe structure of a small chain: 9,135 divisor points. MCTS finds the
     exhaustive optimum within 1,500 evaluations; random search at the same budget finds a

@@ -51,6 +51,7 @@ def searched(tmp_path_factory):
     return out, json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_structure_search_runs_and_hands_its_structures_to_the_study(searched):
     out, summary = searched
     search = summary["structure_search"]
@@ -118,6 +119,7 @@ def test_a_fixed_seed_gives_the_same_structure_search():
         sorted((p.encoding.into, p.cost) for p in b.points)
 
 
+@pytest.mark.slow
 def test_resume_reads_the_structures_back_and_workers_share_them(tmp_path, capsys):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     code, first, err = explore(tmp_path, capsys, CONFIG, "--storage", storage,

@@ -55,6 +55,7 @@ def create(url: str) -> None:
     finish(worker(url, -1, 0))
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_without_losing_or_repeating_a_point(tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     create(url)
@@ -99,6 +100,7 @@ def _two_workers(url: str, meet: Path) -> None:
     assert {w for _, _, w in got} == {1, 2}, "both workers should have taken a share"
 
 
+@pytest.mark.slow
 def test_two_workers_share_a_sqlite_study(tmp_path):
     _two_workers(f"sqlite:///{tmp_path / 'study.db'}", tmp_path / "meet")
 
@@ -152,5 +154,6 @@ def postgres():
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_two_workers_share_a_postgresql_study(postgres, tmp_path):
     _two_workers(postgres, tmp_path / "meet")

@@ -42,6 +42,7 @@ def _flows():
                 yield name, gpu, w, arch, build(flow, w, arch)
 
 
+@pytest.mark.slow
 def test_every_generated_kernel_compiles_with_nvcc(tmp_path):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed: CUDA sources are not compiled here")

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from tileflow.errors import InputError
+from tileflow.outputs import finite
+from tileflow.tables import read_table
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
@@ -35,7 +35,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         if not csv.exists():
             raise InputError(f"no measurements to report on: {csv} does not exist (run "
                              "`tileflow validate cpu` without --report-only first)")
-        frame = pd.read_csv(csv)
+        described = _measured_machine(config.arch, folder, report_only)
+        frame = read_table(csv, measurement_columns(load_arch(described)), minimum_rows=4)
     elif remeasure_traffic:
         frame = remeasure(config, folder, tqdm_progress)
     else:
@@ -43,7 +44,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         retime(frame, config, folder)  # the noise floor: a sample timed a second time
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
-    arch = single_core(load_arch(config.arch)) if config.threads == 1 else load_arch(config.arch)
+    described = _measured_machine(config.arch, folder, report_only)
+    arch = single_core(load_arch(described)) if config.threads == 1 else load_arch(described)
     env_path = folder / "environment.json"
     environment = json.loads(env_path.read_text()) if env_path.exists() else None
     # campaigns measured before the register-tile generator name no style: plain kernels
@@ -57,7 +59,7 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         f" --points {points}" if points else "") + (f" --out {out}" if out else "")
     levels = {"first_level": config.first_level, "last_level": config.last_level}
     cpu_report.write(study, folder, command, levels, environment)
-    _write_calibrated(study, folder, environment, config.arch)
+    _write_calibrated(study, folder, environment, config.arch, described)
     if learn:
         from tileflow.calibrate import learned_report
 
@@ -69,13 +71,62 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     return study.summary
 
 
-def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: str) -> None:
+MEASURED_MACHINE = "host.yaml"
+
+
+def measurement_columns(arch) -> dict:
+    """What `measurements.csv` must hold for a report: each kernel's workload, shape and
+    tree, its times (> 0 s), the model's time and the counts the latency fit reads
+    (>= 0); traffic columns, where a campaign measured them, >= 0 bytes."""
+    from tileflow.calibrate import latency
+    from tileflow.tables import Column
+
+    text, time, count = Column("text"), Column("number", 0, strict=True), Column("number", 0)
+    columns = {"workload": text, "shape": text, "tree": Column("json"), "kind": text,
+               "dataflow": text, "model_bottleneck": text, "min_s": time, "measured_s": time,
+               "model_s": time, "macs": count}
+    columns["max_s"] = Column("number", 0, strict=True, required=False)
+    for name in ("spread", "vector_work", "leaf_steps", *latency.INNER_COLUMNS):
+        columns[name] = Column("number", 0, required=False)
+    for name in latency.feature_columns(arch):
+        columns.setdefault(name, count)
+    for view in ("", "_cache"):
+        for side in ("first", "last"):
+            for kind in ("model", "measured"):
+                columns[f"{kind}{view if kind == 'model' else ''}_{side}_level_bytes"] = \
+                    Column("number", 0, required=False)
+    return columns
+
+
+def _measured_machine(arch_name: str, folder: Path, report_only: bool) -> str:
+    """The accelerator the measurements were made on. For `host`, a campaign saves this
+    machine's description beside its measurements (host.yaml), and a report rebuilt from
+    them fits against that file: on another machine `host` would read other caches."""
+    saved = folder / MEASURED_MACHINE
+    if arch_name != "host":
+        return arch_name
+    if report_only:
+        return str(saved) if saved.is_file() else arch_name
+    from tileflow.calibrate.description import write_description
+    from tileflow.specs.host import host_description
+
+    try:
+        write_description(host_description(), saved)
+    except OSError:
+        return arch_name
+    return str(saved)
+
+
+def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: str,
+                      described: str) -> None:
     """host-calibrated.yaml beside the report: the description with the fitted rates."""
     from tileflow import resources
     from tileflow.calibrate.description import calibrated_description, write_description
     from tileflow.specs.yamlfile import load_yaml
 
-    if arch_name == "host":
+    if arch_name == "host" and described != arch_name:  # the measured machine's saved file
+        original = dict(load_yaml(Path(described)))
+    elif arch_name == "host":
         from tileflow.specs.host import host_description
 
         try:
@@ -190,7 +241,7 @@ def run(args) -> int:
               " run the same command again to continue", file=sys.stderr)
         return 130
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(finite(summary), indent=2, allow_nan=False))
     else:
         print(f"points: {summary['points']}; traffic R^2 (tree view): "
               + ", ".join(f"{k} {v:.3f}" for k, v in summary["traffic_r2"].items())

@@ -12,7 +12,7 @@ import pandas as pd
 from tileflow.calibrate import metrics
 from tileflow.calibrate.cpu import CACHE_TRAFFIC, VIEWS, CpuStudy, worst_cases
 from tileflow.errors import InputError
-from tileflow.outputs import save_figure
+from tileflow.outputs import finite, save_figure
 from tileflow.outputs import write_text_atomic as write_text
 from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field
@@ -363,7 +363,10 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
     lines += _limits(s, levels)
     retest = out / "retest.csv"
     if retest.exists():
-        r = pd.read_csv(retest)
+        from tileflow.tables import Column, read_table
+
+        time = Column("number", 0, strict=True)
+        r = read_table(retest, {"min_s": time, "min_s_again": time})
         lines += [f"* Measurement noise: {len(r)} kernels timed again later give Spearman "
                   f"{metrics.spearman(r.min_s_again, r.min_s):.3f} and MAPE "
                   f"{metrics.mape(r.min_s_again, r.min_s):.1%} against their first "
@@ -379,7 +382,8 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         lines += ["", "## Environment", "", *[f"* {k}: {v}" for k, v in environment.items()
                                               if k != "config"]]
     write_text(out / "report.md", "\n".join(lines) + "\n")
-    write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(out / "summary.json",
+               json.dumps(finite(summary), indent=2, allow_nan=False) + "\n")
     return out / "report.md"
 
 

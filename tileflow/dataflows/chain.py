@@ -41,6 +41,10 @@ class Roles:
                              "with vector operators between them")
         first, last = ops[0], ops[-1]
         shared = [d for d in first.output.dims if d in last.output.dims]
+        if not shared or not last.reduction_dims:
+            raise InputError(f"workload '{w.name}' is not a chain the named dataflows tile: "
+                             f"'{last.name}' must reduce over a dimension and share a row "
+                             f"dimension with '{first.name}'")
         batch = shared[0] if len(shared) > 1 else None
         rows = shared[-1]
         inner = last.reduction_dims[0]

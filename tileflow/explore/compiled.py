@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import split_fanout
 from tileflow.analysis.shape import node_key, shape_of, spec_key
+from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.expressions import Access
 from tileflow.specs.workload import Operator, Workload
@@ -277,12 +278,29 @@ class Compiled:
 _CACHE: OrderedDict = OrderedDict()
 
 
+class ConstantIndex(InputError):
+    """A workload the batched search cannot compile: an index with no dimension."""
+
+
+def _check_indices(workload: Workload) -> None:
+    """The search's closed forms need a dimension in every index; a constant index (D[0, n])
+    is one element, which `evaluate` counts but the search does not."""
+    for op in workload.ops:
+        for access in (op.output, *op.inputs):
+            if any(not axis.terms for axis in access.axes):
+                raise ConstantIndex(
+                    f"operator '{op.name}' indexes {access.tensor} with a constant: the "
+                    "dataflow search needs a dimension in every index (`tileflow evaluate` "
+                    "takes it)", workload.source, workload.place("ops"))
+
+
 def compiled_for(workload: Workload, arch: Architecture, flow: Dataflow) -> Compiled:
     """The analysis of a structure, shared by every dataflow of the same shape."""
     key = (spec_key(workload), spec_key(arch), node_key(flow.root),
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
     if found is None:
+        _check_indices(workload)
         found = _CACHE[key] = Compiled(workload, arch, flow)
         if len(_CACHE) > 256:
             _CACHE.popitem(last=False)

@@ -22,6 +22,12 @@ CONFIG_KEYS = {k.name: k.meaning for k in keys.EXPLORE.keys}
 LIMIT_KEYS = ("footprint_words", "dram_words")
 STRUCTURE_MODES = ("search", "baselines")
 BUDGET_KEYS = ("evaluations", "seconds")
+# Bounds on the work a config asks for (not on each number): the tile-factor budget, the
+# rows one batch evaluates at once (memory: rows x loops), and the genetic search's total
+# factor evaluations over every generation and rung (successive halving grows a budget
+# eta-fold per rung, so `rungs` is an exponent).
+MAX_EVALUATIONS = 100_000_000
+MAX_BATCH = 65_536
 
 
 @dataclass(frozen=True)
@@ -44,10 +50,42 @@ class ExploreConfig:
     batch: int = 64
     seed: int = 0
     out: str = ""
+    # key -> "line N (key)" where the config wrote it, for messages about its value
+    places: dict[str, str] = field(default_factory=dict, compare=False)
 
     def load(self) -> tuple[Workload, Architecture]:
-        return (load_workload(self.workload, self.sizes, self.preset),
-                load_arch(self.accelerator))
+        w = self.load_workload()
+        try:
+            return w, load_arch(self.accelerator)
+        except InputError as exc:  # an unknown name: the config's line says where
+            raise exc.located(self.source, self.places.get("accelerator")) from None
+
+    def load_workload(self) -> Workload:
+        """The workload with the config's preset and sizes; an error about those names the
+        config's line, not the workload file or a flag the user never typed."""
+        try:
+            return load_workload(self.workload, self.sizes, self.preset)
+        except InputError as exc:
+            failed = exc
+        try:
+            load_workload(self.workload)  # the workload itself: a file's errors as they are
+        except InputError as exc:
+            raise exc.located(self.source, self.places.get("workload")) from None
+        if not self.sizes and not self.preset:
+            raise failed
+        key = "preset"
+        if self.preset:
+            try:
+                load_workload(self.workload, None, self.preset)
+                key = "sizes"
+            except InputError:
+                pass
+        else:
+            key = "sizes"
+        message = failed.message.replace("--workload ", "workload: ").replace(
+            "--preset ", "preset: ").replace("--set", "sizes")
+        raise InputError(f"{message} (workload {self.workload})", self.source,
+                         self.places.get(key, key)) from None
 
     @property
     def genetic_config(self) -> GAConfig:
@@ -89,7 +127,8 @@ def parse_config(data: Field) -> ExploreConfig:
         budget.check_keys(BUDGET_KEYS)
         if not budget.keys():
             raise budget.error("'budget' needs evaluations and/or seconds")
-        evals = budget.integer("evaluations") if budget.has("evaluations") else None
+        evals = budget.integer("evaluations", maximum=MAX_EVALUATIONS) \
+            if budget.has("evaluations") else None
         seconds = budget.number("seconds") if budget.has("seconds") else None
         if seconds is not None and not math.isfinite(seconds):
             raise budget.error("'seconds' must be finite", "seconds")
@@ -99,6 +138,8 @@ def parse_config(data: Field) -> ExploreConfig:
                             objectives)
     name = data.string("name", Path(data.source).stem)
     out = data.string("out", "")
+    places = {key: data.where(key) for key in ("out", "sizes", "preset", "workload",
+                                               "accelerator") if data.has(key)}
     return ExploreConfig(
         source=data.source, name=name,
         accelerator=_path_or_name(data, "accelerator", base),
@@ -107,8 +148,8 @@ def parse_config(data: Field) -> ExploreConfig:
         objective=_scalar(objectives), objectives=objectives, limits=limits,
         structures=structures, genetic=genetic, top=top, method=method,
         budget_evals=evals, budget_seconds=seconds,
-        batch=data.integer("batch", 64, minimum=1), seed=seed,
-        out=out or f"explore-{name}")
+        batch=data.integer("batch", 64, minimum=1, maximum=MAX_BATCH), seed=seed,
+        out=out or f"explore-{name}", places=places)
 
 
 def _objectives(data: Field) -> tuple[str, ...]:
@@ -152,6 +193,8 @@ def _structures(data: Field) -> tuple[str, ...] | str:
     for item in items:
         if not isinstance(item.data, str):
             raise item.error(f"expected a baseline name, got {item.data!r}")
+        if item.data in names:  # the same points would be searched twice
+            raise item.error(f"'structures' names '{item.data}' twice")
         names.append(item.data)
     return tuple(names)
 
@@ -164,11 +207,32 @@ def _genetic(f: Field | None, objectives: tuple[str, ...]) -> tuple[GAConfig, in
     f.require_mapping()
     keys.GENETIC.check(f)
     population = f.integer("population", base.population, minimum=2)
-    return replace(base, population=population,
-                   generations=f.integer("generations", base.generations, minimum=0),
-                   budget=f.integer("evaluations", base.budget, minimum=1),
-                   rungs=f.integer("rungs", base.rungs, minimum=1),
-                   elite=min(base.elite, population - 1)), f.integer("top", 4, minimum=1)
+    ga = replace(base, population=population,
+                 generations=f.integer("generations", base.generations, minimum=0),
+                 budget=f.integer("evaluations", base.budget, minimum=1),
+                 rungs=f.integer("rungs", base.rungs, minimum=1),
+                 elite=min(base.elite, population - 1))
+    work = genetic_work(ga)
+    if work > MAX_EVALUATIONS:
+        raise f.error(f"the genetic search asks for more than {MAX_EVALUATIONS:,} factor "
+                      f"evaluations (population {ga.population}, generations "
+                      f"{ga.generations}, evaluations {ga.budget}, rungs {ga.rungs}: each "
+                      f"rung gives the better structures {ga.eta} times the budget); lower "
+                      "them")
+    return ga, f.integer("top", 4, minimum=1)
+
+
+def genetic_work(ga: GAConfig, stop: int = MAX_EVALUATIONS) -> int:
+    """An upper bound of the factor evaluations the genetic search asks for: per generation
+    (and the first), each rung r gives ceil(population / eta^r) structures budget * eta^r
+    evaluations, and structures found again get one more first-rung search. Counting stops
+    past `stop`."""
+    per_generation = ga.population * ga.budget  # revisits
+    for rung in range(ga.rungs):
+        per_generation += math.ceil(ga.population / ga.eta ** rung) * ga.budget * ga.eta ** rung
+        if per_generation > stop:
+            return per_generation
+    return per_generation * (ga.generations + 1)
 
 
 def _limits(f: Field) -> Limits:

@@ -17,6 +17,7 @@ import numpy as np
 from tileflow.cost import Result
 from tileflow.explore import pareto, timeline
 from tileflow.explore.session import Outcome, objective_value
+from tileflow.outputs import finite
 from tileflow.provenance import MODEL_VERSION
 from tileflow.tree import Dataflow, Op, Tile
 
@@ -37,10 +38,17 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; other outputs follow umask
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def describe(flow: Dataflow, arch) -> list[str]:
@@ -268,8 +276,23 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
         atomic_write(out / "front.png", lambda p: pareto.plot(
             outcome.points, table, cfg.objectives, marks, f"{cfg.name}: Pareto front", p))
     data["slots"] = outcome.slots
-    data["files"] = {name: str(out / name) for name in FILES if (out / name).exists()}
-    atomic_write(out / "summary.json", lambda p: p.write_text(json.dumps(data, indent=2)))
+    # this run's files only: a front.csv or best.yaml left by an earlier run is not listed
+    written = [name for name in FILES if name not in ("summary.md", "summary.json")
+               and name in _this_run(outcome)]
+    data["files"] = {name: str(out / name) for name in [*written, "summary.md",
+                                                         "summary.json"]}
+    data = finite(data)
+    atomic_write(out / "summary.json", lambda p: p.write_text(
+        json.dumps(data, indent=2, allow_nan=False)))
     atomic_write(out / "summary.md", lambda p: p.write_text(summary_markdown(outcome, data)))
-    data["files"] = {name: str(out / name) for name in FILES if (out / name).exists()}
     return data
+
+
+def _this_run(outcome: Outcome) -> set[str]:
+    """The files write_all writes for this outcome."""
+    names = {"points.csv", "convergence.png", "summary.md", "summary.json"}
+    if outcome.best is not None:
+        names |= {"best.yaml", "timeline.png", "timeline.json"}
+    if len(outcome.config.objectives) == 2:
+        names |= {"front.csv", "front.png"}
+    return names

@@ -295,7 +295,9 @@ def metrics_of(batch: BatchResult, objective: str, limits: Limits,
         valid &= over == 0
     if objective.endswith("-then-latency"):  # lexicographic: the metric, then the cycles
         first = metrics[COLUMNS[objective.split("-")[0]]]
-        cost = first + batch.cycles / (batch.cycles + 1e6)
+        with np.errstate(invalid="ignore"):  # infinite cycles (no valid time) rank last
+            tie = np.where(np.isfinite(batch.cycles), batch.cycles / (batch.cycles + 1e6), 1.0)
+        cost = first + tie
     else:
         cost = metrics[COLUMNS[objective]]
     cost = np.where(valid, cost, np.inf)

@@ -118,7 +118,9 @@ def _primary(axis: AxisRec, loops: Sequence[VLoop]) -> tuple[str, int]:
 
 
 def supported(axis: AxisRec) -> bool:
-    return all(c > 0 for _, c in axis.terms)
+    """A window axis the closed forms handle: at least one dimension (a constant index is
+    one element, counted on the grid), every coefficient positive."""
+    return bool(axis.terms) and all(c > 0 for _, c in axis.terms)
 
 
 def window_volume(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoop],

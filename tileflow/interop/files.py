@@ -114,12 +114,30 @@ def load_dataflow_any(path: str | Path, workload: Workload, arch: Architecture) 
                    "mapping")
 
 
+def _each_file_once(paths: Sequence[str]) -> list[str]:
+    """The paths with a file given twice (under any spelling) kept once."""
+    seen, unique = set(), []
+    for p in paths:
+        try:
+            key: object = Path(p).resolve()
+        except (OSError, ValueError, RuntimeError):
+            key = p
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
 def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]:
     """Write the TileFlow YAML of every architecture, problem and mapping in the files:
     NAME.arch.yaml, NAME.workload.yaml, NAME.dataflow.yaml (beside each file, or in out_dir).
     Mappings need the problem and the architecture among the same files."""
+    if out_dir is not None:
+        from tileflow.explore.inputs import check_out
+
+        check_out(out_dir)
     docs = []
-    for p in paths:
+    for p in _each_file_once(paths):
         if not Path(p).is_file():
             raise InputError("no such file", p)
         doc = _foreign(p)
@@ -135,7 +153,7 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
                                  is_tileflow_problem(doc.data)):
             workload = _parsed(lambda d=doc: workload_document(d),
                                lambda f: parse_workload(f), doc, "problem")
-    planned: list[tuple[Path, dict, str]] = []
+    planned: list[tuple[Path, dict, str, str]] = []
     for doc in docs:
         source = Path(doc.source)
         folder = Path(out_dir) if out_dir else source.parent
@@ -163,9 +181,17 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
             outputs.append(("dataflow", data))
         for kind, data in outputs:
             planned.append((folder / f"{stem}.{kind}.yaml", data,
-                            f"# {kind} imported by `tileflow import` from {source.name}\n"))
+                            f"# {kind} imported by `tileflow import` from {source.name}\n",
+                            doc.source))
+    sources: dict[Path, str] = {}
+    for target, _, _, source in planned:  # two inputs, one output: refuse, never overwrite
+        if target in sources:
+            raise InputError(f"'{sources[target]}' and '{source}' would both write "
+                             f"'{target}' (the same file name): import them with different "
+                             "--out folders, or rename one", source)
+        sources[target] = source
     written = []
-    for target, data, header in planned:  # everything converted and checked: now write
+    for target, data, header, _ in planned:  # everything converted and checked: now write
         target.parent.mkdir(parents=True, exist_ok=True)
         written.append(write_yaml(target, data, header))
     return written

@@ -25,6 +25,19 @@ def is_tileflow_problem(data: object) -> bool:
     return isinstance(p, dict) and "ops" in p
 
 
+def _one_key(f: Field, *spellings: str, required: bool = False) -> str | None:
+    """The one spelling of a key the mapping uses: two spellings together would leave one
+    of them unread; a required key may not be missing."""
+    present = [k for k in spellings if f.has(k)]
+    if len(present) > 1:
+        raise f.error(f"'{present[0]}' and '{present[1]}' are the same key: give one",
+                      present[1])
+    if not present and required:
+        raise f.error(f"missing required key '{spellings[0]}' (the tensors and how the "
+                      "dimensions index them)")
+    return present[0] if present else None
+
+
 def convert_timeloop_problem(doc: Field) -> dict:
     problem = doc.child("problem").require_mapping()
     problem.check_keys({"version", "shape", "instance"}, required={"shape", "instance"})
@@ -51,11 +64,12 @@ def convert_timeloop_problem(doc: Field) -> dict:
                  "coefficient of the shape: not read", key)
     for d in dims:
         sizes.setdefault(d, 1)  # Timeloop: an unlisted dimension has size 1
-    spaces = shape.child("data-spaces" if shape.has("data-spaces") else "data_spaces")
+    spaces = shape.child(_one_key(shape, "data-spaces", "data_spaces", required=True))
     accesses, outputs = {}, []
     for item in spaces.elements():
         item.check_keys({"name", "projection", "read-write", "read_write"},
                         required={"name", "projection"})
+        _one_key(item, "read-write", "read_write")
         tensor = identifier(item, "name", "a data-space name")
         accesses[tensor] = _projection(item.child("projection"), dims, coefficients)
         if _flag(item, "read-write") or _flag(item, "read_write"):

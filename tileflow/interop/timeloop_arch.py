@@ -125,10 +125,22 @@ def _count(name: str) -> tuple[str, int]:
     return base, int(high) - int(low) + 1
 
 
+# Spellings of one attribute: the importer reads one, so two given together are an error
+SYNONYMS = (("word-bits", "word_bits", "datawidth"), ("block-size", "block_size"),
+            ("multiple_buffering", "multiple-buffering"), ("depth", "entries", "memory_depth"),
+            ("width", "memory_width"))
+
+
 def _attributes(f: Field) -> Field:
-    if f.has("attributes"):
-        return f.child("attributes").require_mapping()
-    return Field({}, f.source, f.path)
+    if not f.has("attributes"):
+        return Field({}, f.source, f.path)
+    attrs = f.child("attributes").require_mapping()
+    for group in SYNONYMS:
+        given = [k for k in group if attrs.has(k)]
+        if len(given) > 1:
+            raise attrs.error(f"'{given[0]}' and '{given[1]}' are one attribute: give one",
+                              given[1])
+    return attrs
 
 
 def _inherit(context: dict, attrs: Field) -> dict:
@@ -143,6 +155,7 @@ def _flatten_v03(node: Field, instances: int, context: dict, out: list[Component
     subtrees = node.child("subtree").elements() if node.has("subtree") else []
     if node.has("local"):
         for item in node.child("local").elements():
+            _untagged(item)
             local_keys = {"name", "class", "attributes", "subclass", "required_actions"}
             for key in item.keys():
                 if key not in local_keys:
@@ -160,11 +173,22 @@ def _flatten_v03(node: Field, instances: int, context: dict, out: list[Component
         raise node.error("more than one subtree at one place (a heterogeneous hierarchy): "
                          "TileFlow accelerators are one chain of levels", "subtree")
     for sub in subtrees:
+        _untagged(sub)
         sub.check_keys({"name", "attributes", "local", "subtree"}, required={"name"})
         _, n = _count(sub.string("name"))
         attrs = _attributes(sub)
         _check_attrs(attrs, CONTAINER_KEYS, "container")
         _flatten_v03(sub, instances * n, _inherit(context, attrs), out)
+
+
+def _untagged(item: Field) -> None:
+    """v0.3 nodes are plain mappings; a v0.4 tag here would be read as if it were not
+    there."""
+    tag = getattr(getattr(item.data, "tag", None), "value", None)
+    if tag:
+        raise item.error(f"node tag {tag} belongs to the v0.4 layout (version: 0.4 and a "
+                         "'nodes' list); in a v0.3 'subtree'/'local' layout give the node "
+                         "without a tag")
 
 
 NODE_KEYS = {"name", "class", "subclass", "attributes", "spatial", "required_actions",
@@ -320,18 +344,21 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
                                    f"{inner.instances} instances of '{inner.name}'")
     per_instance = mac.instances // inner.instances
     fanout = levels[-1].get("fanout", 1)
+    mac_bits = _word_bits(mac.attributes, 8)
+    if mac_bits % 8:
+        raise mac.attributes.error(f"compute '{mac.name}' has a {mac_bits}-bit datawidth, "
+                                   "not a whole number of bytes")
     if per_instance == 1:
         cols = (mac.attributes.get("meshX") or inner.attributes.get("meshX")
                 or mac.context.get("meshX") or fanout)
-        cols = cols if isinstance(cols, int) and cols > 0 and fanout % cols == 0 else fanout
+        cols = _mesh_columns(cols, fanout, fanout, mac, inner)
         rows = fanout // cols
     elif per_instance == fanout:
         raise mac.attributes.error(f"{per_instance} MACs per '{inner.name}' equals its fan-out "
                                    "(ambiguous for TileFlow's matrix unit); give one MAC per "
                                    "instance of the innermost storage level")
     else:
-        cols = mac.attributes.get("meshX")
-        cols = cols if isinstance(cols, int) and cols > 0 and per_instance % cols == 0 else 1
+        cols = _mesh_columns(mac.attributes.get("meshX") or 1, per_instance, 1, mac, mac)
         rows = per_instance // cols
     matrix: dict = {"rows": rows, "cols": cols, "level": inner.name}
     out: dict = {"name": Path(where.source).stem, "clock_ghz": _clock_ghz(components),
@@ -344,6 +371,23 @@ def _to_tileflow(components: list[Component], where: Field) -> dict:
     out["levels"] = levels
     out["compute"] = {"matrix": matrix}
     return out
+
+
+def _mesh_columns(cols, instances: int, default: int, mac: Component,
+                  inner: Component) -> int:
+    """The columns meshX lays the instances out in: a positive whole number (else an
+    error); one that does not divide the instances is reported in the import's notes and
+    the instances laid out as Timeloop's mapper would without it (`default` columns)."""
+    attrs = next((c.attributes for c in (mac, inner) if c.attributes.has("meshX")),
+                 mac.attributes)
+    key = "meshX" if attrs.has("meshX") else None
+    if not isinstance(cols, int) or isinstance(cols, bool) or cols < 1:
+        raise attrs.error(f"meshX must be a whole number >= 1, got {cols!r}", key)
+    if instances % cols:
+        note(attrs, f"meshX {cols} does not divide the {instances} instances it lays out "
+             f"(rows x meshX columns); read as {default} column(s)", key)
+        return default
+    return cols
 
 
 def _precision(mac: Component) -> str | None:

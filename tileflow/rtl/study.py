@@ -22,6 +22,7 @@ from tileflow.errors import InputError
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
 from tileflow.specs.arch import OVERLAPS, Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
+from tileflow.tables import Column, read_table
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "rtl-systolic"
 FILES = {"gemm": "gemm_1152.csv", "fused": "gemm_chain_131.csv"}
@@ -71,17 +72,19 @@ def load_dataset(data: str | Path | None = None) -> dict[str, pd.DataFrame]:
     if missing:
         raise InputError(f"the RTL dataset is not in {folder} (missing {', '.join(missing)}). "
                          + dataset_help(DEFAULT_DATA))
-    frames = {}
-    for key, name in FILES.items():
-        try:
-            frames[key] = pd.read_csv(folder / name)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"cannot read the file: {exc}", str(folder / name)) from None
-        absent = [c for c in COLUMNS[key] if c not in frames[key].columns]
-        if absent:
-            raise InputError(f"missing columns {', '.join(absent)}; expected "
-                             f"{', '.join(COLUMNS[key])}", str(folder / name), "line 1")
-    return frames
+    return {key: read_table(folder / name, _schema(key)) for key, name in FILES.items()}
+
+
+def _schema(key: str) -> dict[str, Column]:
+    """Sizes and tiles are integers >= 1, cycles a positive number, transfers >= 0 bits."""
+    def column(name: str) -> Column:
+        if name == "rtl_cycles":
+            return Column("number", 0, strict=True)
+        if name.endswith("_bits"):
+            return Column("number", 0)
+        return Column("integer", 1)
+
+    return {name: column(name) for name in COLUMNS[key]}
 
 
 @cache

@@ -177,7 +177,10 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
         capacity_words = f.number("capacity_words")
     else:
         capacity_words = f.number("capacity_bytes") / word_bytes
-    fanout = 1 if outermost else f.integer("fanout", 1, maximum=MAX_FANOUT)
+    fanout = f.integer("fanout", 1, maximum=MAX_FANOUT)
+    if outermost and fanout != 1:  # one instance: a larger fan-out would be ignored
+        raise f.error(f"the outermost level '{name}' has one instance: its 'fanout' must be "
+                      f"1 (or left out), got {fanout}", "fanout")
     if parent_instances * fanout > MAX_INSTANCES:
         raise f.error(f"level '{name}' would have {parent_instances * fanout:,} instances; "
                       f"at most {MAX_INSTANCES:,} are supported", "fanout")

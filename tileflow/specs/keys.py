@@ -90,7 +90,8 @@ LEVEL = Section("level", "each item of `levels`", (
     Key("capacity_words", "number > 0", "capacity of one instance, in words (instead of "
         "`capacity_bytes`)", "see `capacity_bytes`", "words"),
     Key("fanout", "integer >= 1", "instances of this level per instance of the level above "
-        "(cores, sub-cores, PEs); ignored on the outermost level, which has one instance", "1"),
+        "(cores, sub-cores, PEs); on the outermost level, which has one instance, only 1",
+        "1"),
     Key("read_bandwidth_gbps", "number > 0", "read bandwidth of one instance (give this or "
         "`read_words_per_cycle`)", "required, in one of the two forms", "GB/s"),
     Key("write_bandwidth_gbps", "number > 0", "write bandwidth of one instance (give this or "
@@ -200,7 +201,8 @@ WORKLOAD = Section("workload", "top level of a workload file", (
         "operators is the same axis", None),
     Key("params", "mapping name -> size", "named integers used in `dims`, indices and "
         "`shapes` (strides, padding, kernel sizes); `--set` overrides them like dims", "none"),
-    Key("ops", "list of operators", "the operators in dependency order; see `operator`", None),
+    Key("ops", "list of 1 to 64 operators", "the operators in dependency order; see "
+        "`operator`", None),
     Key("shapes", "mapping tensor -> list of extents", "a tensor's extent per axis (integer "
         "expressions); elements outside it are padding and never move", "the hull of the "
         "indices the operators use"),
@@ -308,7 +310,7 @@ EXPLORE = Section("explore", "top level of an exploration config (`tileflow expl
     Key("budget", "mapping", "when the tile-factor study (after the structure search) stops "
         "(see `budget`); `--budget-evals` and `--budget-seconds` override it",
         "`evaluations: 2000`"),
-    Key("batch", "integer >= 1", "evaluations per trial", "64"),
+    Key("batch", "integer from 1 to 65,536", "evaluations per trial", "64"),
     Key("seed", "integer >= 0", "random seed of both searches", "0"),
     Key("out", "folder", "output folder, relative to the current folder", "`explore-NAME`"),
     Key("name", "text", "the study's name in reports", "the config file's name"),
@@ -320,7 +322,9 @@ GENETIC = Section("genetic", "`genetic` of an exploration config", (
     Key("evaluations", "integer >= 1", "tile-factor evaluations a new structure gets; the "
         "better half of a generation gets twice as many, and so on (successive halving)",
         "32"),
-    Key("rungs", "integer >= 1", "budget doublings of successive halving", "3"),
+    Key("rungs", "integer >= 1", "budget doublings of successive halving; population, "
+        "generations, evaluations and rungs together may ask for at most 100,000,000 "
+        "evaluations", "3"),
     Key("top", "integer >= 1", "best structures handed to the tile-factor study", "4"),
 ))
 
@@ -332,7 +336,8 @@ EXPLORE_LIMITS = Section("limits", "`limits` of an exploration config", (
 ))
 
 EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
-    Key("evaluations", "integer >= 1", "stop after this many evaluated points", "2000"),
+    Key("evaluations", "integer from 1 to 100,000,000", "stop after this many evaluated "
+        "points", "2000"),
     Key("seconds", "number > 0", "stop after this many seconds", "none", "s"),
 ))
 

@@ -30,6 +30,7 @@ from tileflow.specs.yamlfile import (
 
 MATRIX = "matrix"
 VECTOR = "vector"
+MAX_OPERATORS = 64  # a chain of 64 evaluates in seconds; 300 takes minutes
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,12 @@ def parse_workload(
     params = _eval_sizes(params_field, overrides, {}, flags, -MAX_COUNT) if params_field else {}
     sizes = _eval_sizes(dims_field, overrides, params, flags, 1)
     ops = []
-    for item in data.child("ops").elements():
+    items = data.child("ops").elements()
+    if len(items) > MAX_OPERATORS:
+        raise data.error(f"{len(items):,} operators; at most {MAX_OPERATORS} are supported (the "
+                         "analysis of a fused tree grows with the square of its operators)",
+                         "ops")
+    for item in items:
         keys.OPERATOR.check(item)
         name = item.string("name")
         try:

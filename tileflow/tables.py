@@ -1,0 +1,123 @@
+"""Measurement tables (CSV) read with their columns, types and ranges checked first: a damaged
+file (empty, binary, not UTF-8, cut off mid-line, ragged rows, a missing or non-numeric
+column, a time that is zero, negative or infinite) is an InputError naming the file, the
+row's line and the column, never a traceback or a NaN carried into a report."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from tileflow.errors import InputError
+
+
+@dataclass(frozen=True)
+class Column:
+    """What a column must hold: `kind` 'text', 'json' (an object), 'integer' or 'number';
+    numbers at least `minimum` (above it when `strict`), always finite; `required`: the
+    column must exist and no row may leave it empty."""
+
+    kind: str = "number"
+    minimum: float = 0.0
+    strict: bool = False
+    required: bool = True
+
+    def expected(self) -> str:
+        if self.kind == "text":
+            return "text"
+        if self.kind == "json":
+            return "a JSON object (the dataflow tree)"
+        what = "an integer" if self.kind == "integer" else "a finite number"
+        return f"{what} {'>' if self.strict else '>='} {self.minimum:g}"
+
+
+def _text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path)) from None
+    if not raw.strip():
+        raise InputError("the file is empty (expected a header line and measured rows)",
+                         str(path))
+    if b"\x00" in raw:
+        raise InputError("the file is binary, not CSV text", str(path))
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise InputError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save it as UTF-8",
+                         str(path), f"line {line}") from None
+
+
+def _check(value: str, column: Column, name: str, path: Path, line: int) -> None:
+    where = f"line {line}, column '{name}'"
+    if value.strip() == "":
+        if column.required:
+            raise InputError(f"empty; expected {column.expected()}", str(path), where)
+        return
+    if column.kind == "text":
+        return
+    if column.kind == "json":
+        try:
+            ok = isinstance(json.loads(value), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise InputError(f"{value[:40]!r} is not {column.expected()}", str(path), where)
+        return
+    try:
+        number = float(value)
+    except ValueError:
+        raise InputError(f"{value[:40]!r} is not a number; expected {column.expected()}",
+                         str(path), where) from None
+    bad = not math.isfinite(number) or number < column.minimum or (
+        column.strict and number <= column.minimum) or (
+        column.kind == "integer" and not number.is_integer())
+    if bad:
+        raise InputError(f"{value[:40]!r} is out of range; expected {column.expected()}",
+                         str(path), where)
+
+
+def read_table(path: str | Path, columns: dict[str, Column], minimum_rows: int = 1
+               ) -> pd.DataFrame:
+    """The table in `path`, every row with the header's number of fields and every declared
+    column's value as declared; other columns are kept unread."""
+    path = Path(path)
+    text = _text(path)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [h.strip() for h in next(reader)]
+        absent = [c for c, spec in columns.items() if spec.required and c not in header]
+        if absent:
+            raise InputError(f"missing column{'s' if len(absent) > 1 else ''} "
+                             f"{', '.join(absent)}; the header has {', '.join(header)[:300]}",
+                             str(path), "line 1")
+        index = {c: header.index(c) for c in columns if c in header}
+        count = 0
+        for row in reader:
+            line = reader.line_num
+            if all(not x.strip() for x in row):
+                continue
+            if len(row) != len(header):
+                cut = "" if text.endswith(("\n", "\r")) or line < text.count("\n") + 1 \
+                    else "; the file was cut off mid-line"
+                raise InputError(f"{len(row)} fields where the header has {len(header)}{cut}",
+                                 str(path), f"line {line}")
+            for name, i in index.items():
+                _check(row[i], columns[name], name, path, line)
+            count += 1
+    except csv.Error as exc:
+        raise InputError(f"not a CSV table ({exc})", str(path),
+                         f"line {reader.line_num}") from None
+    if count < minimum_rows:
+        raise InputError(f"{count} rows; at least {minimum_rows} needed", str(path))
+    try:
+        return pd.read_csv(io.StringIO(text))
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise InputError(f"not a CSV table ({exc})", str(path)) from None
