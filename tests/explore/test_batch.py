@@ -253,7 +253,7 @@ def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
 def test_footprints_alone_equal_the_full_evaluation(wl: str, arch: str, name: str) -> None:
     """`footprint_words` (what the search's capacity bounds read) is the full evaluation's
     footprint per level, row for row, also where rows differ in which spatial loops spread
-    (evaluated in groups on different trees)."""
+    (one compiled structure for all of them, the factor-1 loops handled per row)."""
     w, a = load_workload(wl, SMALL[wl]), load_arch(arch)
     structure = structure_of(w, a, build(name, w, a))
     rows = random_rows(structure, 40, np.random.default_rng(11))
@@ -264,3 +264,28 @@ def test_footprints_alone_equal_the_full_evaluation(wl: str, arch: str, name: st
     assert set(alone) == set(full) and full
     for level, words in full.items():
         np.testing.assert_array_equal(alone[level], words)
+
+
+def test_a_loop_of_one_iteration_claims_no_array_axis_row_by_row() -> None:
+    """Two unmarked spatial loops of an L1 tile onto the 2 x 2 array of Reg instances (the
+    small accelerator's PEs): the first loop of more than one iteration takes x, the next y.
+    m:1 n:4 puts n on x (4 > 2: over by 2); m:4 n:1 puts m on x (over by 2); m:2 n:2 fits;
+    m:1 n:2 and m:2 n:1 fit. One structure serves every row (no regrouping by which loops
+    are 1), and each row agrees with the scalar model."""
+    from tileflow.tree import Dataflow, tile
+
+    w = workload(GEMM)
+    flow = Dataflow(tile("DRAM", "", tile("L1", "m:2:Sp n:2:Sp",
+                                          tile("Reg", "m:2 n:2 k:4", "mm"))))
+    structure = structure_of(w, ARCH, flow)
+    labels = [(s.dim, s.spatial) for s in structure.slots]
+    spatial_m, spatial_n = labels.index(("m", True)), labels.index(("n", True))
+    inner_m, inner_n = labels.index(("m", False)), labels.index(("n", False))
+    cases = {(1, 4): 2, (4, 1): 2, (2, 2): 0, (1, 2): 0, (2, 1): 0}
+    rows = np.repeat(structure.default_factors[None, :], len(cases), axis=0)
+    for r, (m, n) in enumerate(cases):
+        rows[r, [spatial_m, spatial_n, inner_m, inner_n]] = [m, n, 4 // m, 4 // n]
+    batch = evaluate_batch(structure, rows)
+    over = batch.violations.get("array", np.zeros(len(rows)))
+    assert list(over) == list(cases.values())
+    assert assert_rows_equal(structure, rows) == (len(rows), 0)

@@ -10,7 +10,7 @@ import numpy as np
 
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import _compute_mesh, _level_mesh, split_limit
-from tileflow.explore.compiled import Compiled, Path
+from tileflow.explore.compiled import Path
 from tileflow.explore.engine import Rows
 from tileflow.explore.sums import Grid, _on_grid, _positions, interval
 from tileflow.tree import Op, Tile
@@ -63,9 +63,23 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
         return own
     kids = [_fp(r, f"{path}.{i}", k, level) for i, k in enumerate(node.children)]
     combined: Words = {}
-    if node.primitive == "Seq" or (node.primitive in ("Para", "Pipe")
-                                   and _disjoint_instances(c, path, level)):
+    if node.primitive == "Seq":
         combined = _largest(kids, r.count)
+    elif node.primitive in ("Para", "Pipe"):
+        disjoint = _disjoint_instances(r, path, level)
+        summed: Words = {}
+        for k in kids:
+            for t, v in k.items():
+                summed[t] = summed[t] + v if t in summed else v
+        if disjoint.all():
+            combined = _largest(kids, r.count)
+        elif not disjoint.any():
+            combined = summed
+        else:
+            largest = _largest(kids, r.count)
+            zero = np.zeros(r.count)
+            combined = {t: np.where(disjoint, largest.get(t, zero), summed.get(t, zero))
+                        for t in dict.fromkeys([*summed, *largest])}
     elif node.primitive == "Shar":
         for k in kids:
             for t, v in k.items():
@@ -89,10 +103,18 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
             for t in dict.fromkeys([*combined, *own])}
 
 
-def _disjoint_instances(c: Compiled, path: str, level: int) -> bool:
+def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
+    """Per row, whether every operator below spreads over instances of `level` with a
+    spatial loop of its own of more than one iteration (a factor-1 loop spreads over
+    nothing): `resources._disjoint_instances`."""
+    c = r.c
     depth = path.count(".")
-    return all(any(lp.spatial and lp.node > depth and lp.level < level
-                   for lp in c.paths[o].loops) for o in c.ops_below[path])
+    out = np.ones(r.count, dtype=bool)
+    for o in c.ops_below[path]:
+        op_path = c.paths[o]
+        out &= r.any_above_one(op_path, [i for i, lp in enumerate(op_path.loops)
+                                         if lp.spatial and lp.node > depth and lp.level < level])
+    return out
 
 
 def _box(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
@@ -228,8 +250,9 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
 
 def _check_arrays(r: Rows, out: Violations) -> None:
     """`resources._array_violations`: spatial loops onto a 2-D array (a PE array or a level's
-    mesh), a loop marked x or y on that axis, the others the first x and the later ones y.
-    Every loop here has more than one iteration (`evaluate_batch` leaves out the others)."""
+    mesh), a loop marked x or y on that axis, the others the first x and the later ones y;
+    per row, a loop of one iteration claims no axis (the next unmarked one of more than one
+    iteration is the first)."""
     c = r.c
     where = {k: key for key, k in c.slot_of.items()}
     for path in c.paths.values():
@@ -243,16 +266,21 @@ def _check_arrays(r: Rows, out: Violations) -> None:
             if not mesh:
                 continue
             run = {k for k in range(j + 1) if levels[k] == levels[j]}
-            spread: dict[str, list[int]] = {"x": [], "y": []}
-            unmarked = "x"
-            for i, lp in enumerate(path.loops):
+            spread = {"x": np.ones(r.count, dtype=np.int64),
+                      "y": np.ones(r.count, dtype=np.int64)}
+            first_free = np.ones(r.count, dtype=bool)  # no unmarked loop has spread yet
+            for lp in path.loops:
                 if not (lp.spatial and lp.node in run):
                     continue
                 node_path, index = where[lp.slot]
                 axis = c.tiles[node_path].loops[index].axis
-                if not axis:
-                    axis, unmarked = unmarked, "y"
-                spread[axis].append(i)
+                n = r.n[lp.slot]
+                if axis:
+                    spread[axis] = spread[axis] * n
+                    continue
+                spreads = n > 1
+                spread["x"] = spread["x"] * np.where(first_free, n, 1)
+                spread["y"] = spread["y"] * np.where(first_free, 1, n)
+                first_free = first_free & ~spreads
             for axis, size in zip("xy", mesh, strict=True):
-                if spread[axis]:
-                    out.add("array", r.prod(path, tuple(spread[axis])), size)
+                out.add("array", spread[axis], size)
