@@ -12,7 +12,14 @@ from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import _compute_mesh, _level_mesh, split_limit
 from tileflow.explore.compiled import Path
 from tileflow.explore.engine import Rows
-from tileflow.explore.sums import Grid, _on_grid, _positions, interval
+from tileflow.explore.sums import (
+    Grid,
+    _closed_or_grid,
+    _on_grid,
+    _positions,
+    _progression,
+    interval,
+)
 from tileflow.tree import Op, Tile
 
 Words = dict[str, np.ndarray]
@@ -139,7 +146,9 @@ def _box(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
 
 def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarray:
     """`resources._largest_span`: the longest clipped interval the axis covers over the
-    positions of the loops above `position` (on a grid of those loops' values)."""
+    positions of the loops above `position`. From a few candidate positions per dim where
+    the axis never reaches past the end of the tensor and each dim's positions form one
+    progression (`_separable_span`); on a grid of those loops' values on the other rows."""
     names = {d for d, _ in axis.terms}
     above = [r.vloop(path, i, False) for i, lp in enumerate(path.loops)
              if lp.node < position and lp.dim in names]
@@ -151,7 +160,50 @@ def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarr
         lo, hi = interval(axis, sub_dims, pos)
         return np.where(grid.valid, hi - lo, 0).max(axis=1)
 
+    if _within(axis, dims):
+        closed, ok = _separable_span(axis, dims, above, r.count)
+        return _closed_or_grid(closed, ok, largest, dims, above, [])
     return _on_grid(largest, dims, above, [], r.count)
+
+
+def _within(axis: AxisRec, dims) -> bool:
+    """Whether the axis's interval never reaches past the end of the tensor wherever its
+    dims' slices lie inside theirs: positive coefficients and
+    offset + sum c * (size_d - 1) + 1 <= size (it may start before 0: a padded window)."""
+    return (all(c > 0 for _, c in axis.terms)
+            and axis.offset + sum(c * (dims[d].size - 1) for d, c in axis.terms) + 1
+            <= axis.size)
+
+
+def _separable_span(axis: AxisRec, dims, above, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the longest span, rows where it holds: each dim's positions shift + k * step, k <
+    count, form one progression). With the end never clipped, a position's span is
+    min(sum c * w_d, sum c * hi_d) plus constants (w_d the clipped width of dim d's slice,
+    hi_d its clipped end), both sums separable, so a dim's position only needs to be one
+    that no other position beats in both w and hi. The width min(x + extent, size) -
+    max(x, 0) is unimodal with a plateau [bottom, top] and hi grows with x: the largest
+    position at most `top`, the next one and the smallest at least `bottom` dominate all
+    others. The span is measured exactly (`interval`) on the product of those candidates."""
+    ok = np.ones(rows, dtype=bool)
+    candidates: dict[str, np.ndarray] = {}
+    for d, _ in axis.terms:
+        rec = dims[d]
+        step, count, nested = _progression([lp for lp in above if lp.dim == d], rows)
+        ok &= nested
+        step = np.maximum(step, 1)
+        top = np.maximum(0, rec.size - rec.extent)
+        bottom = np.minimum(0, rec.size - rec.extent)
+        last = count - 1
+        k_low = np.clip(np.floor_divide(top - rec.shift, step), 0, last)
+        k_high = np.clip(-np.floor_divide(rec.shift - bottom, step), 0, last)
+        ks = np.stack([k_low, np.minimum(k_low + 1, last), k_high], axis=1)
+        candidates[d] = ks * step[:, None]
+    names = list(candidates)
+    columns = np.stack(np.meshgrid(*[np.arange(3)] * len(names), indexing="ij"),
+                       axis=-1).reshape(-1, len(names))
+    pos = {d: candidates[d][:, columns[:, m]] for m, d in enumerate(names)}
+    lo, hi = interval(axis, dims, pos)
+    return (hi - lo).max(axis=1), ok
 
 
 def _own(r: Rows, path: str, level: int) -> Words:
