@@ -74,12 +74,13 @@ def _rate(fn, seconds: float, per_call: int) -> tuple[float, int, float]:
 
 
 def search_rate(workload: Workload, arch: Architecture, flow: Dataflow, evaluations: int,
-                seed: int = 0) -> tuple[float, int, float]:
+                seed: int = 0) -> tuple[float, int, float, float]:
     """Wall-clock points per second of the tile-factor phase of a one-worker study on the
     dataflow's structure alone: MCTS with the explore command's default batch, non-divisor
     factors allowed, in-memory storage, warm-started (and seeded) with the dataflow's own
-    factors; `evaluations` new points after that seed. Returns (points/s, points, seconds).
-    Wall time, not CPU time: the storage and the sampler count as much as the evaluator."""
+    factors; `evaluations` new points after that seed. Returns (points/s, points, wall
+    seconds, CPU seconds of this process). The rate is by wall time: the storage and the
+    sampler count as much as the evaluator (the CPU time tells a loaded machine apart)."""
     from tileflow.explore import study as studies
     from tileflow.explore.config import ExploreConfig
     from tileflow.explore.space import Limits
@@ -93,12 +94,12 @@ def search_rate(workload: Workload, arch: Architecture, flow: Dataflow, evaluati
     study = studies.create_or_load(storage, candidates, objective, limits, resume=False,
                                    extra="mcts")
     seeded = studies.seed_points(study, candidates, objective, limits, {name: [own]})
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     worker = studies.run(study, candidates, objective, limits, method="mcts", seed=seed,
                          batch=ExploreConfig.batch, budget_evals=seeded + evaluations)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     points = worker.completed_rows - seeded
-    return points / max(elapsed, 1e-9), points, elapsed
+    return points / max(elapsed, 1e-9), points, elapsed, cpu
 
 
 def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
@@ -126,8 +127,9 @@ def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
                "batched_evals_per_s": batched, "batched_clipped_evals_per_s": with_clipping,
                "batch_rows": batch_rows}
         if search_evaluations > 0:
-            rate, points, elapsed = search_rate(workload, arch, flow, search_evaluations, seed)
+            rate, points, elapsed, cpu = search_rate(workload, arch, flow, search_evaluations,
+                                                     seed)
             row.update(search_points_per_s=rate, search_points=points,
-                       search_seconds=elapsed)
+                       search_seconds=elapsed, search_cpu_seconds=cpu)
         rows.append(row)
     return rows

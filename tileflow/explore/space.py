@@ -127,6 +127,10 @@ class Space:
         self._limit = [int(x) for x in self.spatial_limit]
         self._private = [bool(x) for x in self.private]
         self._spatial = [s.spatial for s in self.structure.slots]
+        # per slot: the slots of its chains (its candidates depend on nothing else)
+        self._deps = [tuple(sorted({j for k in ks for j in self.chains[k].slots}))
+                      for ks in self.chains_of]
+        self._candidates: dict[tuple, list[int]] = {}
 
     def _spatial_limit(self, slot, tiles, leaves) -> int:
         """The fan-out a spatial slot may use: instances of the next level down the path of
@@ -217,6 +221,15 @@ class Space:
         """Factors a free slot may take: the divisors of what its chains leave, within the
         fan-out for spatial slots; with `non_divisors`, also powers of two and the fan-out
         limit itself where they do not divide (the last tile is clipped)."""
+        key = (slot, *(state[j] for j in self._deps[slot]))
+        found = self._candidates.get(key)
+        if found is None:
+            if len(self._candidates) > 200_000:
+                self._candidates.clear()
+            found = self._candidates[key] = self._candidates_of(state, slot)
+        return list(found)
+
+    def _candidates_of(self, state, slot: int) -> list[int]:
         rem = self.slot_remaining(state, slot)
         cap = self._limit[slot] or rem
         low = 1  # where the rest of a chain is spatial, its fan-out bounds what it can take
