@@ -180,29 +180,28 @@ class Space:
         self._propagate(values)
         return np.array(values, dtype=np.int64)
 
-    def _propagate(self, s: list[int]) -> None:
-        """`propagate` in place on a list."""
+    def _propagate(self, s: list[int], opens: list[int] | None = None) -> list[int]:
+        """`propagate` in place on a list; `opens`: each chain's undecided slots, kept up to
+        date here (counted afresh when not given). Chains are visited in order, pass after
+        pass, as long as one has a single undecided slot. Returns the counts."""
         for i in self._chainless:
             if s[i] == UNDECIDED:
                 s[i] = 1
         chain_slots, chains_of = self._chain_slots, self._chains_of
+        if opens is None:
+            opens = [sum(s[i] == UNDECIDED for i in slots) for slots in chain_slots]
         changed = True
         while changed:
             changed = False
-            for slots in chain_slots:
-                open_slot = -1
-                for i in slots:
-                    if s[i] == UNDECIDED:
-                        if open_slot >= 0:
-                            open_slot = -2
-                            break
-                        open_slot = i
-                if open_slot < 0:
+            for k, slots in enumerate(chain_slots):
+                if opens[k] != 1:
                     continue
-                i = open_slot
-                s[i] = max(self.remaining(s, k) for k in chains_of[i]
-                           if sum(s[j] == UNDECIDED for j in chain_slots[k]) == 1)
+                i = next(j for j in slots if s[j] == UNDECIDED)
+                s[i] = max(self.remaining(s, m) for m in chains_of[i] if opens[m] == 1)
+                for m in chains_of[i]:
+                    opens[m] -= 1
                 changed = True
+        return opens
 
     def free_slots(self, state) -> list[int]:
         """Undecided slots that may be decided now: those with no undecided shared slot
@@ -278,8 +277,8 @@ class Space:
         a spatial slot takes its largest candidate with that probability (using the whole
         fan-out is most often what pays)."""
         s = [int(x) for x in state]
-        self._propagate(s)
-        limit = self._limit
+        opens = self._propagate(s)
+        limit, chains_of = self._limit, self._chains_of
         while True:
             free = self.free_slots(s)
             if not free:
@@ -290,7 +289,9 @@ class Space:
                 s[slot] = values[-1]
             else:
                 s[slot] = values[rng.integers(len(values))]
-            self._propagate(s)
+            for m in chains_of[slot]:
+                opens[m] -= 1
+            self._propagate(s, opens)
 
     def root_state(self) -> np.ndarray:
         state = np.zeros(self.size, dtype=np.int64)
