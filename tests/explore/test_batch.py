@@ -227,8 +227,8 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
 
 
 def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
-    """A kept halo, or outputs filled on their first touch: the batch says why it does not
-    model them and gives the scalar model's rows."""
+    """A kept halo: the batch says why it does not model it and gives the scalar model's
+    rows."""
     from tileflow.explore.batch import scalar_only
     from tileflow.tree import Dataflow, tile
 
@@ -236,15 +236,54 @@ def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
     flow = Dataflow(tile("DRAM", "p:3",
                          tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
                          tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
-    filling = replace(TIMED, levels=tuple(replace(lv, first_touch_fills=lv.name == "Reg")
-                                          for lv in TIMED.levels))
     rng = np.random.default_rng(3)
-    for arch, tree, why in ((TIMED, keep_halos(w, flow), "halo"),
-                            (filling, flow, "first touch")):
-        structure = structure_of(w, arch, tree)
-        assert why in scalar_only(structure)
-        compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
-        assert compared >= 1
+    structure = structure_of(w, TIMED, keep_halos(w, flow))
+    assert "halo" in scalar_only(structure)
+    compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
+    assert compared >= 1
+
+
+# the random trees' accelerator with outputs filled on their first touch at Reg and L1 (the
+# RTL chips' partial sums read at every pass)
+FILLING = replace(TIMED, levels=tuple(replace(lv, first_touch_fills=lv.name != "DRAM")
+                                      for lv in TIMED.levels))
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "conv-halo", "strided"])
+def test_first_touch_fills_in_the_batch(case: str) -> None:
+    """Levels that fill outputs on their first touch too (`first_touch_fills`): the batch
+    models them (no row by row) and equals the scalar model on random trees and rows; DRAM
+    words and energy are at least those of the same row without the fills (a first touch
+    adds a fill and the read above it, never removes one)."""
+    from tileflow.explore.batch import scalar_only
+
+    w = workload(CASES[case])
+    rng = np.random.default_rng(11)
+    totals = [0, 0]
+
+    @settings(max_examples=20, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            evaluate(w, FILLING, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, FILLING, flow)
+        assert scalar_only(structure) == ""
+        rows = random_rows(structure, 12, rng)
+        compared, _ = assert_rows_equal(structure, rows)
+        totals[0] += compared
+        plain = evaluate_batch(structure_of(w, TIMED, flow), rows)
+        filled = evaluate_batch(structure, rows)
+        ok = plain.valid & filled.valid
+        assert (filled.dram_words[ok] >= plain.dram_words[ok]).all()
+        assert (filled.energy_pj[ok] >= plain.energy_pj[ok] * (1 - 1e-12)).all()
+        totals[1] += int((filled.energy_pj[ok] > plain.energy_pj[ok] * (1 + 1e-9)).sum())
+
+    check()
+    assert totals[0] >= 60, f"only {totals[0]} rows compared"
+    assert totals[1] > 0, "the fills changed no row"
 
 
 @pytest.mark.parametrize(("wl", "arch", "name"), [("conv-chain", "edge", "fused-layer"),

@@ -64,15 +64,13 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth, first-touch
-    fills or perfect overlap, outputs written through a summed index, state carried across a
+    that bypass, set buffering depths or keep a halo, levels with a default depth, an overlap
+    convention other than fill-drain, outputs written through a summed index, state carried across a
     reduction loop (its rescaling and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
-    if arch.overlap != "fill-drain" or any(lv.buffering or lv.first_touch_fills
-                                           for lv in arch.levels):
-        return ("the accelerator sets an overlap convention, a buffering depth or fills on "
-                "first touch")
+    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
+        return "the accelerator sets an overlap convention or a buffering depth"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
     if any(op.carried for op in w.ops):
