@@ -183,23 +183,43 @@ def _closed_or_grid(closed, ok: np.ndarray, grid, dims, loops, union,
 
 
 GRID_CELLS = 1 << 22  # grid cells (rows x combinations) evaluated at once
+SMALL_GRID = 1 << 14  # a grid this small costs little more than its NumPy calls
 
 
 def _grid_rows(todo: np.ndarray, out: np.ndarray, grid, dims, loops, union,
                axis: AxisRec | None = None) -> None:
-    """out[todo] = the grid sums on those rows, a few rows at a time when the loops have
-    many values (the grid would not fit in memory). With `axis`, only the loops over its
-    dims count towards a row's cells (the grids enumerate no others)."""
+    """out[todo] = the grid sums on those rows, in blocks of rows: a block's grid is padded
+    to its rows' largest trip counts, so rows are taken in order of their own cell counts
+    and a block grows while its padded grid stays small, within twice its rows' own cells
+    and within memory. With `axis`, only the loops over its dims count (the grids enumerate
+    no others)."""
     if not len(todo):
         return
     names = None if axis is None else {d for d, _ in axis.terms}
-    cells = 1
-    for lp in (*loops, *union):
-        if names is None or lp.dim in names:
-            cells *= max(int(lp.n[todo].max()), 1)
-    step = max(1, GRID_CELLS // max(cells, 1))
-    for first in range(0, len(todo), step):
-        rows = todo[first:first + step]
+    trips = [np.maximum(lp.n[todo], 1) for lp in (*loops, *union)
+             if names is None or lp.dim in names]
+    own = np.ones(len(todo), dtype=np.float64)
+    for n in trips:
+        own = own * n
+    order = np.argsort(own, kind="stable")
+    trips_sorted = [n[order].tolist() for n in trips]
+    own_sorted = own[order].tolist()
+    blocks, start = [], 0
+    top = [1] * len(trips)
+    total = 0.0
+    for k in range(len(todo)):
+        grown = [max(t, n[k]) for t, n in zip(top, trips_sorted, strict=True)]
+        padded = (k - start + 1) * float(np.prod(grown))
+        if k > start and padded > max(SMALL_GRID, 2 * (total + own_sorted[k])) \
+                or k > start and padded > GRID_CELLS:
+            blocks.append(order[start:k])
+            start, total = k, 0.0
+            grown = [n[k] for n in trips_sorted]
+        top = grown
+        total += own_sorted[k]
+    blocks.append(order[start:])
+    for block in blocks:
+        rows = todo[np.sort(block)]
         sub_dims, sub_loops, sub_union = _subset(rows, dims, loops, union)
         out[rows] = grid(sub_dims, sub_loops, sub_union, len(rows))
 
