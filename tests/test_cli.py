@@ -136,7 +136,7 @@ def test_help_shows_examples():
 
 def test_bench_reports_evaluations_per_second():
     proc = tileflow("bench", "--arch", "edge", "--workload", "attention", "--seconds", "0.1",
-                    "--batch-rows", "64", "--json")
+                    "--batch-rows", "64", "--search-evaluations", "100", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert {r["dataflow"] for r in rows} == {"flat-rgran", "tileflow-pipe"}
@@ -145,8 +145,16 @@ def test_bench_reports_evaluations_per_second():
         assert r["evals_per_second"] * r["median_us"] == pytest.approx(1e6)
         assert r["scalar_evals_per_s"] > 0 and r["batched_evals_per_s"] > 0
         assert r["batched_clipped_evals_per_s"] > 0 and r["batch_rows"] == 64
+        # the search's rate: its new points (the budget, or fewer where the space runs out)
+        # over its wall-clock seconds
+        assert 0 < r["search_points"] <= 100
+        assert r["search_points_per_s"] * r["search_seconds"] == pytest.approx(
+            r["search_points"])
     bad = tileflow("bench", "--arch", "edge", "--workload", "attention", "--batch-rows", "0")
     assert bad.returncode == 2 and "--batch-rows" in bad.stderr
+    bad = tileflow("bench", "--arch", "edge", "--workload", "attention",
+                   "--search-evaluations", "-1")
+    assert bad.returncode == 2 and "--search-evaluations" in bad.stderr
 
 
 def test_preset_of_another_workload():

@@ -1,6 +1,7 @@
 """How many evaluations per second the analysis sustains, single process: the scalar model
-(`evaluate`, one dataflow per call, its structure analysis cached) and the batched evaluator
-(`evaluate_batch`, many factor assignments of one structure per call)."""
+(`evaluate`, one dataflow per call, its structure analysis cached), the batched evaluator
+(`evaluate_batch`, many factor assignments of one structure per call) and a real search
+(the tile-factor phase of a one-worker study: sampler, evaluator and storage together)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tileflow.explore.batch import evaluate_batch
 from tileflow.explore.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
+from tileflow.tree import Dataflow
 
 
 def exact_assignments(structure: Structure, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -71,10 +73,41 @@ def _rate(fn, seconds: float, per_call: int) -> tuple[float, int, float]:
     return per_call / median, len(times), median
 
 
+def search_rate(workload: Workload, arch: Architecture, flow: Dataflow, evaluations: int,
+                seed: int = 0) -> tuple[float, int, float, float]:
+    """Wall-clock points per second of the tile-factor phase of a one-worker study on the
+    dataflow's structure alone: MCTS with the explore command's default batch, non-divisor
+    factors allowed, in-memory storage, warm-started (and seeded) with the dataflow's own
+    factors; `evaluations` new points after that seed. Returns (points/s, points, wall
+    seconds, CPU seconds of this process). The rate is by wall time: the storage and the
+    sampler count as much as the evaluator (the CPU time tells a loaded machine apart)."""
+    from tileflow.explore import study as studies
+    from tileflow.explore.config import ExploreConfig
+    from tileflow.explore.space import Limits
+
+    structure = structure_of(workload, arch, flow)
+    own = structure.default_factors
+    name = flow.name or "dataflow"
+    candidates = [studies.Candidate(name, structure, (own,))]
+    limits, objective = Limits(), "latency"
+    storage = studies.open_storage(None)
+    study = studies.create_or_load(storage, candidates, objective, limits, resume=False,
+                                   extra="mcts")
+    seeded = studies.seed_points(study, candidates, objective, limits, {name: [own]})
+    start, cpu = time.perf_counter(), time.process_time()
+    worker = studies.run(study, candidates, objective, limits, method="mcts", seed=seed,
+                         batch=ExploreConfig.batch, budget_evals=seeded + evaluations)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    points = worker.completed_rows - seeded
+    return points / max(elapsed, 1e-9), points, elapsed, cpu
+
+
 def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
-              seconds: float = 3.0, batch_rows: int = 8192, seed: int = 0) -> list[dict]:
+              seconds: float = 3.0, batch_rows: int = 8192, seed: int = 0,
+              search_evaluations: int = 2000) -> list[dict]:
     """Time each named dataflow: scalar evaluations of the built dataflow (structure cache
-    warm), batches of exactly tiled factor assignments, and batches with clipped tiles."""
+    warm), batches of exactly tiled factor assignments, batches with clipped tiles, and
+    (`search_evaluations` > 0) the points per second of a real search on its structure."""
     rng = np.random.default_rng(seed)
     rows = []
     for name in dataflows:
@@ -89,9 +122,14 @@ def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
                               batch_rows)
         with_clipping, _, _ = _rate(lambda s=structure, f=clipped: evaluate_batch(s, f),
                                     seconds, batch_rows)
-        rows.append({"dataflow": name, "runs": runs, "median_us": median * 1e6,
-                     "evals_per_second": scalar, "scalar_evals_per_s": scalar,
-                     "batched_evals_per_s": batched,
-                     "batched_clipped_evals_per_s": with_clipping,
-                     "batch_rows": batch_rows})
+        row = {"dataflow": name, "runs": runs, "median_us": median * 1e6,
+               "evals_per_second": scalar, "scalar_evals_per_s": scalar,
+               "batched_evals_per_s": batched, "batched_clipped_evals_per_s": with_clipping,
+               "batch_rows": batch_rows}
+        if search_evaluations > 0:
+            rate, points, elapsed, cpu = search_rate(workload, arch, flow, search_evaluations,
+                                                     seed)
+            row.update(search_points_per_s=rate, search_points=points,
+                       search_seconds=elapsed, search_cpu_seconds=cpu)
+        rows.append(row)
     return rows

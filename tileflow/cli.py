@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     bn.add_argument("--batch-rows", type=int, default=8192,
                     help="factor assignments per batched call (default 8192)")
+    bn.add_argument("--search-evaluations", type=int, default=2000, metavar="N",
+                    help="points of the timed tile-factor search on each structure (default "
+                    "2000; 0: no search timed)")
     bk = sub.add_parser("bench-kernels", help="the best generated CPU kernel of a shape "
                         "against NumPy's BLAS, on 1 and 2 threads, side by side")
     bk.add_argument("--workload", action="append", choices=["gemm-chain", "attention"],
@@ -436,8 +439,11 @@ def cmd_bench(args) -> int:
     workload, arch = _load(args)
     if not 1 <= args.batch_rows <= 1_000_000:
         raise InputError(f"--batch-rows must be between 1 and 1,000,000, got {args.batch_rows}")
+    if not 0 <= args.search_evaluations <= 10_000_000:
+        raise InputError(f"--search-evaluations must be between 0 and 10,000,000, got "
+                         f"{args.search_evaluations}")
     rows = run_bench(workload, arch, args.dataflow or ["flat-rgran", "tileflow-pipe"],
-                     args.seconds, args.batch_rows)
+                     args.seconds, args.batch_rows, search_evaluations=args.search_evaluations)
     if args.json:
         _print_json(rows)
     else:
@@ -446,7 +452,9 @@ def cmd_bench(args) -> int:
                   f"(median {row['median_us']:.0f} us); batched "
                   f"{row['batched_evals_per_s']:>10,.0f}/s exactly tiled, "
                   f"{row['batched_clipped_evals_per_s']:>10,.0f}/s with clipped tiles "
-                  f"({row['batch_rows']} rows per call)")
+                  f"({row['batch_rows']} rows per call)"
+                  + (f"; in search {row['search_points_per_s']:,.0f} points/s"
+                     if "search_points_per_s" in row else ""))
     return 0
 
 

@@ -255,8 +255,8 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
 
 
 def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
-    """A kept halo, or outputs filled on their first touch: the batch says why it does not
-    model them and gives the scalar model's rows."""
+    """A kept halo: the batch says why it does not model it and gives the scalar model's
+    rows."""
     from tileflow.explore.batch import scalar_only
     from tileflow.tree import Dataflow, tile
 
@@ -264,15 +264,54 @@ def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
     flow = Dataflow(tile("DRAM", "p:3",
                          tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
                          tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
-    filling = replace(TIMED, levels=tuple(replace(lv, first_touch_fills=lv.name == "Reg")
-                                          for lv in TIMED.levels))
     rng = np.random.default_rng(3)
-    for arch, tree, why in ((TIMED, keep_halos(w, flow), "halo"),
-                            (filling, flow, "first touch")):
-        structure = structure_of(w, arch, tree)
-        assert why in scalar_only(structure)
-        compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
-        assert compared >= 1
+    structure = structure_of(w, TIMED, keep_halos(w, flow))
+    assert "halo" in scalar_only(structure)
+    compared, _ = assert_rows_equal(structure, random_rows(structure, 8, rng))
+    assert compared >= 1
+
+
+# the random trees' accelerator with outputs filled on their first touch at Reg and L1 (the
+# RTL chips' partial sums read at every pass)
+FILLING = replace(TIMED, levels=tuple(replace(lv, first_touch_fills=lv.name != "DRAM")
+                                      for lv in TIMED.levels))
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "conv-halo", "strided"])
+def test_first_touch_fills_in_the_batch(case: str) -> None:
+    """Levels that fill outputs on their first touch too (`first_touch_fills`): the batch
+    models them (no row by row) and equals the scalar model on random trees and rows; DRAM
+    words and energy are at least those of the same row without the fills (a first touch
+    adds a fill and the read above it, never removes one)."""
+    from tileflow.explore.batch import scalar_only
+
+    w = workload(CASES[case])
+    rng = np.random.default_rng(11)
+    totals = [0, 0]
+
+    @settings(max_examples=20, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            evaluate(w, FILLING, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, FILLING, flow)
+        assert scalar_only(structure) == ""
+        rows = random_rows(structure, 12, rng)
+        compared, _ = assert_rows_equal(structure, rows)
+        totals[0] += compared
+        plain = evaluate_batch(structure_of(w, TIMED, flow), rows)
+        filled = evaluate_batch(structure, rows)
+        ok = plain.valid & filled.valid
+        assert (filled.dram_words[ok] >= plain.dram_words[ok]).all()
+        assert (filled.energy_pj[ok] >= plain.energy_pj[ok] * (1 - 1e-12)).all()
+        totals[1] += int((filled.energy_pj[ok] > plain.energy_pj[ok] * (1 + 1e-9)).sum())
+
+    check()
+    assert totals[0] >= 60, f"only {totals[0]} rows compared"
+    assert totals[1] > 0, "the fills changed no row"
 
 
 @pytest.mark.parametrize(("wl", "arch", "name"), [("conv-chain", "edge", "fused-layer"),
@@ -281,7 +320,7 @@ def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
 def test_footprints_alone_equal_the_full_evaluation(wl: str, arch: str, name: str) -> None:
     """`footprint_words` (what the search's capacity bounds read) is the full evaluation's
     footprint per level, row for row, also where rows differ in which spatial loops spread
-    (evaluated in groups on different trees)."""
+    (one compiled structure for all of them, the factor-1 loops handled per row)."""
     w, a = load_workload(wl, SMALL[wl]), load_arch(arch)
     structure = structure_of(w, a, build(name, w, a))
     rows = random_rows(structure, 40, np.random.default_rng(11))
@@ -292,3 +331,28 @@ def test_footprints_alone_equal_the_full_evaluation(wl: str, arch: str, name: st
     assert set(alone) == set(full) and full
     for level, words in full.items():
         np.testing.assert_array_equal(alone[level], words)
+
+
+def test_a_loop_of_one_iteration_claims_no_array_axis_row_by_row() -> None:
+    """Two unmarked spatial loops of an L1 tile onto the 2 x 2 array of Reg instances (the
+    small accelerator's PEs): the first loop of more than one iteration takes x, the next y.
+    m:1 n:4 puts n on x (4 > 2: over by 2); m:4 n:1 puts m on x (over by 2); m:2 n:2 fits;
+    m:1 n:2 and m:2 n:1 fit. One structure serves every row (no regrouping by which loops
+    are 1), and each row agrees with the scalar model."""
+    from tileflow.tree import Dataflow, tile
+
+    w = workload(GEMM)
+    flow = Dataflow(tile("DRAM", "", tile("L1", "m:2:Sp n:2:Sp",
+                                          tile("Reg", "m:2 n:2 k:4", "mm"))))
+    structure = structure_of(w, ARCH, flow)
+    labels = [(s.dim, s.spatial) for s in structure.slots]
+    spatial_m, spatial_n = labels.index(("m", True)), labels.index(("n", True))
+    inner_m, inner_n = labels.index(("m", False)), labels.index(("n", False))
+    cases = {(1, 4): 2, (4, 1): 2, (2, 2): 0, (1, 2): 0, (2, 1): 0}
+    rows = np.repeat(structure.default_factors[None, :], len(cases), axis=0)
+    for r, (m, n) in enumerate(cases):
+        rows[r, [spatial_m, spatial_n, inner_m, inner_n]] = [m, n, 4 // m, 4 // n]
+    batch = evaluate_batch(structure, rows)
+    over = batch.violations.get("array", np.zeros(len(rows)))
+    assert list(over) == list(cases.values())
+    assert assert_rows_equal(structure, rows) == (len(rows), 0)

@@ -80,3 +80,50 @@ def test_strided_window_is_a_closed_form() -> None:
     joined, ok = window_volume(axis, dims, [_loop("p", 2, 4)], [_loop("p", 4, 1)], 1)
     # per outer step the union of 4 instances: rows -1..7 -> 8 rows, then 7..15 -> 9 rows
     assert ok[0] and joined[0] == 8 + 9
+
+
+def test_largest_span_from_candidate_positions() -> None:
+    """The longest clipped span of an axis (plain, a strided window with padding, three
+    terms) over every position of the loops above, by brute force over each row's own
+    positions, equals the few-candidate form wherever each dim's positions form one
+    progression; random sizes, extents, halo shifts and loops."""
+    from itertools import product
+
+    from tileflow.explore.limits import _separable_span, _within
+
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(400):
+        rows = 12
+        sizes = {"p": int(rng.integers(1, 30)), "r": int(rng.integers(1, 5)),
+                 "q": int(rng.integers(1, 9))}
+        terms = [(("p", int(rng.integers(1, 3))), ("r", 1)), (("p", 1),),
+                 (("p", 1), ("r", 2), ("q", 1))][int(rng.integers(3))]
+        offset = int(rng.integers(-2, 2)) if len(terms) > 1 else int(rng.integers(-1, 1))
+        size = offset + sum(c * (sizes[d] - 1) for d, c in terms) + 1 + int(rng.integers(0, 2))
+        axis = AxisRec(terms, offset, size)
+        dims = {d: VDim(sizes[d], rng.integers(1, sizes[d] + 3, rows),
+                        rng.integers(-2, 1, rows) * (rng.random() < 0.5)) for d, _ in terms}
+        loops = [VLoop(d, rng.integers(1, 6, rows), rng.integers(1, 8, rows))
+                 for d in rng.choice(["p", "p", "r", "q"], int(rng.integers(0, 4)))
+                 if d in dims]
+        assert _within(axis, dims)
+        got, ok = _separable_span(axis, dims, loops, rows)
+        for row in np.flatnonzero(ok):
+            best = 0
+            for values in product(*(range(int(lp.n[row])) for lp in loops)):
+                pos = dict.fromkeys(dims, 0)
+                for lp, v in zip(loops, values, strict=True):
+                    pos[lp.dim] += v * int(lp.stride[row])
+                lo = hi = offset
+                for d, c in terms:
+                    x = int(dims[d].shift[row]) + pos[d]
+                    a, b = max(x, 0), min(x + int(dims[d].extent[row]), dims[d].size)
+                    if b <= a:
+                        break
+                    lo, hi = lo + c * a, hi + c * (b - 1)
+                else:
+                    best = max(best, min(hi + 1, size) - max(lo, 0))
+            assert got[row] == best
+            checked += 1
+    assert checked > 2000

@@ -7,17 +7,17 @@ model (`tileflow.cost.evaluate`, the reference) row by row."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from tileflow.cost import evaluate
-from tileflow.explore.compiled import Compiled, compiled_for
+from tileflow.explore.compiled import Compiled
 from tileflow.explore.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
 from tileflow.explore.limits import Violations, check, footprints
 from tileflow.explore.shared_inputs import served_masks
 from tileflow.explore.structure import Structure
-from tileflow.tree import Dataflow, Op, Tile, map_tiles, walk
+from tileflow.tree import Op, Tile, walk
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,7 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
         raise ValueError("every factor must be at least 1")
     if _scalar_only_cached(structure):
         return _row_by_row(structure, factors)
-    full, parts = _by_spread(structure, factors, _evaluate)
-    return parts[0][1] if len(parts) == 1 else _gather(len(full), parts)
+    return _evaluate(structure.compiled, structure.all_loop_factors(factors))
 
 
 def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, np.ndarray]:
@@ -60,52 +59,21 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
     factors = np.asarray(factors, dtype=np.int64)
     if _scalar_only_cached(structure) or not len(factors):
         return evaluate_batch(structure, factors).footprint_words
-    full, parts = _by_spread(structure, factors, lambda c, rows: footprints(Rows(c, rows)))
-    if len(parts) == 1:
-        return parts[0][1]
-    levels = dict.fromkeys(lv for _, fps in parts for lv in fps)
-    out = {lv: np.zeros(len(full)) for lv in levels}
-    for rows, fps in parts:
-        for lv, words in fps.items():
-            out[lv][rows] = words
-    return out
-
-
-def _by_spread(structure: Structure, factors: np.ndarray, run):
-    """(factors over all loops, [(row indices, run(compiled tree, their factors))]).
-    Loops of one iteration are neutral (the model leaves them out of the paths); the
-    per-row sums treat temporal ones so, but which spatial loops spread decides the array
-    axes and the disjoint instances: rows are grouped by which spatial loops are 1 and each
-    group run on the tree without them."""
-    full = structure.all_loop_factors(factors)
-    spatial = np.array([lp.spatial for _, t in walk(structure.template.root)
-                        if isinstance(t, Tile) for lp in t.loops], dtype=bool)
-    ones = (full == 1) & spatial
-    if not ones.any() or not len(full):
-        return full, [(np.arange(len(full)), run(structure.compiled, full))]
-    masks, group = np.unique(ones, axis=0, return_inverse=True)
-    group = group.reshape(-1)
-    parts = []
-    for k, mask in enumerate(masks):
-        rows = np.flatnonzero(group == k)
-        flow = _without(structure.template, mask)
-        c = compiled_for(structure.workload, structure.arch, flow)
-        parts.append((rows, run(c, full[rows][:, ~mask])))
-    return full, parts
+    return footprints(Rows(structure.compiled, structure.all_loop_factors(factors)))
 
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth, first-touch
-    fills or perfect overlap, tensors with their own precision, outputs written through a
-    summed index, state carried across a
+    that bypass, set buffering depths or keep a halo, levels with a default depth, an overlap
+    convention other than fill-drain, first-touch fills that read nothing above, tensors with
+    their own precision, outputs written through a summed index, state carried across a
     reduction loop (its rescaling and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
-    if arch.overlap != "fill-drain" or any(lv.buffering or lv.first_touch_fills
-                                           for lv in arch.levels):
-        return ("the accelerator sets an overlap convention, a buffering depth or fills on "
-                "first touch")
+    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
+        return "the accelerator sets an overlap convention or a buffering depth"
+    if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
+        return "first-touch fills read nothing from the level above"
     if w.precision_bits:
         return "tensors have their own precision (precision_bits)"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
@@ -153,36 +121,6 @@ def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
             column = violations.setdefault(v.kind, np.zeros(rows))
             column[r] = max(column[r], amount)
     return BatchResult(cycles, energy, dram, ops, footprint, valid, violations)
-
-
-def _without(flow: Dataflow, mask: np.ndarray) -> Dataflow:
-    """The dataflow without the loops `mask` marks (tree walk order, loops outermost
-    first)."""
-    index = iter(range(len(mask)))
-    keep = {}
-    for p, t in walk(flow.root):
-        if isinstance(t, Tile):
-            keep[p] = tuple(lp for lp in t.loops if not mask[next(index)])
-    return replace(flow, root=map_tiles(flow.root, lambda p, t: replace(t, loops=keep[p])))
-
-
-def _gather(count: int, parts) -> BatchResult:
-    """One result from the results of groups of rows (`parts`: (row indices, result))."""
-    def merge(get) -> np.ndarray:
-        out = np.zeros(count, dtype=np.result_type(*(get(res) for _, res in parts)))
-        for rows, res in parts:
-            out[rows] = get(res)
-        return out
-
-    levels = dict.fromkeys(lv for _, res in parts for lv in res.footprint_words)
-    kinds = dict.fromkeys(kd for _, res in parts for kd in res.violations)
-    return BatchResult(
-        merge(lambda x: x.cycles), merge(lambda x: x.energy_pj),
-        merge(lambda x: x.dram_words), merge(lambda x: x.ops),
-        {lv: merge(lambda x, lv=lv: x.footprint_words.get(lv, np.zeros(len(x))))
-         for lv in levels},
-        merge(lambda x: x.valid),
-        {kd: merge(lambda x, kd=kd: x.violations.get(kd, np.zeros(len(x)))) for kd in kinds})
 
 
 def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:

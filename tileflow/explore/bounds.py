@@ -139,7 +139,13 @@ class Bounds:
         """False for each partial assignment that no covering completion can make valid."""
         states = np.asarray(states, dtype=np.int64).reshape(-1, self.space.size)
         ok = np.array([not self.spread_exceeded(s) for s in states], dtype=bool)
-        if not len(states):
+        names = list(self.capacity)
+        limits = {x: min(self.capacity[name], self.limits.footprint_words.get(name, math.inf))
+                  for x, name in enumerate(names)}
+        limited = {x for x, limit in limits.items() if math.isfinite(limit)}
+        checked = [self.monotone_levels(s) & limited if ok[r] else set()
+                   for r, s in enumerate(states)]
+        if not any(checked):  # no level to check (or every state pruned already)
             return ok
         rows = np.array([self.footprint_bound(s) for s in states])
         try:
@@ -148,14 +154,9 @@ class Bounds:
             metrics = evaluate_rows(self.space, rows, "latency", self.limits).metrics
             fps = {k[len("footprint_"):]: v for k, v in metrics.items()
                    if k.startswith("footprint_")}
-        names = list(self.capacity)
-        for r, state in enumerate(states):
-            for x in self.monotone_levels(state):
+        for r, levels in enumerate(checked):
+            for x in levels:
                 words = fps.get(names[x])
-                if words is None:
-                    continue
-                limit = min(self.capacity[names[x]],
-                            self.limits.footprint_words.get(names[x], math.inf))
-                if words[r] > limit:
+                if words is not None and words[r] > limits[x]:
                     ok[r] = False
         return ok

@@ -163,8 +163,10 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
         ok, span = nested_chain(ext[d], mine)
         regular[d] = regular[d] & ok
         extent_x[d] = span
+    # outputs filled on their first touch too (the inner level's `first_touch_fills`)
+    first = r.c.arch.levels[b.y].first_touch_fills
     for cross in b.crossings:
-        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y)
+        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y, first)
         if cross.plain_dims is None:
             todo = np.arange(r.count)
         else:
@@ -173,7 +175,7 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
                 fine &= regular[d]
             todo = np.flatnonzero(~fine)
         if len(todo):
-            general = _general_counts(r, path, b, cross, todo)
+            general = _general_counts(r, path, b, cross, todo, first)
             moved = [m.astype(float) if isinstance(m, np.ndarray) else np.full(r.count, float(m))
                      for m in moved]
             for m, g in zip(moved, general, strict=True):
@@ -218,8 +220,9 @@ def _steps(r: Rows, path: Path, cross: Crossing, dims, fresh: bool) -> np.ndarra
 
 
 def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent_x,
-                  inst_x, inst_y):
-    """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly)."""
+                  inst_x, inst_y, first: bool = False):
+    """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly);
+    `first`: outputs are filled on their first touch too."""
     dims = cross.plain_dims
     if dims is None:
         return [0, 0, 0, 0]
@@ -235,6 +238,8 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     if not cross.is_out:
         return [moved_y, moved_x, 0, 0]
     restarts = _steps(r, path, cross, dims, fresh=True)
+    if first:  # every entry is filled, first touches included
+        return [moved_y, moved_x, slice_y * inst_y * restarts, slice_x * inst_x * restarts]
     epochs = np.ones(r.count, dtype=I64)
     for i, _, epoch in cross.temporal:
         if epoch and path.loops[i].dim not in dims:
@@ -249,7 +254,8 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     return [moved_y, moved_x, refill_y, refill_x]
 
 
-def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray):
+def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
+                    first: bool = False):
     """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`."""
     k = len(rows)
     dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
@@ -266,10 +272,11 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
         return moved_y, moved_x, 0, 0
     epoch_y = [e for _, e in inst_y + temporal]
     epoch_x = [e for _, e in inst_x + temporal]
-    refill_y = (sums.words_moved(axes, dims, loops_y, k, epoch_y)
-                - sums.first_touches(axes, dims, loops_y, epoch_y, k))
-    refill_x = (sums.words_moved(axes, dims, loops_x, k, epoch_x, union)
-                - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union))
+    refill_y = sums.words_moved(axes, dims, loops_y, k, epoch_y)
+    refill_x = sums.words_moved(axes, dims, loops_x, k, epoch_x, union)
+    if not first:
+        refill_y = refill_y - sums.first_touches(axes, dims, loops_y, epoch_y, k)
+        refill_x = refill_x - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union)
     return moved_y, moved_x, refill_y, refill_x
 
 

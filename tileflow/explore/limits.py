@@ -10,9 +10,16 @@ import numpy as np
 
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import _compute_mesh, _level_mesh, split_limit
-from tileflow.explore.compiled import Compiled, Path
+from tileflow.explore.compiled import Path
 from tileflow.explore.engine import Rows
-from tileflow.explore.sums import Grid, _on_grid, _positions, interval
+from tileflow.explore.sums import (
+    Grid,
+    _closed_or_grid,
+    _on_grid,
+    _positions,
+    _progression,
+    interval,
+)
 from tileflow.tree import Op, Tile
 
 Words = dict[str, np.ndarray]
@@ -63,9 +70,23 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
         return own
     kids = [_fp(r, f"{path}.{i}", k, level) for i, k in enumerate(node.children)]
     combined: Words = {}
-    if node.primitive == "Seq" or (node.primitive in ("Para", "Pipe")
-                                   and _disjoint_instances(c, path, level)):
+    if node.primitive == "Seq":
         combined = _largest(kids, r.count)
+    elif node.primitive in ("Para", "Pipe"):
+        disjoint = _disjoint_instances(r, path, level)
+        summed: Words = {}
+        for k in kids:
+            for t, v in k.items():
+                summed[t] = summed[t] + v if t in summed else v
+        if disjoint.all():
+            combined = _largest(kids, r.count)
+        elif not disjoint.any():
+            combined = summed
+        else:
+            largest = _largest(kids, r.count)
+            zero = np.zeros(r.count)
+            combined = {t: np.where(disjoint, largest.get(t, zero), summed.get(t, zero))
+                        for t in dict.fromkeys([*summed, *largest])}
     elif node.primitive == "Shar":
         for k in kids:
             for t, v in k.items():
@@ -89,10 +110,18 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
             for t in dict.fromkeys([*combined, *own])}
 
 
-def _disjoint_instances(c: Compiled, path: str, level: int) -> bool:
+def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
+    """Per row, whether every operator below spreads over instances of `level` with a
+    spatial loop of its own of more than one iteration (a factor-1 loop spreads over
+    nothing): `resources._disjoint_instances`."""
+    c = r.c
     depth = path.count(".")
-    return all(any(lp.spatial and lp.node > depth and lp.level < level
-                   for lp in c.paths[o].loops) for o in c.ops_below[path])
+    out = np.ones(r.count, dtype=bool)
+    for o in c.ops_below[path]:
+        op_path = c.paths[o]
+        out &= r.any_above_one(op_path, [i for i, lp in enumerate(op_path.loops)
+                                         if lp.spatial and lp.node > depth and lp.level < level])
+    return out
 
 
 def _box(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
@@ -117,7 +146,9 @@ def _box(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
 
 def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarray:
     """`resources._largest_span`: the longest clipped interval the axis covers over the
-    positions of the loops above `position` (on a grid of those loops' values)."""
+    positions of the loops above `position`. From a few candidate positions per dim where
+    the axis never reaches past the end of the tensor and each dim's positions form one
+    progression (`_separable_span`); on a grid of those loops' values on the other rows."""
     names = {d for d, _ in axis.terms}
     above = [r.vloop(path, i, False) for i, lp in enumerate(path.loops)
              if lp.node < position and lp.dim in names]
@@ -129,7 +160,50 @@ def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarr
         lo, hi = interval(axis, sub_dims, pos)
         return np.where(grid.valid, hi - lo, 0).max(axis=1)
 
+    if _within(axis, dims):
+        closed, ok = _separable_span(axis, dims, above, r.count)
+        return _closed_or_grid(closed, ok, largest, dims, above, [])
     return _on_grid(largest, dims, above, [], r.count)
+
+
+def _within(axis: AxisRec, dims) -> bool:
+    """Whether the axis's interval never reaches past the end of the tensor wherever its
+    dims' slices lie inside theirs: positive coefficients and
+    offset + sum c * (size_d - 1) + 1 <= size (it may start before 0: a padded window)."""
+    return (all(c > 0 for _, c in axis.terms)
+            and axis.offset + sum(c * (dims[d].size - 1) for d, c in axis.terms) + 1
+            <= axis.size)
+
+
+def _separable_span(axis: AxisRec, dims, above, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the longest span, rows where it holds: each dim's positions shift + k * step, k <
+    count, form one progression). With the end never clipped, a position's span is
+    min(sum c * w_d, sum c * hi_d) plus constants (w_d the clipped width of dim d's slice,
+    hi_d its clipped end), both sums separable, so a dim's position only needs to be one
+    that no other position beats in both w and hi. The width min(x + extent, size) -
+    max(x, 0) is unimodal with a plateau [bottom, top] and hi grows with x: the largest
+    position at most `top`, the next one and the smallest at least `bottom` dominate all
+    others. The span is measured exactly (`interval`) on the product of those candidates."""
+    ok = np.ones(rows, dtype=bool)
+    candidates: dict[str, np.ndarray] = {}
+    for d, _ in axis.terms:
+        rec = dims[d]
+        step, count, nested = _progression([lp for lp in above if lp.dim == d], rows)
+        ok &= nested
+        step = np.maximum(step, 1)
+        top = np.maximum(0, rec.size - rec.extent)
+        bottom = np.minimum(0, rec.size - rec.extent)
+        last = count - 1
+        k_low = np.clip(np.floor_divide(top - rec.shift, step), 0, last)
+        k_high = np.clip(-np.floor_divide(rec.shift - bottom, step), 0, last)
+        ks = np.stack([k_low, np.minimum(k_low + 1, last), k_high], axis=1)
+        candidates[d] = ks * step[:, None]
+    names = list(candidates)
+    columns = np.stack(np.meshgrid(*[np.arange(3)] * len(names), indexing="ij"),
+                       axis=-1).reshape(-1, len(names))
+    pos = {d: candidates[d][:, columns[:, m]] for m, d in enumerate(names)}
+    lo, hi = interval(axis, dims, pos)
+    return (hi - lo).max(axis=1), ok
 
 
 def _own(r: Rows, path: str, level: int) -> Words:
@@ -228,8 +302,9 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
 
 def _check_arrays(r: Rows, out: Violations) -> None:
     """`resources._array_violations`: spatial loops onto a 2-D array (a PE array or a level's
-    mesh), a loop marked x or y on that axis, the others the first x and the later ones y.
-    Every loop here has more than one iteration (`evaluate_batch` leaves out the others)."""
+    mesh), a loop marked x or y on that axis, the others the first x and the later ones y;
+    per row, a loop of one iteration claims no axis (the next unmarked one of more than one
+    iteration is the first)."""
     c = r.c
     where = {k: key for key, k in c.slot_of.items()}
     for path in c.paths.values():
@@ -243,16 +318,21 @@ def _check_arrays(r: Rows, out: Violations) -> None:
             if not mesh:
                 continue
             run = {k for k in range(j + 1) if levels[k] == levels[j]}
-            spread: dict[str, list[int]] = {"x": [], "y": []}
-            unmarked = "x"
-            for i, lp in enumerate(path.loops):
+            spread = {"x": np.ones(r.count, dtype=np.int64),
+                      "y": np.ones(r.count, dtype=np.int64)}
+            first_free = np.ones(r.count, dtype=bool)  # no unmarked loop has spread yet
+            for lp in path.loops:
                 if not (lp.spatial and lp.node in run):
                     continue
                 node_path, index = where[lp.slot]
                 axis = c.tiles[node_path].loops[index].axis
-                if not axis:
-                    axis, unmarked = unmarked, "y"
-                spread[axis].append(i)
+                n = r.n[lp.slot]
+                if axis:
+                    spread[axis] = spread[axis] * n
+                    continue
+                spreads = n > 1
+                spread["x"] = spread["x"] * np.where(first_free, n, 1)
+                spread["y"] = spread["y"] * np.where(first_free, 1, n)
+                first_free = first_free & ~spreads
             for axis, size in zip("xy", mesh, strict=True):
-                if spread[axis]:
-                    out.add("array", r.prod(path, tuple(spread[axis])), size)
+                out.add("array", spread[axis], size)

@@ -3,10 +3,11 @@
 A node is a partial assignment (forced slots filled in by `Space.propagate`). A step picks an
 undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
 slot's children. The first time a slot is picked at a node, every factor it may take is
-checked at once: the smallest covering completion of each child is evaluated in one batch
-(points to learn from), and children that no completion can make valid are pruned with the
-sound bounds of `tileflow.explore.bounds` (fan-out, capacity and footprint limits, where
-they are monotone in the undecided slots). New leaves are
+checked at once: the smallest covering completion of each child is evaluated (points to
+learn from; those of every expansion of a step in one batch, before its mutations), and
+children that no completion can make valid are pruned with the sound bounds of
+`tileflow.explore.bounds` (fan-out, capacity and footprint limits, where they are monotone
+in the undecided slots). New leaves are
 completed by random rollouts; a share of every batch mutates the best points found so far
 (one decision re-drawn), which refines what the tree has found. Rollouts of a step are
 evaluated together; rewards (best cost / cost, 0 where invalid) are back-propagated."""
@@ -57,6 +58,7 @@ class MCTS:
         self.best_cost = math.inf
         self.elite: list[tuple[float, bytes]] = []  # (cost, row bytes), best first
         self.warm = [np.asarray(w, dtype=np.int64) for w in warm]
+        self._pending: list[np.ndarray] = []  # expansions' smallest completions, to evaluate
 
     # --- tree -------------------------------------------------------------------------
 
@@ -80,9 +82,8 @@ class MCTS:
         if not states:
             node.children[slot] = []
             return
-        lower = np.array([self.space.smallest_completion(s) for s in states])
-        result = evaluate(lower)
-        self._learn(lower, result)
+        # points to learn from, evaluated with the step's other expansions (one call)
+        self._pending.extend(self.space.smallest_completion(s) for s in states)
         keys = []
         for state, ok in zip(states, self.bounds.feasible(np.array(states)), strict=True):
             if not ok:
@@ -230,6 +231,10 @@ class MCTS:
         for node_path in {id(p): p for p in paths}.values():
             for node, _ in node_path:
                 node.visits -= 1
+        if self._pending:  # the expansions' points, learnt before the elite is mutated
+            lower = np.array(self._pending)
+            self._pending = []
+            self._learn(lower, evaluate(lower))
         for _ in range(mutations):
             rows.append(self._mutate())
             paths.append(None)

@@ -8,6 +8,7 @@ their product must reach the dimension's size. The last undecided slot of a chai
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -58,7 +59,13 @@ class Evaluated:
 
 
 def divisors(n: int) -> list[int]:
-    return sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)})
+    return list(_divisors(n))
+
+
+@functools.lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    return tuple(sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0
+                         for d in (i, n // i)}))
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -103,6 +110,27 @@ class Space:
         self.private = np.array([not any(self.shared[j] for k in ks
                                          for j in self.chains[k].slots)
                                  for ks in self.chains_of])
+        self._plan()
+
+    def _plan(self) -> None:
+        """Plain-Python tables of the chains for the completion loops (the search calls them
+        for every point it proposes; NumPy scalars would cost more than the arithmetic)."""
+        self._chain_slots = [c.slots for c in self.chains]
+        self._chain_size = [c.size for c in self.chains]
+        self._chains_of = [tuple(ks) for ks in self.chains_of]
+        self._chainless = [i for i, ks in enumerate(self.chains_of) if not ks]
+        # per slot: the shared slots before it on its chains (it is free once they are set)
+        waits_on = [tuple(dict.fromkeys(j for k in ks for j in self.chains[k].slots
+                                        if j < i and self.shared[j]))
+                    for i, ks in enumerate(self.chains_of)]
+        self._waits_on = [(i, waits) for i, waits in enumerate(waits_on)]
+        self._limit = [int(x) for x in self.spatial_limit]
+        self._private = [bool(x) for x in self.private]
+        self._spatial = [s.spatial for s in self.structure.slots]
+        # per slot: the slots of its chains (its candidates depend on nothing else)
+        self._deps = [tuple(sorted({j for k in ks for j in self.chains[k].slots}))
+                      for ks in self.chains_of]
+        self._candidates: dict[tuple, list[int]] = {}
 
     def _spatial_limit(self, slot, tiles, leaves) -> int:
         """The fan-out a spatial slot may use: instances of the next level down the path of
@@ -132,66 +160,88 @@ class Space:
 
     # --- coverage ---------------------------------------------------------------------
 
-    def remaining(self, state: np.ndarray, chain: int) -> int:
+    def remaining(self, state, chain: int) -> int:
         """What the undecided slots of a chain must still cover."""
-        c = self.chains[chain]
-        done = math.prod(int(state[i]) for i in c.slots if state[i] != UNDECIDED)
-        return ceil_div(c.size, done)
+        done = 1
+        for i in self._chain_slots[chain]:
+            if state[i] != UNDECIDED:
+                done *= int(state[i])
+        return -(-self._chain_size[chain] // done)
 
-    def slot_remaining(self, state: np.ndarray, slot: int) -> int:
+    def slot_remaining(self, state, slot: int) -> int:
         """The most a slot may take without over-covering any of its chains."""
-        rems = [self.remaining(state, k) for k in self.chains_of[slot]]
+        rems = [self.remaining(state, k) for k in self._chains_of[slot]]
         return min(rems) if rems else 1
 
     def propagate(self, state: np.ndarray) -> np.ndarray:
         """Assign every forced slot (the last undecided one of a chain) and every slot that
         belongs to no chain (factor 1); returns a new array."""
-        state = state.copy()
-        for i, ks in enumerate(self.chains_of):
-            if not ks and state[i] == UNDECIDED:
-                state[i] = 1
+        values = [int(x) for x in state]
+        self._propagate(values)
+        return np.array(values, dtype=np.int64)
+
+    def _propagate(self, s: list[int], opens: list[int] | None = None) -> list[int]:
+        """`propagate` in place on a list; `opens`: each chain's undecided slots, kept up to
+        date here (counted afresh when not given). Chains are visited in order, pass after
+        pass, as long as one has a single undecided slot. Returns the counts."""
+        for i in self._chainless:
+            if s[i] == UNDECIDED:
+                s[i] = 1
+        chain_slots, chains_of = self._chain_slots, self._chains_of
+        if opens is None:
+            opens = [sum(s[i] == UNDECIDED for i in slots) for slots in chain_slots]
         changed = True
         while changed:
             changed = False
-            for c in self.chains:
-                open_slots = [i for i in c.slots if state[i] == UNDECIDED]
-                if len(open_slots) != 1:
+            for k, slots in enumerate(chain_slots):
+                if opens[k] != 1:
                     continue
-                i = open_slots[0]
-                state[i] = max(self.remaining(state, k) for k in self.chains_of[i]
-                               if sum(state[j] == UNDECIDED for j in self.chains[k].slots) == 1)
+                i = next(j for j in slots if s[j] == UNDECIDED)
+                s[i] = max(self.remaining(s, m) for m in chains_of[i] if opens[m] == 1)
+                for m in chains_of[i]:
+                    opens[m] -= 1
                 changed = True
-        return state
+        return opens
 
-    def free_slots(self, state: np.ndarray) -> list[int]:
+    def free_slots(self, state) -> list[int]:
         """Undecided slots that may be decided now: those with no undecided shared slot
         outside them on any of their chains."""
         out = []
-        for i in range(self.size):
-            if state[i] != UNDECIDED:
-                continue
-            if all(state[j] != UNDECIDED or not self.shared[j]
-                   for k in self.chains_of[i] for j in self.chains[k].slots
-                   if j < i):
-                out.append(i)
+        for i, waits in self._waits_on:
+            if state[i] == UNDECIDED:
+                for j in waits:
+                    if state[j] == UNDECIDED:
+                        break
+                else:
+                    out.append(i)
         return out
 
-    def candidates(self, state: np.ndarray, slot: int) -> list[int]:
+    def candidates(self, state, slot: int) -> list[int]:
         """Factors a free slot may take: the divisors of what its chains leave, within the
         fan-out for spatial slots; with `non_divisors`, also powers of two and the fan-out
         limit itself where they do not divide (the last tile is clipped)."""
+        key = (slot, *(state[j] for j in self._deps[slot]))
+        found = self._candidates.get(key)
+        if found is None:
+            if len(self._candidates) > 200_000:
+                self._candidates.clear()
+            found = self._candidates[key] = self._candidates_of(state, slot)
+        return list(found)
+
+    def _candidates_of(self, state, slot: int) -> list[int]:
         rem = self.slot_remaining(state, slot)
-        cap = int(self.spatial_limit[slot]) or rem
+        cap = self._limit[slot] or rem
         low = 1  # where the rest of a chain is spatial, its fan-out bounds what it can take
-        for k in self.chains_of[slot]:
-            rest = [j for j in self.chains[k].slots if j != slot and state[j] == UNDECIDED]
-            if all(self.spatial_limit[j] for j in rest):
-                room = math.prod(int(self.spatial_limit[j]) for j in rest)
+        limit = self._limit
+        for k in self._chains_of[slot]:
+            rest = [j for j in self._chain_slots[k] if j != slot and state[j] == UNDECIDED]
+            if all(limit[j] for j in rest):
+                room = math.prod(limit[j] for j in rest)
                 low = max(low, ceil_div(self.remaining(state, k), room))
-        values = {d for d in divisors(rem) if low <= d <= cap}
-        if self.non_divisors and self.private[slot]:
+        values = {d for d in _divisors(rem) if low <= d <= cap}
+        if self.non_divisors and self._private[slot]:
             values |= {1 << k for k in range(rem.bit_length()) if low <= (1 << k) <= min(rem, cap)}
-            if self.structure.slots[slot].spatial and low <= min(rem, cap):
+            if self._spatial[slot] and low <= min(rem, cap):
                 values.add(min(rem, cap))
         return sorted(values) or [max(low, 1)]
 
@@ -226,18 +276,22 @@ class Space:
         (uniform over candidates, i.e. roughly log-uniform over sizes). With `spread_bias`,
         a spatial slot takes its largest candidate with that probability (using the whole
         fan-out is most often what pays)."""
-        state = self.propagate(state)
+        s = [int(x) for x in state]
+        opens = self._propagate(s)
+        limit, chains_of = self._limit, self._chains_of
         while True:
-            free = self.free_slots(state)
+            free = self.free_slots(s)
             if not free:
-                return state
+                return np.array(s, dtype=np.int64)
             slot = free[rng.integers(len(free))]
-            values = self.candidates(state, slot)
-            if self.spatial_limit[slot] and rng.random() < spread_bias:
-                state[slot] = values[-1]
+            values = self.candidates(s, slot)
+            if limit[slot] and rng.random() < spread_bias:
+                s[slot] = values[-1]
             else:
-                state[slot] = values[rng.integers(len(values))]
-            state = self.propagate(state)
+                s[slot] = values[rng.integers(len(values))]
+            for m in chains_of[slot]:
+                opens[m] -= 1
+            self._propagate(s, opens)
 
     def root_state(self) -> np.ndarray:
         state = np.zeros(self.size, dtype=np.int64)

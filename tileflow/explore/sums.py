@@ -172,37 +172,62 @@ def _subset(rows: np.ndarray, dims, loops, union):
             [lp.take(rows) for lp in union])
 
 
-def _closed_or_grid(closed, ok: np.ndarray, grid, dims, loops, union) -> np.ndarray:
+def _closed_or_grid(closed, ok: np.ndarray, grid, dims, loops, union,
+                    axis: AxisRec | None = None) -> np.ndarray:
     """The closed form where it holds (`ok`), the grid on the other rows."""
     if ok.all():
         return closed
     out = np.array(closed, dtype=I64, copy=True)
-    _grid_rows(np.flatnonzero(~ok), out, grid, dims, loops, union)
+    _grid_rows(np.flatnonzero(~ok), out, grid, dims, loops, union, axis)
     return out
 
 
 GRID_CELLS = 1 << 22  # grid cells (rows x combinations) evaluated at once
+SMALL_GRID = 1 << 14  # a grid this small costs little more than its NumPy calls
 
 
-def _grid_rows(todo: np.ndarray, out: np.ndarray, grid, dims, loops, union) -> None:
-    """out[todo] = the grid sums on those rows, a few rows at a time when the loops have
-    many values (the grid would not fit in memory)."""
+def _grid_rows(todo: np.ndarray, out: np.ndarray, grid, dims, loops, union,
+               axis: AxisRec | None = None) -> None:
+    """out[todo] = the grid sums on those rows, in blocks of rows: a block's grid is padded
+    to its rows' largest trip counts, so rows are taken in order of their own cell counts
+    and a block grows while its padded grid stays small, within twice its rows' own cells
+    and within memory. With `axis`, only the loops over its dims count (the grids enumerate
+    no others)."""
     if not len(todo):
         return
-    cells = 1
-    for lp in (*loops, *union):
-        cells *= max(int(lp.n[todo].max()), 1)
-    step = max(1, GRID_CELLS // max(cells, 1))
-    for first in range(0, len(todo), step):
-        rows = todo[first:first + step]
+    names = None if axis is None else {d for d, _ in axis.terms}
+    trips = [np.maximum(lp.n[todo], 1) for lp in (*loops, *union)
+             if names is None or lp.dim in names]
+    own = np.ones(len(todo), dtype=np.float64)
+    for n in trips:
+        own = own * n
+    order = np.argsort(own, kind="stable")
+    trips_sorted = [n[order].tolist() for n in trips]
+    own_sorted = own[order].tolist()
+    blocks, start = [], 0
+    top = [1] * len(trips)
+    total = 0.0
+    for k in range(len(todo)):
+        grown = [max(t, n[k]) for t, n in zip(top, trips_sorted, strict=True)]
+        padded = (k - start + 1) * float(np.prod(grown))
+        if k > start and padded > max(SMALL_GRID, 2 * (total + own_sorted[k])) \
+                or k > start and padded > GRID_CELLS:
+            blocks.append(order[start:k])
+            start, total = k, 0.0
+            grown = [n[k] for n in trips_sorted]
+        top = grown
+        total += own_sorted[k]
+    blocks.append(order[start:])
+    for block in blocks:
+        rows = todo[np.sort(block)]
         sub_dims, sub_loops, sub_union = _subset(rows, dims, loops, union)
         out[rows] = grid(sub_dims, sub_loops, sub_union, len(rows))
 
 
-def _on_grid(grid, dims, loops, union, rows: int) -> np.ndarray:
+def _on_grid(grid, dims, loops, union, rows: int, axis: AxisRec | None = None) -> np.ndarray:
     """The grid sums of every row (chunked like `_grid_rows`)."""
     out = np.zeros(rows, dtype=I64)
-    _grid_rows(np.arange(rows), out, grid, dims, loops, union)
+    _grid_rows(np.arange(rows), out, grid, dims, loops, union, axis)
     return out
 
 
@@ -288,10 +313,10 @@ def volume_sum(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoo
 
         if not windows.supported(axis):
             return _on_grid(lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
-                            dims, loops, union, rows)
+                            dims, loops, union, rows, axis)
         closed, ok = windows.window_volume(axis, dims, loops, _union_of(axis, union), rows)
         return _closed_or_grid(closed, ok, lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
-                               dims, loops, union)
+                               dims, loops, union, axis)
     rec = dims[axis.terms[0][0]]
     extent, ok = _widened(axis, dims, union, rows, loops)
     closed = lattice_sum(
@@ -299,7 +324,7 @@ def volume_sum(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoo
         lambda start, step, count, col: ap_length_sum(start, step, count, col(extent),
                                                       rec.size))
     return _closed_or_grid(closed, ok, lambda d, lo, u, k: _grid_volume(axis, d, lo, u, k),
-                           dims, loops, union)
+                           dims, loops, union, axis)
 
 
 def _grid_volume(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[VLoop],
@@ -324,11 +349,11 @@ def overlap_sum(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
 
         if not windows.supported(axis):
             return _on_grid(lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
-                            dims, loops, union, rows)
+                            dims, loops, union, rows, axis)
         closed, ok = windows.window_overlap(axis, dims, loops, i, _union_of(axis, union), rows)
         return _closed_or_grid(closed, ok,
                                lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
-                               dims, loops, union)
+                               dims, loops, union, axis)
     rec = dims[axis.terms[0][0]]
     extent, ok = _widened(axis, dims, union, rows, loops)
     idx = _axis_loops(axis, loops)
@@ -354,7 +379,7 @@ def overlap_sum(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
         total = lattice_sum(outer, rec.shift, rows, pairs(tail))
     return _closed_or_grid(total, ok,
                            lambda d, lo, u, k: _grid_overlap(axis, d, lo, i, u, k),
-                           dims, loops, union)
+                           dims, loops, union, axis)
 
 
 def _pair_sum(start, step, count, extent, gap, size: int) -> np.ndarray:
@@ -465,7 +490,7 @@ def _epoch_sum(axis: AxisRec, dims, loops: Sequence[VLoop], epoch: Sequence[bool
     whether any slice is non-empty) of the axis's slices under the other loops."""
     if not _plain(axis, dims):
         return _on_grid(lambda d, lo, u, k: _grid_epoch(axis, d, lo, epoch, u, k, any_span),
-                        dims, loops, union, rows)
+                        dims, loops, union, rows, axis)
     rec = dims[axis.terms[0][0]]
     names = {axis.terms[0][0]}
     extent, ok = _widened(axis, dims, union, rows, loops)
@@ -492,7 +517,7 @@ def _epoch_sum(axis: AxisRec, dims, loops: Sequence[VLoop], epoch: Sequence[bool
         closed = lattice_sum(ep, rec.shift, rows, term)
     return _closed_or_grid(
         closed, ok, lambda d, lo, u, k: _grid_epoch(axis, d, lo, epoch, u, k, any_span),
-        dims, loops, union)
+        dims, loops, union, axis)
 
 
 def _pieces(loops: Sequence[VLoop], extent: np.ndarray, rows: int):
