@@ -39,25 +39,25 @@ static inline float tf_gelu(float x) {
 
 
 @dataclass
-class _Loop:
+class CLoop:
     var: str  # loop counter
     dim: str
     base: str  # name of the dim's index after this loop
 
 
 @dataclass
-class _Scope:
+class CScope:
     """What is open at a point of the nest: loops, current base index per dim."""
 
     bases: dict[str, str] = field(default_factory=dict)
-    loops: list[_Loop] = field(default_factory=list)
+    loops: list[CLoop] = field(default_factory=list)
     parallel: bool = False
     origins: dict[str, list[str]] = field(default_factory=dict)  # local tensor -> names
     init_depth: dict[str, int] = field(default_factory=dict)  # tensor -> len(loops) at init
     threads: int = 0  # GPU: product of the thread-mapped loops open here (0: none)
 
-    def copy(self) -> _Scope:
-        return _Scope(dict(self.bases), list(self.loops), self.parallel, dict(self.origins),
+    def copy(self) -> CScope:
+        return CScope(dict(self.bases), list(self.loops), self.parallel, dict(self.origins),
                       dict(self.init_depth), self.threads)
 
 
@@ -95,10 +95,10 @@ class KernelSource:
 
 def generate_c(nest: Nest, threads: bool = True) -> KernelSource:
     """The C kernel `void tf_kernel(float **args, int nthreads)` for an analysed dataflow."""
-    return _Generator(nest, threads).run()
+    return CGenerator(nest, threads).run()
 
 
-class _Generator:
+class CGenerator:
     def __init__(self, nest: Nest, threads: bool):
         self.nest, self.w, self.threads = nest, nest.workload, threads
         self.lines: list[str] = []
@@ -121,7 +121,7 @@ class _Generator:
         w = self.w
         args = tuple(t for t in w.tensors if t not in self.local)
         body_start = len(self.lines)
-        scope = _Scope(bases={d: "0" for d in w.sizes})
+        scope = CScope(bases={d: "0" for d in w.sizes})
         for op in w.ops:  # final outputs that accumulate start from the update's identity
             t = op.output.tensor
             if op.accumulates and t not in self.buffers:
@@ -147,7 +147,7 @@ class _Generator:
 
     # -- tiles and loops -------------------------------------------------------------------
 
-    def tile(self, path: str, tile: Tile, scope: _Scope, depth: int) -> None:
+    def tile(self, path: str, tile: Tile, scope: CScope, depth: int) -> None:
         scope = scope.copy()
         opened = 0
         level = self.nest.plan.arch.level_index[tile.level]
@@ -172,7 +172,7 @@ class _Generator:
             opened += 1
             self.emit(f"const int {new} = {base} + {var} * {stride};", depth)
             scope.bases[lp.dim] = new
-            scope.loops.append(_Loop(var, lp.dim, new))
+            scope.loops.append(CLoop(var, lp.dim, new))
         for t in self.lca_of.get(path, []):
             self.start_intermediate(t, scope, depth)
         for i, child in enumerate(tile.children):
@@ -184,7 +184,7 @@ class _Generator:
             depth -= 1
             self.emit("}", depth)
 
-    def bounds(self, path: str, j: int, lp, ops_below, scope: _Scope, depth: int):
+    def bounds(self, path: str, j: int, lp, ops_below, scope: CScope, depth: int):
         """Names and bounds of one loop: the counter runs over [lo, hi), the steps that some
         operator below needs (clipped at the dim's size, shifted starts included); emits
         `hi`. Returns (counter, lo, hi, index name, stride, base index)."""
@@ -199,7 +199,7 @@ class _Generator:
                   f"TF_CEILDIV({self.w.sizes[lp.dim] - low} - {base}, {stride}));", depth)
         return var, lo, hi, new, stride, base
 
-    def start_intermediate(self, t: str, scope: _Scope, depth: int) -> None:
+    def start_intermediate(self, t: str, scope: CScope, depth: int) -> None:
         """At each step of the common ancestor: where the tensor's slice starts, and (when
         its producer accumulates) the slice reset to the update's identity."""
         b = self.buffers[t]
@@ -240,7 +240,7 @@ class _Generator:
 
     # -- leaves ----------------------------------------------------------------------------
 
-    def leaf(self, op: Operator, scope: _Scope, depth: int) -> None:
+    def leaf(self, op: Operator, scope: CScope, depth: int) -> None:
         w = self.w
         conditions = self.leaf_conditions(scope)
         g = {}
@@ -272,16 +272,16 @@ class _Generator:
             stmt = f"if ({' && '.join(conditions)}) {stmt}"
         self.emit(f"{stmt}  /* {op.name}: {op} */", depth)
 
-    def leaf_conditions(self, scope: _Scope) -> list[str]:
+    def leaf_conditions(self, scope: CScope) -> list[str]:
         return []
 
-    def _loose(self, op: Operator, d: str, scope: _Scope) -> bool:
+    def _loose(self, op: Operator, d: str, scope: CScope) -> bool:
         """Whether a loop over `d` was bounded for a different start than this operator's."""
         mine = self.nest.shift(op.name, d)
         return any(self.nest.shift(o.name, d) != mine for o in self.w.ops
                    if d in o.dims) and any(lp.dim == d for lp in scope.loops)
 
-    def address(self, a: Access, g: dict[str, str], scope: _Scope) -> tuple[str, list[str]]:
+    def address(self, a: Access, g: dict[str, str], scope: CScope) -> tuple[str, list[str]]:
         """The C lvalue of an access, and the guards keeping it inside the tensor (padding)."""
         shape = self.w.shapes[a.tensor]
         values, guards = [], []

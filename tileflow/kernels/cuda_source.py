@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tileflow.kernels.c_source import INIT, _Generator, _Loop, _Scope, pitched
+from tileflow.kernels.c_source import INIT, CGenerator, CLoop, CScope, pitched
 from tileflow.kernels.nest import Nest
 from tileflow.tree import Op, Tile, ops_under
 
@@ -55,7 +55,7 @@ def generate_cuda(nest: Nest, prefix: str = "tf") -> CudaSource:
     return _CudaGenerator(nest, prefix).build()
 
 
-class _CudaGenerator(_Generator):
+class _CudaGenerator(CGenerator):
     def __init__(self, nest: Nest, prefix: str):
         super().__init__(nest, threads=True)
         self.prefix = prefix
@@ -88,7 +88,7 @@ class _CudaGenerator(_Generator):
         for k, (path, stage) in enumerate(stages):
             self.lines, self.grid, self.thread_product = [], [], 1
             name = f"{self.prefix}_stage{k}"
-            scope = _Scope(bases={d: "0" for d in w.sizes})
+            scope = CScope(bases={d: "0" for d in w.sizes})
             for t in w.tensors:
                 if t in self.buffers or any(o.output.tensor == t and o.accumulates
                                             for o in w.ops):
@@ -122,7 +122,7 @@ class _CudaGenerator(_Generator):
 
     # -- loops mapped onto blocks, threads or kept in each thread ----------------------------
 
-    def tile(self, path: str, tile: Tile, scope: _Scope, depth: int,
+    def tile(self, path: str, tile: Tile, scope: CScope, depth: int,
              covers: set[str] | None = None) -> None:
         scope = scope.copy()
         opened = 0
@@ -161,7 +161,7 @@ class _CudaGenerator(_Generator):
             opened += 1
             self.emit(f"const int {new} = {base} + {var} * {stride};", depth)
             scope.bases[lp.dim] = new
-            scope.loops.append(_Loop(var, lp.dim, new))
+            scope.loops.append(CLoop(var, lp.dim, new))
         if self.grid:
             scope.parallel = True
         for t in self.lca_of.get(path, []):
@@ -189,11 +189,11 @@ class _CudaGenerator(_Generator):
             node = node.children[0]
         return total
 
-    def leaf_conditions(self, scope: _Scope) -> list[str]:
+    def leaf_conditions(self, scope: CScope) -> list[str]:
         """Outside the threads' register tiles, one thread of the block computes."""
         return [] if scope.threads else ["tid == 0"]
 
-    def start_intermediate(self, t: str, scope: _Scope, depth: int) -> None:
+    def start_intermediate(self, t: str, scope: CScope, depth: int) -> None:
         b = self.buffers[t]
         producer = self.w.op_by_name[self.w.producer[t]]
         origins = []
