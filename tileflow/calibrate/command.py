@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from tileflow.errors import InputError
 
 
@@ -34,6 +32,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         if not csv.exists():
             raise InputError(f"no measurements to report on: {csv} does not exist (run "
                              "`tileflow validate cpu` without --report-only first)")
+        import pandas as pd
+
         frame = pd.read_csv(csv)
     elif remeasure_traffic:
         frame = remeasure(config, folder, tqdm_progress)
