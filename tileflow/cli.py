@@ -252,13 +252,14 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     from tileflow.analysis.prepare import prepare
     from tileflow.dataflows import build
     from tileflow.explore.compiled import ConstantIndex
-    from tileflow.explore.fit import fit_baseline
     from tileflow.workbound import check_enumeration
 
     try:
         flow = build(name, workload, arch, tiles)
         if not fit or tiles:
             return flow
+        from tileflow.explore.fit import fit_baseline  # the tile search: only for `compare`
+
         check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
         try:
             return fit_baseline(name, workload, arch)

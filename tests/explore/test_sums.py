@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.explore.sums import I64, VDim, VLoop, _grid_overlap, _grid_volume, ap_clip_sum
+from tileflow.explore.lattice import I64, VDim, VLoop, ap_clip_sum
+from tileflow.explore.sums import grid_overlap, grid_volume
 from tileflow.explore.windows import piecewise_sum, window_overlap, window_volume
 
 SMALL = st.integers(-20, 20)
@@ -57,11 +58,11 @@ def test_window_axis_sums(coef, extent, inner, outer, kernel, offset, instances,
                  _loop("p", inner, extent * gap * instances)]
     got, ok = window_volume(axis, dims, loops, union, 1)
     if ok[0]:
-        assert got[0] == _grid_volume(axis, dims, loops, union, 1)[0]
+        assert got[0] == grid_volume(axis, dims, loops, union, 1)[0]
     for i in range(len(loops)):
         got, ok = window_overlap(axis, dims, loops, i, union, 1)
         if ok[0]:
-            assert got[0] == _grid_overlap(axis, dims, loops, i, union, 1)[0]
+            assert got[0] == grid_overlap(axis, dims, loops, i, union, 1)[0]
 
 
 def test_strided_window_is_a_closed_form() -> None:

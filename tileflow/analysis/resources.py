@@ -30,7 +30,7 @@ class Footprint:
     by_tensor: dict[str, float]
 
 
-def _box(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
+def tile_words(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
     """Words of `tensor` in the tile at path position `position` (its loops and below): per
     axis, the largest slice over the positions of the loops above (clipped to the tensor;
     the full extent for an axis tiled plainly)."""
@@ -225,7 +225,7 @@ def _own(plan: Plan, path: str, node: Tile, level: int,
     depth = path.count(".")
     for o, t, scale in _held(plan, path, node, level, double_buffer):
         own[t] = max(own.get(t, 0.0),
-                     scale * _width(plan, t) * _box(plan, plan.paths[o], t, depth))
+                     scale * _width(plan, t) * tile_words(plan, plan.paths[o], t, depth))
     return own
 
 
@@ -258,7 +258,7 @@ def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
     w = plan.workload
     depth = lca.count(".")
     ops = (w.producer[tensor], *w.consumers[tensor])
-    return max(_box(plan, plan.paths[o], tensor, depth + 1) for o in ops)
+    return max(tile_words(plan, plan.paths[o], tensor, depth + 1) for o in ops)
 
 
 def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[Violation]:
@@ -333,19 +333,19 @@ def _spreads(plan: Plan, path: OpPath) -> list[tuple]:
             limit, what = _compute_limit(plan, path)
             level = arch.unit(path.op.unit).level
             unit = f"{arch.unit(path.op.unit).kind} units"
-            mesh = _compute_mesh(plan, path)
+            mesh = compute_mesh(plan, path)
         else:
             level = arch.levels[levels[j + 1]].name
             limit = arch.fanout_between(tile.level, level)
             what = f"{level} instances per {tile.level} instance"
             unit = f"{level} instances"
-            mesh = _level_mesh(arch, levels[j], levels[j + 1])
+            mesh = level_mesh(arch, levels[j], levels[j + 1])
         found.append((j, run, limit, what, level, unit, mesh))
     memo[key] = found
     return found
 
 
-def _level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
+def level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
     """The x-by-y layout of a level's instances under one instance of its parent: declared
     (`mesh`), or the matrix unit's rows x cols for a register level of one per PE."""
     if child != parent + 1:
@@ -360,7 +360,7 @@ def _level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
     return ()
 
 
-def _compute_mesh(plan: Plan, path: OpPath) -> tuple[int, ...]:
+def compute_mesh(plan: Plan, path: OpPath) -> tuple[int, ...]:
     """An array inside one instance of its level (parallelism rows x cols): the spatial loops
     of the innermost tile spread over its rows and columns."""
     arch = plan.arch

@@ -11,9 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from tileflow.analysis.tree_checks import (
+    InvalidDataflow,
+    check_nodes,
+    common_ancestor,
+    home_level,
+    leaf_paths,
+)
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Node, Op, Tile, walk
+from tileflow.tree import Dataflow, Node, Op, Tile, label, walk
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,24 +98,22 @@ def shape_of(workload: Workload, arch: Architecture, flow: Dataflow,
 
 
 def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
-    from tileflow.analysis import prepare as p
-
     root = flow.root
     found: list = []
-    p._check_nodes(w, arch, root, found)
+    check_nodes(w, arch, root, found)
     for tensor in flow.homes:
         if tensor not in w.intermediates:
-            raise p.InvalidDataflow(
+            raise InvalidDataflow(
                 f"homes names '{tensor}', which is not an intermediate of the workload "
                 f"(intermediates: {', '.join(w.intermediates) or 'none'})", where="homes")
     tiles = {path: n for path, n in walk(root) if isinstance(n, Tile)}
-    chains = p._leaf_paths(root)
+    chains = leaf_paths(root)
     levels = {o: tuple(arch.level_index[tiles[x].level] for x in chain)
               for o, chain in chains.items()}
-    lca = {t: p._lca([chains[o] for o in (w.producer[t], *w.consumers[t])])
+    lca = {t: common_ancestor([chains[o] for o in (w.producer[t], *w.consumers[t])])
            for t in w.intermediates}
     stub = {o: SimpleNamespace(levels=v) for o, v in levels.items()}
-    homes = {t: p._home(w, arch, flow, t, lca[t], stub, tiles) for t in lca}
+    homes = {t: home_level(w, arch, flow, t, lca[t], stub, tiles) for t in lca}
     _check_halo(tiles, lca, w)
     ops_below: dict[str, tuple[str, ...]] = {}
     for path, node in walk(root):
@@ -126,9 +131,6 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
 
 def _check_halo(tiles: Mapping[str, Tile], lca: Mapping[str, str], w: Workload) -> None:
     """`halo` names intermediates whose common ancestor is the tile that names them."""
-    from tileflow.analysis.prepare import InvalidDataflow
-    from tileflow.tree import label
-
     for path, tile in tiles.items():
         for tensor, mode in tile.halo:
             if mode not in ("cache", "recompute"):

@@ -21,18 +21,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from tileflow.calibrate.parameters import Parameter, ParameterSet
+from tileflow.kernels.columns import boundaries, words_column
 from tileflow.specs.arch import Architecture
-
-
-def boundaries(arch: Architecture) -> list[tuple[str, str]]:
-    """(outer, inner) level pairs, outermost first."""
-    names = [lv.name for lv in arch.levels]
-    return list(zip(names[:-1], names[1:], strict=True))
-
-
-def words_column(outer: str, inner: str) -> str:
-    return f"words_{outer}_{inner}"
-
 
 # the counts of `kernels.inner_loops.features`
 WORK_COLUMNS = ("simd_work", "scalar_work", "chain_work")

@@ -18,7 +18,8 @@ from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Loop, Tile
 
 
-def _check(w: Workload) -> tuple[str, str, str, str]:
+def conv_chain_ops(w: Workload) -> tuple[str, str, str, str]:
+    """(first, second, p, q) of a chain of two convolutions; InputError for another workload."""
     if len(w.ops) != 2 or any(len(o.output.dims) != 4 for o in w.ops):
         raise InputError(f"workload '{w.name}' is not a chain of two convolutions")
     first, second = w.ops
@@ -38,7 +39,7 @@ def _fused(w: Workload, arch: Architecture, tp: int, tq: int, name: str) -> Data
     """Rows p spread over the cores in bands of `tp`, columns q tiled by `tq`; both
     convolutions share the step, the first one's tile grown by the second's window."""
     hw = Hardware.of(arch)
-    first, second, p, q = _check(w)
+    first, second, p, q = conv_chain_ops(w)
     sizes = w.sizes
     loops, ext = core_split(w, hw, None, p, tp)
     loops += (Loop(q, -(-sizes[q] // tq)),)
@@ -58,7 +59,7 @@ def _fused(w: Workload, arch: Architecture, tp: int, tq: int, name: str) -> Data
 def fused_layer(w: Workload, arch: Architecture,
                 tiles: Mapping[str, int] | None = None) -> Dataflow:
     """Both convolutions fused, tiled on output rows and columns (largest square that fits)."""
-    _, _, p, q = _check(w)
+    _, _, p, q = conv_chain_ops(w)
     tiles = tiles or {}
     if p in tiles or q in tiles:
         return _fused(w, arch, tiles.get(p, w.sizes[p]), tiles.get(q, w.sizes[q]), "fused-layer")
@@ -69,7 +70,7 @@ def fused_layer(w: Workload, arch: Architecture,
 
 def isos(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
     """Both convolutions fused, tiled on output rows only."""
-    _, _, p, q = _check(w)
+    _, _, p, q = conv_chain_ops(w)
     if tiles and p in tiles:
         return _fused(w, arch, tiles[p], w.sizes[q], "isos")
     return largest_fitting(halvings(w.sizes[p]),

@@ -35,7 +35,7 @@ def baselines_for(w: Workload) -> tuple[str, ...]:
     if any(op.carried for op in w.ops):
         return ONLINE
     try:
-        conv._check(w)
+        conv.conv_chain_ops(w)
         return CONV
     except InputError:
         pass

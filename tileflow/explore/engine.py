@@ -12,7 +12,7 @@ import numpy as np
 
 from tileflow.explore import sums
 from tileflow.explore.compiled import Boundary, Compiled, Crossing, Path
-from tileflow.explore.sums import I64, VDim, VLoop
+from tileflow.explore.lattice import I64, VDim, VLoop
 from tileflow.specs.workload import Workload
 from tileflow.tree import Op, Tile
 

@@ -75,9 +75,9 @@ class Floor:
 
     def __init__(self, structure: Structure):
         self.structure = structure
-        self.columns = structure._columns[0]  # each slot's loop column
+        self.columns = structure.loop_columns[0]  # each slot's loop column
         self.masks: list[np.ndarray] = []  # loop columns of each path's steps or spread
-        loops = len(structure._columns[1])
+        loops = len(structure.loop_columns[1])
         none = np.zeros(loops, dtype=bool)
         self.plan = self._plan(structure.compiled.flow.root, "root", none, none)
 

@@ -9,17 +9,11 @@ from collections import defaultdict
 import numpy as np
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.analysis.resources import _compute_mesh, _level_mesh, split_limit
+from tileflow.analysis.resources import compute_mesh, level_mesh, split_limit
 from tileflow.explore.compiled import Path
 from tileflow.explore.engine import Rows
-from tileflow.explore.sums import (
-    Grid,
-    _closed_or_grid,
-    _on_grid,
-    _positions,
-    _progression,
-    interval,
-)
+from tileflow.explore.lattice import Grid, interval, on_grid, positions, progression
+from tileflow.explore.sums import closed_or_grid
 from tileflow.tree import Op, Tile
 
 Words = dict[str, np.ndarray]
@@ -124,7 +118,7 @@ def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
     return out
 
 
-def _box(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
+def tile_words(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
     w = r.c.workload
     access = path.op.access(tensor)
     words = np.ones(r.count)
@@ -156,14 +150,14 @@ def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarr
 
     def largest(sub_dims, sub_loops, _union, rows: int) -> np.ndarray:
         grid = Grid(rows, [(lp, 0) for lp in sub_loops])
-        pos = _positions(list(zip(sub_loops, grid.values, strict=True)), rows)
+        pos = positions(list(zip(sub_loops, grid.values, strict=True)), rows)
         lo, hi = interval(axis, sub_dims, pos)
         return np.where(grid.valid, hi - lo, 0).max(axis=1)
 
     if _within(axis, dims):
         closed, ok = _separable_span(axis, dims, above, r.count)
-        return _closed_or_grid(closed, ok, largest, dims, above, [])
-    return _on_grid(largest, dims, above, [], r.count)
+        return closed_or_grid(closed, ok, largest, dims, above, [])
+    return on_grid(largest, dims, above, [], r.count)
 
 
 def _within(axis: AxisRec, dims) -> bool:
@@ -188,7 +182,7 @@ def _separable_span(axis: AxisRec, dims, above, rows: int) -> tuple[np.ndarray, 
     candidates: dict[str, np.ndarray] = {}
     for d, _ in axis.terms:
         rec = dims[d]
-        step, count, nested = _progression([lp for lp in above if lp.dim == d], rows)
+        step, count, nested = progression([lp for lp in above if lp.dim == d], rows)
         ok &= nested
         step = np.maximum(step, 1)
         top = np.maximum(0, rec.size - rec.extent)
@@ -218,7 +212,7 @@ def _own(r: Rows, path: str, level: int) -> Words:
                 home, lca_depth = c.homes[t], c.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue
-            box = _box(r, op_path, t, depth)
+            box = tile_words(r, op_path, t, depth)
             own[t] = np.maximum(own[t], box) if t in own else box
     return own
 
@@ -229,7 +223,7 @@ def _lca_extent(r: Rows, tensor: str, lca: str) -> np.ndarray:
     ops = (w.producer[tensor], *w.consumers[tensor])
     out = None
     for o in ops:
-        box = _box(r, r.c.paths[o], tensor, depth + 1)
+        box = tile_words(r, r.c.paths[o], tensor, depth + 1)
         out = box if out is None else np.maximum(out, box)
     return out
 
@@ -313,7 +307,7 @@ def _check_arrays(r: Rows, out: Violations) -> None:
             last = j == len(levels) - 1
             if not last and levels[j] == levels[j + 1]:
                 continue
-            mesh = _compute_mesh(c, path) if last else _level_mesh(c.arch, levels[j],
+            mesh = compute_mesh(c, path) if last else level_mesh(c.arch, levels[j],
                                                                    levels[j + 1])
             if not mesh:
                 continue

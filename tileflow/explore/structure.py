@@ -59,7 +59,7 @@ class Structure:
         return compiled_for(self.workload, self.arch, self.template)
 
     @cached_property
-    def _columns(self) -> tuple[np.ndarray, np.ndarray]:
+    def loop_columns(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each slot sits among all loops of the tree, and every loop's default."""
         order = self.compiled.slot_of
         columns = np.array([order[(s.path, s.index)] for s in self.slots], dtype=np.int64)
@@ -70,7 +70,7 @@ class Structure:
     def all_loop_factors(self, factors: np.ndarray) -> np.ndarray:
         """Factor rows over every loop of the tree (loops without a slot keep their
         template factor)."""
-        columns, defaults = self._columns
+        columns, defaults = self.loop_columns
         if len(columns) == len(defaults) and (columns == np.arange(len(columns))).all():
             return factors
         full = np.repeat(defaults[None, :], len(factors), axis=0)

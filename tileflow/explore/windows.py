@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.explore.sums import I64, Grid, VLoop, _axis_loops, _positions, _progression
+from tileflow.explore.lattice import I64, Grid, VLoop, axis_loops, positions, progression
 
 
 def _ceil_div(a, b):
@@ -127,15 +127,15 @@ def window_volume(axis: AxisRec, dims, loops: Sequence[VLoop], union: Sequence[V
                   rows: int):
     """(sum over the steps of the axis's loops of the slice length, rows where it holds);
     `union`: spatial loops whose union of slices is counted."""
-    sub = [loops[i] for i in _axis_loops(axis, loops)]
+    sub = [loops[i] for i in axis_loops(axis, loops)]
     primary, coef = _primary(axis, sub + list(union))
     if any(lp.dim != primary for lp in union):
         return np.zeros(rows, dtype=I64), np.zeros(rows, dtype=bool)
     prim = [lp for lp in sub if lp.dim == primary]
     sec = [lp for lp in sub if lp.dim != primary]
-    step, count, ok = _progression(prim, rows)
+    step, count, ok = progression(prim, rows)
     grid = Grid(rows, [(lp, 0) for lp in sec])
-    pos = _positions(list(zip(sec, grid.values, strict=True)), rows)
+    pos = positions(list(zip(sec, grid.values, strict=True)), rows)
     win = Window(axis, dims, primary, coef, pos, 0, union)
     ok = ok & win.joined
 
@@ -152,7 +152,7 @@ def window_overlap(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
                    union: Sequence[VLoop], rows: int):
     """(sum over the advances of loop i of |slice before & slice after|, rows where it
     holds); `union` as for `window_volume`."""
-    idx = _axis_loops(axis, loops)
+    idx = axis_loops(axis, loops)
     primary, coef = _primary(axis, [loops[j] for j in idx] + list(union))
     if any(lp.dim != primary for lp in union):
         return np.zeros(rows, dtype=I64), np.zeros(rows, dtype=bool)
@@ -176,13 +176,13 @@ def window_overlap(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
         if lp.dim == primary:
             tail = tail + (lp.n - 1) * lp.stride
     prim_outer = [lp for lp in outer if lp.dim == primary]
-    step_o, count_o, ok = _progression(prim_outer, rows)
+    step_o, count_o, ok = progression(prim_outer, rows)
     if own is not None and own.dim == primary:
         shift_b, shift_a = tail, own.stride
     else:
         shift_b, shift_a = tail, np.zeros(rows, dtype=I64)
-    win_b = Window(axis, dims, primary, coef, _positions(before, rows), shift_b[:, None], union)
-    win_a = Window(axis, dims, primary, coef, _positions(after, rows), shift_a[:, None], union)
+    win_b = Window(axis, dims, primary, coef, positions(before, rows), shift_b[:, None], union)
+    win_a = Window(axis, dims, primary, coef, positions(after, rows), shift_a[:, None], union)
     ok = ok & win_b.joined & win_a.joined
 
     def common(x):
@@ -200,7 +200,7 @@ def window_overlap(axis: AxisRec, dims, loops: Sequence[VLoop], i: int,
     zero = np.zeros(rows, dtype=I64)
     if own is not None and own.dim == primary:
         # every value of the own loop but its last: all of them, less the last ones
-        step_f, count_f, ok_f = _progression([*prim_outer, own], rows)
+        step_f, count_f, ok_f = progression([*prim_outer, own], rows)
         ok &= ok_f
         total = total_over(step_f, count_f, zero)
         total = total - total_over(step_o, count_o, (own.n - 1) * own.stride)

@@ -68,18 +68,18 @@ static inline float tf_gelu(float x) {
 
 
 @dataclass
-class _Loop:
+class CLoop:
     var: str  # loop counter
     dim: str
     base: str  # name of the dim's index after this loop
 
 
 @dataclass
-class _Scope:
+class CScope:
     """What is open at a point of the nest: loops, current base index per dim."""
 
     bases: dict[str, str] = field(default_factory=dict)
-    loops: list[_Loop] = field(default_factory=list)
+    loops: list[CLoop] = field(default_factory=list)
     parallel: bool = False
     origins: dict[str, list[str]] = field(default_factory=dict)  # local tensor -> names
     init_depth: dict[str, int] = field(default_factory=dict)  # tensor -> len(loops) at init
@@ -89,8 +89,8 @@ class _Scope:
     accumulator: _Accumulator | None = None  # the register tile open here
     acc_vars: dict[tuple[str, int], str] = field(default_factory=dict)  # its loops' counters
 
-    def copy(self) -> _Scope:
-        return _Scope(dict(self.bases), list(self.loops), self.parallel, dict(self.origins),
+    def copy(self) -> CScope:
+        return CScope(dict(self.bases), list(self.loops), self.parallel, dict(self.origins),
                       dict(self.init_depth), self.threads, dict(self.max_base),
                       self.accumulator, dict(self.acc_vars))
 
@@ -158,10 +158,10 @@ def generate_c(nest: Nest, threads: bool = True, style: str = "registers") -> Ke
     `style`: one of STYLES."""
     if style not in STYLES:
         raise ValueError(f"unknown kernel style '{style}' (one of {', '.join(STYLES)})")
-    return _Generator(nest, threads, registers=style == "registers").run()
+    return CGenerator(nest, threads, registers=style == "registers").run()
 
 
-class _Generator:
+class CGenerator:
     def __init__(self, nest: Nest, threads: bool, registers: bool = False):
         self.nest, self.w, self.threads = nest, nest.workload, threads
         self.registers = registers
@@ -188,7 +188,7 @@ class _Generator:
         w = self.w
         args = tuple(t for t in w.tensors if t not in self.local)
         body_start = len(self.lines)
-        scope = _Scope(bases={d: "0" for d in w.sizes})
+        scope = CScope(bases={d: "0" for d in w.sizes})
         for op in w.ops:  # final outputs that accumulate start from the update's identity
             t = op.output.tensor
             if op.accumulates and t not in self.buffers:
@@ -214,7 +214,7 @@ class _Generator:
 
     # -- tiles and loops -------------------------------------------------------------------
 
-    def tile(self, path: str, tile: Tile, scope: _Scope, depth: int) -> None:
+    def tile(self, path: str, tile: Tile, scope: CScope, depth: int) -> None:
         scope = scope.copy()
         closers: list[_Accumulator | None] = []
         level = self.nest.plan.arch.level_index[tile.level]
@@ -254,7 +254,7 @@ class _Generator:
                 scope.max_base[lp.dim] = self.static_trip(path, j, lp, ops_below,
                                                           scope.max_base)[1]
             scope.bases[lp.dim] = new
-            scope.loops.append(_Loop(var, lp.dim, new))
+            scope.loops.append(CLoop(var, lp.dim, new))
             if scope.accumulator is not None:
                 scope.acc_vars[(path, j)] = var
             closers.append(started)
@@ -273,7 +273,7 @@ class _Generator:
                 depth -= 1
                 self.emit("}", depth)
 
-    def bounds(self, path: str, j: int, lp, ops_below, scope: _Scope, depth: int):
+    def bounds(self, path: str, j: int, lp, ops_below, scope: CScope, depth: int):
         """Names and bounds of one loop: the counter runs over [lo, hi), the steps that some
         operator below needs (clipped at the dim's size, shifted starts included); emits
         `hi`. Returns (counter, lo, hi, index name, stride, base index)."""
@@ -290,7 +290,7 @@ class _Generator:
                   f"TF_CEILDIV({self.w.sizes[lp.dim] - low} - {base}, {stride}));", depth)
         return var, lo, hi, new, stride, base
 
-    def unrolled(self, scope: _Scope, path: str, j: int) -> bool:
+    def unrolled(self, scope: CScope, path: str, j: int) -> bool:
         """Whether a loop of the open accumulator is unrolled whole: one over its output
         inside the accumulator's innermost reduction loop, of at most UNROLL_WORDS elements
         in all, so that the compiler keeps each element in a register."""
@@ -333,7 +333,7 @@ class _Generator:
         return (last is not None and last.is_plain and last.terms[0][0] == dim
                 and dim not in op.reduction_dims)
 
-    def register_tile(self, path: str, tile: Tile, scope: _Scope) -> _Accumulator | None:
+    def register_tile(self, path: str, tile: Tile, scope: CScope) -> _Accumulator | None:
         """The register tile of the one accumulating operator below `tile`, where there is
         one: the innermost run of its loops (down to the statement) that are reductions or
         constant-trip loops over its output (those, at most ACCUMULATOR_WORDS elements, are
@@ -387,12 +387,12 @@ class _Generator:
         return _Accumulator(self.fresh("acc"), op.name, (taken[0][0], taken[0][1]), kept,
                             tuple(op.output.dims), inner_all)
 
-    def open_accumulator(self, acc: _Accumulator, scope: _Scope, depth: int) -> None:
+    def open_accumulator(self, acc: _Accumulator, scope: CScope, depth: int) -> None:
         self.emit("{", depth)
         self.emit(f"float {acc.name}[{acc.words}] __attribute__((aligned(64)));", depth + 1)
         self.move_accumulator(acc, scope, depth + 1, store=False)
 
-    def move_accumulator(self, acc: _Accumulator, scope: _Scope, depth: int,
+    def move_accumulator(self, acc: _Accumulator, scope: CScope, depth: int,
                          store: bool) -> None:
         """Copy the accumulator's output elements in (before its loops) or back (after),
         indexed from the bases where its outermost loop starts."""
@@ -409,7 +409,7 @@ class _Generator:
         move = f"{out} = {cell};" if store else f"{cell} = {out};"
         self.emit("".join(loops) + move, depth)
 
-    def start_intermediate(self, t: str, scope: _Scope, depth: int) -> None:
+    def start_intermediate(self, t: str, scope: CScope, depth: int) -> None:
         """At each step of the common ancestor: where the tensor's slice starts, and (when
         its producer accumulates) the slice reset to the update's identity."""
         b = self.buffers[t]
@@ -445,12 +445,12 @@ class _Generator:
                       f" ++{v})", depth)
             depth += 1
             index.append(v)
-        self.emit(f"{t}[{_flat(index, pitched(shape))}] = {value};", depth)
+        self.emit(f"{t}[{flat_index(index, pitched(shape))}] = {value};", depth)
         del depth0
 
     # -- leaves ----------------------------------------------------------------------------
 
-    def leaf(self, op: Operator, scope: _Scope, depth: int) -> None:
+    def leaf(self, op: Operator, scope: CScope, depth: int) -> None:
         w = self.w
         conditions = self.leaf_conditions(scope)
         g = {}
@@ -494,16 +494,16 @@ class _Generator:
             stmt = f"if ({' && '.join(conditions)}) {stmt}"
         self.emit(f"{stmt}  /* {op.name}: {op} */", depth)
 
-    def leaf_conditions(self, scope: _Scope) -> list[str]:
+    def leaf_conditions(self, scope: CScope) -> list[str]:
         return []
 
-    def _loose(self, op: Operator, d: str, scope: _Scope) -> bool:
+    def _loose(self, op: Operator, d: str, scope: CScope) -> bool:
         """Whether a loop over `d` was bounded for a different start than this operator's."""
         mine = self.nest.shift(op.name, d)
         return any(self.nest.shift(o.name, d) != mine for o in self.w.ops
                    if d in o.dims) and any(lp.dim == d for lp in scope.loops)
 
-    def address(self, a: Access, g: dict[str, str], scope: _Scope) -> tuple[str, list[str]]:
+    def address(self, a: Access, g: dict[str, str], scope: CScope) -> tuple[str, list[str]]:
         """The C lvalue of an access, and the guards keeping it inside the tensor (padding)."""
         shape = self.w.shapes[a.tensor]
         values, guards = [], []
@@ -518,8 +518,8 @@ class _Generator:
         b = self.buffers.get(a.tensor)
         if b is not None and b.local:
             local = [f"({v} - {o})" for v, o in zip(values, scope.origins[a.tensor], strict=True)]
-            return f"{a.tensor}_local[{_flat(local, pitched(b.extents))}]", guards
-        return f"{a.tensor}[{_flat(values, pitched(shape))}]", guards
+            return f"{a.tensor}_local[{flat_index(local, pitched(b.extents))}]", guards
+        return f"{a.tensor}[{flat_index(values, pitched(shape))}]", guards
 
 
 def _ops(tile: Tile) -> list[str]:
@@ -528,7 +528,7 @@ def _ops(tile: Tile) -> list[str]:
     return list(ops_under(tile))
 
 
-def _flat(index: list[str], extents) -> str:
+def flat_index(index: list[str], extents) -> str:
     """Row-major offset of `index` in an array of `extents` (as C, in long arithmetic)."""
     text = ""
     for i, (v, e) in enumerate(zip(index, extents, strict=True)):

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from tileflow.analysis.prepare import Plan, prepare
-from tileflow.analysis.resources import _box
+from tileflow.analysis.resources import tile_words
 from tileflow.cost import Result, evaluate
 from tileflow.kernels.boundary import crossing, inbound_words
 from tileflow.specs.arch import Architecture
@@ -50,7 +50,7 @@ def buffer_words(plan: Plan) -> dict[str, float]:
             at = _position(op_path, lca)
             if at is not None and t in op_path.op.tensors:
                 step = min(at + 1, len(op_path.tiles) - 1)
-                out[t] = max(out.get(t, 0.0), _box(plan, op_path, t, step))
+                out[t] = max(out.get(t, 0.0), tile_words(plan, op_path, t, step))
     return out
 
 
@@ -74,7 +74,7 @@ def working_set_words(w: Workload, arch: Architecture, flow: Dataflow) -> dict[s
                 if t in plan.lca and (plan.lca[t] + ".").startswith(path + "."):
                     need[t] = buffers[t]
                 else:
-                    need[t] = max(need.get(t, 0.0), _box(plan, op_path, t, at))
+                    need[t] = max(need.get(t, 0.0), tile_words(plan, op_path, t, at))
         out[path] = sum(need.values())
     return out
 

@@ -15,7 +15,6 @@ import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
-from tileflow.calibrate.latency import boundaries, words_column
 from tileflow.cost import Result, evaluate, evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
@@ -24,6 +23,7 @@ from tileflow.kernels.boundary import boundary_words, inbound_words
 from tileflow.kernels.c_source import generate_c
 from tileflow.kernels.cache_view import cache_view_words
 from tileflow.kernels.cachegrind import geometry, measure, valgrind_missing
+from tileflow.kernels.columns import boundaries, words_column
 from tileflow.kernels.cpu import build_checked
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.timing import environment, time_kernel

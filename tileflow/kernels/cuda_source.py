@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from tileflow.kernels.c_source import INIT, _flat, _Generator, _Loop, _Scope, pitched
+from tileflow.kernels.c_source import INIT, CGenerator, CLoop, CScope, flat_index, pitched
 from tileflow.kernels.nest import Nest
 from tileflow.tree import Op, Tile, ops_under
 
@@ -58,7 +58,7 @@ def generate_cuda(nest: Nest, prefix: str = "tf", stage_inputs: bool = True) -> 
     return _CudaGenerator(nest, prefix, stage_inputs).build()
 
 
-class _CudaGenerator(_Generator):
+class _CudaGenerator(CGenerator):
     def __init__(self, nest: Nest, prefix: str, stage_inputs: bool = True):
         super().__init__(nest, threads=True)
         self.prefix = prefix
@@ -101,7 +101,7 @@ class _CudaGenerator(_Generator):
             self.lines, self.grid, self.thread_product = [], [], 1
             self._parent_level = -1
             name = f"{self.prefix}_stage{k}"
-            scope = _Scope(bases={d: "0" for d in w.sizes})
+            scope = CScope(bases={d: "0" for d in w.sizes})
             for t in w.tensors:
                 if t in self.buffers or any(o.output.tensor == t and o.accumulates
                                             for o in w.ops):
@@ -141,7 +141,7 @@ class _CudaGenerator(_Generator):
 
     # -- loops mapped onto blocks, threads or kept in each thread ----------------------------
 
-    def tile(self, path: str, tile: Tile, scope: _Scope, depth: int,
+    def tile(self, path: str, tile: Tile, scope: CScope, depth: int,
              covers: set[str] | None = None) -> None:
         scope = scope.copy()
         opened = 0
@@ -191,7 +191,7 @@ class _CudaGenerator(_Generator):
             opened += 1
             self.emit(f"const int {new} = {base} + {var} * {stride};", depth)
             scope.bases[lp.dim] = new
-            scope.loops.append(_Loop(var, lp.dim, new))
+            scope.loops.append(CLoop(var, lp.dim, new))
         if self.grid:
             scope.parallel = True
         for t in self.lca_of.get(path, []):
@@ -230,7 +230,7 @@ class _CudaGenerator(_Generator):
                         for u in self._stage_locals if u not in self.scratch)
                     + sum(words for _, words in self._stage_tiles))
 
-    def _stage_inputs(self, path: str, tile: Tile, scope: _Scope, depth: int) -> list[str]:
+    def _stage_inputs(self, path: str, tile: Tile, scope: CScope, depth: int) -> list[str]:
         """Where the tree keeps an operator's tile at the SM level (the first SM-level tile
         on its path, one operator below, no thread loop open yet): each input in global
         memory whose indices are plain dims is loaded by the block's threads together into
@@ -283,7 +283,7 @@ class _CudaGenerator(_Generator):
                 index.insert(0, g)
                 inside.insert(0, f"{g} >= 0 && {g} < {self.w.shapes[t][axis]}")
             self.emit(f"    {array}[{z}] = ({' && '.join(inside)}) ? "
-                      f"{t}[{_flat(index, pitched(self.w.shapes[t]))}] : 0.0f;", depth)
+                      f"{t}[{flat_index(index, pitched(self.w.shapes[t]))}] : 0.0f;", depth)
             self.emit("}", depth)
             self.staged[t] = (origins, extents, array)
             staged.append(t)
@@ -303,7 +303,7 @@ class _CudaGenerator(_Generator):
         origins, extents, array = self.staged[a.tensor]
         values = [g[ax.terms[0][0]] for ax in a.axes]
         local = [f"({v} - {o})" for v, o in zip(values, origins, strict=True)]
-        return f"{array}[{_flat(local, extents)}]", guards
+        return f"{array}[{flat_index(local, extents)}]", guards
 
     def _register_tile(self, tile: Tile) -> bool:
         """A tile holding one accumulating operator whose loops (of more than one step) are
@@ -342,11 +342,11 @@ class _CudaGenerator(_Generator):
             node = node.children[0]
         return total
 
-    def leaf_conditions(self, scope: _Scope) -> list[str]:
+    def leaf_conditions(self, scope: CScope) -> list[str]:
         """Outside the threads' register tiles, one thread of the block computes."""
         return [] if scope.threads else ["tid == 0"]
 
-    def start_intermediate(self, t: str, scope: _Scope, depth: int) -> None:
+    def start_intermediate(self, t: str, scope: CScope, depth: int) -> None:
         b = self.buffers[t]
         producer = self.w.op_by_name[self.w.producer[t]]
         origins = []

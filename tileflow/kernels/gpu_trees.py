@@ -12,7 +12,7 @@ import numpy as np
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.dataflows.chain import Roles
-from tileflow.kernels.trees import _loops, divisors
+from tileflow.kernels.trees import divisors, shuffled_loops
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile
@@ -90,7 +90,7 @@ def random_gpu_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
                     reg_loops = (Loop(d, f),)
                     rest[d] //= f
             node = Tile(reg, reg_loops, (node,), name=f"{op.name}-reg")
-        stages.append(Tile(levels[core], _loops(rng, rest) + tuple(thread_loops), (node,),
+        stages.append(Tile(levels[core], shuffled_loops(rng, rest) + tuple(thread_loops), (node,),
                            name=f"{op.name}-smem"))
     root = Tile(levels[0], tuple(outer) + tuple(spatial), tuple(stages), "Seq", name="rows")
     return Dataflow(root, name)

@@ -56,7 +56,7 @@ def _split(rng: np.random.Generator, n: int, parts: int) -> list[int]:
     return [*out, n]
 
 
-def _loops(rng: np.random.Generator, factors: dict[str, int]) -> tuple[Loop, ...]:
+def shuffled_loops(rng: np.random.Generator, factors: dict[str, int]) -> tuple[Loop, ...]:
     dims = [d for d, f in factors.items() if f > 1]
     order = rng.permutation(len(dims)) if dims else []
     return tuple(Loop(dims[i], factors[dims[i]]) for i in order)
@@ -98,10 +98,10 @@ def random_chain_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
                     name=f"{op.name}-reg")
         levels = below or [caches[fused_at]]
         for level, factors in reversed(list(zip(levels, per_level, strict=True))):
-            node = Tile(level, _loops(rng, factors), (node,), name=f"{op.name}-{level}")
+            node = Tile(level, shuffled_loops(rng, factors), (node,), name=f"{op.name}-{level}")
         stages.append(node)
-    body = Tile(caches[fused_at], _loops(rng, fused), tuple(stages), "Seq", name="fused")
-    root = Tile(names[0], _loops(rng, outer), (body,), name="rows")
+    body = Tile(caches[fused_at], shuffled_loops(rng, fused), tuple(stages), "Seq", name="fused")
+    root = Tile(names[0], shuffled_loops(rng, outer), (body,), name="rows")
     return Dataflow(root, name)
 
 

@@ -30,7 +30,7 @@ def parse_dataflow(data: Field) -> Dataflow:
 
 
 def _line_of(value: Field, parent: Field, key) -> int:
-    place = parent._line(key) or "line 1"
+    place = parent.line_label(key) or "line 1"
     return int(place.split()[1])
 
 

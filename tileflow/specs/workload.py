@@ -224,7 +224,7 @@ def parse_workload(
     shapes = _shapes(workload, data, {**params, **sizes})
     lines = {}
     for key in data.keys():
-        line = data._line(key)
+        line = data.line_label(key)
         if line:
             lines[str(key)] = int(line.split()[1])
     workload = Workload(workload.name, workload.ops, sizes, shapes, data.source, lines)

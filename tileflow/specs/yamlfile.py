@@ -135,7 +135,8 @@ class Field:
     path: str = ""
     line: int | None = None  # 0-based line of this value, when its parent knows it
 
-    def _line(self, key: Any = None) -> str | None:
+    def line_label(self, key: Any = None) -> str | None:
+        """'line N' of this value (or of its entry `key`), when the file knows it."""
         lc = getattr(self.data, "lc", None)
         if lc is None:
             return f"line {self.line + 1}" if self.line is not None else None
@@ -154,7 +155,7 @@ class Field:
 
     def where(self, key: Any = None) -> str:
         name = self._child_path(key) if key is not None else self.path or "top level"
-        line = self._line(key)
+        line = self.line_label(key)
         return f"{line} ({name})" if line else name
 
     def _child_path(self, key: Any) -> str:
