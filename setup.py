@@ -1,6 +1,6 @@
 """Build configuration beyond pyproject.toml: the repository's top-level folders of shipped
 YAML files (accelerators/, workloads/, dataflows/, search/) go into the package as
-`tileflow/_data/<folder>/`, where `tileflow.resources` finds them in an installed copy."""
+`tileflow/_data/<folder>/`, where `tileflow.shipped` finds them in an installed copy."""
 
 from setuptools import find_packages, setup
 

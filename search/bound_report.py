@@ -34,9 +34,9 @@ def fastest_at_bound(w, arch, level: str, bound_flow_factors, name: str):
 
     import numpy as np
 
-    from tileflow.explore import bound as b
-    from tileflow.explore.batch import evaluate_batch
-    from tileflow.explore.sweep import bound_structures
+    from tileflow.evaluator.batch import evaluate_batch
+    from tileflow.explore.structures import bound as b
+    from tileflow.explore.sweeps.sweep import bound_structures
 
     s = dict(bound_structures(w, arch, level))[name]
     outer = b.outer_slots(s, level)

@@ -7,7 +7,7 @@ The space: every assignment of divisor factors to the structure's loops (loop or
 each dimension's factors multiplying exactly to its size, spatial factors within each
 tile's fan-out). `--lanes` holds the vector stages' spatial factors along the score columns
 at the lane count (fewer lanes only add vector steps), a smaller space. The branch and bound
-(`tileflow.explore.exhaustive.branch_and_bound`) accounts for every point but evaluates only
+(`tileflow.explore.factors.exhaustive.branch_and_bound`) accounts for every point but evaluates only
 those whose lower bound on the cycles is below the best found so far, so the optimum is that
 of the whole space; `--every-point` evaluates every point instead. Progress is saved after
 each product of the space to `--checkpoint`: run the same command again to go on after an
@@ -26,15 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tileflow.cost import evaluate  # noqa: E402
 from tileflow.dataflows import build  # noqa: E402
-from tileflow.explore.exhaustive import (  # noqa: E402
+from tileflow.evaluator.structure import structure_of  # noqa: E402
+from tileflow.explore.factors.exhaustive import (  # noqa: E402
     Enumeration,
     branch_and_bound,
     divisor_optimum,
     lane_restriction,
     space_size,
 )
-from tileflow.explore.space import Space, divisor_products  # noqa: E402
-from tileflow.explore.structure import structure_of  # noqa: E402
+from tileflow.explore.factors.space import Space, divisor_products  # noqa: E402
 from tileflow.specs.arch import load_arch  # noqa: E402
 from tileflow.specs.workload import load_workload  # noqa: E402
 

@@ -41,7 +41,7 @@ def compute_bound(r: dict) -> float:
 
 def sizes(rows: list[dict]) -> list[str]:
     out = ["## The space, per study", "",
-           "Counted by `tileflow.explore.structure_space.space_size`: fusion tables (each "
+           "Counted by `tileflow.explore.structures.structure_space.space_size`: fusion tables (each "
            "operator fused into another or none, at a level), those the rules reject (fused "
            "into an earlier operator, cycles between fused groups, duplicates of a tree already "
            "counted), the distinct fusion trees, primitives per multi-child tile (`Para` over "
@@ -84,7 +84,7 @@ def exhaustive(ex: dict, conv: dict | None = None) -> list[str]:
                 "about 0.1-0.25 s a group here whatever its size, where the enumeration "
                 "evaluates blocks of up to 65,536 rows. Half of that work was the search's "
                 "pruning bounds evaluating whole points to read their footprints; they now "
-                "compute footprints alone (`tileflow.explore.batch.footprint_words`), which "
+                "compute footprints alone (`tileflow.evaluator.batch.footprint_words`), which "
                 "halved the time of the seed's tile-factor fits in a profile (six fits of 64 "
                 "evaluations: 43 s before, 23 s after, the same results). A whole seed "
                 "took 164 s before (one seed, the previous report) and "
@@ -234,7 +234,7 @@ def _flow_of(r: dict):
 def placement(r: dict) -> list[str]:
     """In words: what runs as a pipeline (or at once), and where each intermediate stays
     (its home: the level of the lowest tile holding its producer and consumers)."""
-    from tileflow.explore.compiled import compiled_for
+    from tileflow.evaluator.compiled import compiled_for
     from tileflow.tree import Op, Tile, walk
 
     w, arch, flow = _flow_of(r)
@@ -268,9 +268,9 @@ def placement(r: dict) -> list[str]:
 
 def timeline_figure(r: dict) -> str:
     """search/timeline-GROUP-SHAPE.png: the first steps of the found dataflow, each tile's
-    loads and stores and each operator on its unit (`tileflow.explore.timeline`)."""
+    loads and stores and each operator on its unit (`tileflow.explore.studies.timeline`)."""
     from tileflow.cost import evaluate
-    from tileflow.explore import timeline
+    from tileflow.explore.studies import timeline
     from tileflow.outputs import write_atomic
 
     w, arch, flow = _flow_of(r)

@@ -21,8 +21,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tileflow.explore.config import load_config  # noqa: E402
-from tileflow.explore.session import explore  # noqa: E402
+from tileflow.explore.studies.config import load_config  # noqa: E402
+from tileflow.explore.studies.session import explore  # noqa: E402
 
 GROUPS = [("attention-edge", [f"G{i}" for i in range(1, 13)]),
           ("attention-cloud", [f"G{i}" for i in range(1, 13)]),

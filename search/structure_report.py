@@ -36,17 +36,17 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from tileflow.explore.config import load_config  # noqa: E402
-from tileflow.explore.fitness import measure, random_fit  # noqa: E402
-from tileflow.explore.genetic import GAConfig, search  # noqa: E402
-from tileflow.explore.session import explore  # noqa: E402
-from tileflow.explore.structure_space import (  # noqa: E402
+from tileflow.explore.structures.fitness import measure, random_fit  # noqa: E402
+from tileflow.explore.structures.genetic import GAConfig, search  # noqa: E402
+from tileflow.explore.structures.structure_space import (  # noqa: E402
     SpaceOptions,
     StructureSpace,
     space_size,
     structures,
 )
-from tileflow.explore.tilings import Tilings  # noqa: E402
+from tileflow.explore.structures.tilings import Tilings  # noqa: E402
+from tileflow.explore.studies.config import load_config  # noqa: E402
+from tileflow.explore.studies.session import explore  # noqa: E402
 from tileflow.outputs import save_figure, write_text_atomic  # noqa: E402
 from tileflow.specs.arch import load_arch  # noqa: E402
 from tileflow.specs.workload import load_workload  # noqa: E402
@@ -118,9 +118,9 @@ def exhaustive_seed(ex: dict, seed: int, key: str = "exhaustive", top: int = 8) 
     """The explorer on the enumerated space: the genetic search (fitness: MCTS over exact
     divisor tilings), then MCTS on its `top` structures with `refine` evaluations each, as
     `tileflow explore` hands its best structures to the tile-factor study."""
-    from tileflow.explore.search import search as tile_search
-    from tileflow.explore.space import Limits, Space
-    from tileflow.explore.structure_study import tile_fit
+    from tileflow.explore.factors.space import Limits, Space
+    from tileflow.explore.studies.structure_study import tile_fit
+    from tileflow.explore.tilesearch.search import search as tile_search
 
     workload, sizes, _, refine, _ = CASES[key]
     w, arch = load_workload(workload, sizes), load_arch("edge")
@@ -268,7 +268,7 @@ def plot_methods(runs: dict, path: Path, title: str, reference: float | None) ->
 
 
 def one_study(group: str, shape: str, evaluations: int, genetic: dict | None) -> dict:
-    from tileflow.explore.outputs import describe
+    from tileflow.explore.studies.outputs import describe
 
     changes = {"budget_evals": evaluations, "budget_seconds": None}
     if genetic:

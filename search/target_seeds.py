@@ -27,9 +27,9 @@ sys.path.insert(0, str(HERE))
 
 from exhaustive import restricted_space  # noqa: E402
 
-from tileflow.explore.fit import closed_form_tiles, warm_rows  # noqa: E402
-from tileflow.explore.search import search  # noqa: E402
-from tileflow.explore.space import Space  # noqa: E402
+from tileflow.explore.factors.space import Space  # noqa: E402
+from tileflow.explore.tilesearch.fit import closed_form_tiles, warm_rows  # noqa: E402
+from tileflow.explore.tilesearch.search import search  # noqa: E402
 
 
 def run_seed(space: Space, method: str, seed: int, seconds: float | None, optimum: float,

@@ -291,9 +291,9 @@ def test_ctrl_c_exits_130_without_traceback():
     lines = []
     for line in proc.stderr:
         lines.append(line)
-        if line.rstrip().endswith("| tileflow.bench"):
+        if line.rstrip().endswith("| tileflow.commands.bench"):
             break
-    assert lines and lines[-1].rstrip().endswith("| tileflow.bench"), "".join(lines[-5:])
+    assert lines and lines[-1].rstrip().endswith("| tileflow.commands.bench"), "".join(lines[-5:])
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
@@ -306,7 +306,7 @@ def test_interrupted_report_leaves_only_complete_files(tmp_path, monkeypatch):
     complete, the second plot and the report are absent, and no temporary file is left."""
     import matplotlib.figure
 
-    from tileflow.experiments import run_studies, write_report
+    from tileflow.commands.experiments import run_studies, write_report
 
     frame = run_studies([("edge", ["G4"]), ("cloud", ["G4"])], progress=False)
     real_savefig = matplotlib.figure.Figure.savefig

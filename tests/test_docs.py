@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tileflow.errors import InputError
-from tileflow.explore.config import parse_config
-from tileflow.explore.sweep_config import parse_sweep
-from tileflow.reference import FILES, markdown
+from tileflow.explore.studies.config import parse_config
+from tileflow.explore.sweeps.sweep_config import parse_sweep
 from tileflow.specs.arch import parse_arch
 from tileflow.specs.dataflow import parse_dataflow
+from tileflow.specs.reference import FILES, markdown
 from tileflow.specs.workload import parse_workload
 from tileflow.specs.yamlfile import Field
 
@@ -98,7 +98,7 @@ def test_every_section_is_probed():
 
 def test_reference_is_generated_from_the_key_tables():
     assert (DOCS / "reference.md").read_text() == markdown(), (
-        "docs/reference.md is stale: run `python -m tileflow.reference docs/reference.md`")
+        "docs/reference.md is stale: run `python -m tileflow.specs.reference docs/reference.md`")
 
 
 def test_every_key_has_type_unit_default_and_meaning():

@@ -9,8 +9,8 @@ import json
 import pytest
 from test_cli import tileflow
 
+from tileflow.commands.report import run_title
 from tileflow.outputs import write_atomic, write_text_atomic
-from tileflow.report import run_title
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 

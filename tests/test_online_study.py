@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tileflow.online_study import BEGIN, END, section, write_online
+from tileflow.commands.online_study import BEGIN, END, section, write_online
 
 
 def _frame() -> pd.DataFrame:

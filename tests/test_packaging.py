@@ -106,7 +106,7 @@ def test_wheel_carries_every_shipped_file(installed):
 
 def test_installed_tileflow_runs_from_another_folder(installed):
     where = _run(installed["bin"] / "python", "-c",
-                 "import tileflow.resources as r; print(r.folder('accelerators'))",
+                 "import tileflow.shipped as r; print(r.folder('accelerators'))",
                  cwd=installed["cwd"], env=installed["env"])
     assert "site-packages" in where.stdout and str(REPO) not in where.stdout
     proc = _run(installed["bin"] / "tileflow", "compare", "--arch", "edge", "--workload",

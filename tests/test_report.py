@@ -10,15 +10,15 @@ import matplotlib
 import pytest
 from test_cli import REPO, tileflow
 
-from tileflow.cost import evaluate
-from tileflow.dataflows import baselines_for, build
-from tileflow.report import (
+from tileflow.commands.report import (
     INVALID_LABEL,
     comparison_figure,
     comparison_rows,
     comparison_table,
     violation_reason,
 )
+from tileflow.cost import evaluate
+from tileflow.dataflows import baselines_for, build
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 

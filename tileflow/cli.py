@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tileflow.commands.sweep import add_sweep_parser, cmd_sweep
 from tileflow.errors import InputError
-from tileflow.sweep_command import add_sweep_parser, cmd_sweep
 
 EXAMPLES = """examples:
   tileflow compare --arch edge --workload attention
@@ -212,7 +212,7 @@ def _load(args):
 
 def _run_title(args, workload, arch) -> str:
     """The run in words (workload, preset, sizes, accelerator), for tables and plot titles."""
-    from tileflow.report import run_title
+    from tileflow.commands.report import run_title
     from tileflow.specs.workload import resolve_workload
 
     preset = resolve_workload(args.workload, args.preset)[1]
@@ -220,7 +220,7 @@ def _run_title(args, workload, arch) -> str:
 
 
 def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
-    from tileflow import resources
+    from tileflow import shipped as resources
     from tileflow.interop.files import load_dataflow_any
     from tileflow.specs.dataflow import check_operators
     from tileflow.specs.yamlfile import given
@@ -250,15 +250,17 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     factors fitted by the tile search under the baseline's own rule (`compare`). An error of
     fit (the workload's shape) names the workload file."""
     from tileflow.analysis.prepare import prepare
+    from tileflow.analysis.workbound import check_enumeration
     from tileflow.dataflows import build
-    from tileflow.explore.compiled import ConstantIndex
-    from tileflow.workbound import check_enumeration
+    from tileflow.evaluator.compiled import ConstantIndex
 
     try:
         flow = build(name, workload, arch, tiles)
         if not fit or tiles:
             return flow
-        from tileflow.explore.fit import fit_baseline  # the tile search: only for `compare`
+        from tileflow.explore.tilesearch.fit import (
+            fit_baseline,  # the tile search: only for `compare`
+        )
 
         check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
         try:
@@ -275,9 +277,9 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
 
 def _evaluate(flow, workload, arch, **kw):
     from tileflow.analysis.prepare import InvalidDataflow, prepare
-    from tileflow.cost import evaluate
+    from tileflow.analysis.workbound import check_enumeration
+    from tileflow.cost.model import evaluate
     from tileflow.specs.dataflow import locate
-    from tileflow.workbound import check_enumeration
 
     try:
         check_enumeration(prepare(workload, arch, flow))
@@ -288,7 +290,7 @@ def _evaluate(flow, workload, arch, **kw):
         where = located.where if flow.source else located.where or workload.place("ops")
         raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
                          source, where) from None
-    except InputError as exc:  # a size bound of the model (tileflow.workbound)
+    except InputError as exc:  # a size bound of the model (tileflow.analysis.workbound)
         if exc.source:
             raise
         if flow.source:
@@ -331,8 +333,8 @@ def _print_json(value) -> None:
 
 
 def cmd_evaluate(args) -> int:
+    from tileflow.commands.report import summary
     from tileflow.outputs import YAML_SUFFIXES, check_output_file
-    from tileflow.report import summary
     from tileflow.tree import render
 
     if args.save_dataflow:
@@ -346,7 +348,7 @@ def cmd_evaluate(args) -> int:
 
         save_dataflow(flow, args.save_dataflow)
     if args.csv:
-        from tileflow.report import write_csv
+        from tileflow.commands.report import write_csv
 
         write_csv(result.frame(), args.csv)
     if args.json:
@@ -362,7 +364,7 @@ def cmd_evaluate(args) -> int:
             print(result.latency_frame()[["tile", "load_cycles", "inner_cycles",
                                           "store_cycles", "fill_drain_cycles",
                                           "cycles"]].to_string(index=False))
-            from tileflow.cost_components import components_table
+            from tileflow.cost.components import components_table
 
             print("\nper component (energy; area where the file names technology_nm):")
             print(components_table(result.components))
@@ -370,9 +372,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from tileflow.dataflows import baselines_for
-    from tileflow.outputs import PLOT_SUFFIXES, check_output_file
-    from tileflow.report import (
+    from tileflow.commands.report import (
         comparison_frame,
         comparison_json,
         comparison_plot,
@@ -380,6 +380,8 @@ def cmd_compare(args) -> int:
         default_plot_name,
         write_csv,
     )
+    from tileflow.dataflows import baselines_for
+    from tileflow.outputs import PLOT_SUFFIXES, check_output_file
 
     if args.plot and not args.no_plot:
         check_output_file(args.plot, PLOT_SUFFIXES, "--plot")
@@ -432,7 +434,7 @@ def cmd_bench_kernels(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tileflow.bench import run_bench
+    from tileflow.commands.bench import run_bench
 
     if not (math.isfinite(args.seconds) and 0 < args.seconds <= 3600):
         raise InputError(f"--seconds must be a number of seconds from 0 to 3600, got "
@@ -495,8 +497,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from tileflow.experiments import run_studies, write_report
-    from tileflow.online_study import run_online, write_online
+    from tileflow.commands.experiments import run_studies, write_report
+    from tileflow.commands.online_study import run_online, write_online
     from tileflow.outputs import check_output_folder
 
     check_output_folder(args.out, "--out")
@@ -600,7 +602,7 @@ def add_explore_parser(sub) -> None:
 def _explore_config(name: str) -> Path:
     """A config file, or a shipped study by its name under search/ (`quick`,
     `attention-edge/G3`): an installed copy runs them from any folder."""
-    from tileflow import resources
+    from tileflow import shipped as resources
     from tileflow.specs.yamlfile import given
 
     path = Path(name)
@@ -622,10 +624,10 @@ def cmd_explore(args) -> int:
     import dataclasses
     import math
 
-    from tileflow.explore.config import MAX_EVALUATIONS, check_against, load_config
-    from tileflow.explore.inputs import check_out, check_storage
-    from tileflow.explore.outputs import write_all
-    from tileflow.explore.session import explore
+    from tileflow.explore.studies.config import MAX_EVALUATIONS, check_against, load_config
+    from tileflow.explore.studies.outputs import write_all
+    from tileflow.explore.studies.session import explore
+    from tileflow.output_checks import check_out, check_storage
 
     config = load_config(_explore_config(args.config))
     for flag, value, low in (("--budget-evals", args.budget_evals, 1),

@@ -91,6 +91,10 @@ MOVES: tuple[tuple[str, str], ...] = (
     ("tileflow/explore/outputs.py", "tileflow/explore/studies/outputs.py"),
     ("tileflow/explore/pareto.py", "tileflow/explore/studies/pareto.py"),
     ("tileflow/explore/timeline.py", "tileflow/explore/studies/timeline.py"),
+    ("tileflow/explore/storage.py", "tileflow/explore/studies/storage.py"),
+    ("tileflow/explore/workers.py", "tileflow/explore/studies/workers.py"),
+    # checks of output folders and storage URLs before any work (explore, sweep, import)
+    ("tileflow/explore/inputs.py", "tileflow/output_checks.py"),
     # layer 5: sweeps (`tileflow sweep`)
     ("tileflow/explore/sweep.py", "tileflow/explore/sweeps/sweep.py"),
     ("tileflow/explore/sweep_config.py", "tileflow/explore/sweeps/sweep_config.py"),

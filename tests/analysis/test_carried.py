@@ -299,8 +299,8 @@ def test_the_batched_evaluator_hands_carried_state_to_the_scalar_model():
     names the reason and evaluates such structures row by row (equal to the scalar model)."""
     import numpy as np
 
-    from tileflow.explore.batch import evaluate_batch, scalar_only
-    from tileflow.explore.structure import structure_of
+    from tileflow.evaluator.batch import evaluate_batch, scalar_only
+    from tileflow.evaluator.structure import structure_of
 
     w = online()
     structure = structure_of(w, ARCH, flash_tree())

@@ -12,8 +12,8 @@ from helpers import GEMM, small_arch, workload
 
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
-from tileflow.explore.batch import evaluate_batch, scalar_only
-from tileflow.explore.structure import structure_of
+from tileflow.evaluator.batch import evaluate_batch, scalar_only
+from tileflow.evaluator.structure import structure_of
 from tileflow.specs.workload import parse_workload
 from tileflow.specs.yamlfile import Field
 from tileflow.tree import Dataflow, tile

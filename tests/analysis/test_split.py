@@ -10,8 +10,8 @@ from helpers import TWINS, workload
 from ruamel.yaml import YAML
 
 from tileflow.cost import evaluate
-from tileflow.explore.batch import evaluate_batch
-from tileflow.explore.structure import structure_of
+from tileflow.evaluator.batch import evaluate_batch
+from tileflow.evaluator.structure import structure_of
 from tileflow.specs.arch import parse_arch
 from tileflow.specs.yamlfile import Field
 from tileflow.tree import Dataflow, Tile, tile, walk

@@ -8,7 +8,7 @@ import pytest
 
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
-from tileflow.explore.fit import fit_baseline
+from tileflow.explore.tilesearch.fit import fit_baseline
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import MATRIX, load_workload
 
@@ -122,7 +122,7 @@ def test_every_baseline_on_every_shipped_accelerator_counts_the_workload_exactly
     w = load_workload(workload)
     # the builders' default factors (row blocks of twice the PE rows, whole inner dims) can
     # exceed a buffer: the result says so, and nothing else breaks (fitting the factors is
-    # `tileflow.explore.fit`'s job, tested there and below on Edge)
+    # `tileflow.explore.tilesearch.fit`'s job, tested there and below on Edge)
     for name in baselines_for(w):
         r = evaluate(w, arch, build(name, w, arch))
         assert {v.kind for v in r.violations} <= {"capacity"}, (name, r.violations)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from helpers import CHAIN, small_arch, workload
 
-from tileflow.explore.structure_space import SpaceOptions, StructureSpace
+from tileflow.explore.structures.structure_space import SpaceOptions, StructureSpace
 
 # a diamond that is not a chain: two branches from one producer, joined again
 DIAMOND = """

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from optuna.trial import TrialState  # noqa: E402
 
 from tileflow.dataflows import build  # noqa: E402
-from tileflow.explore import study as studies  # noqa: E402
-from tileflow.explore.space import Limits  # noqa: E402
-from tileflow.explore.structure import structure_of  # noqa: E402
+from tileflow.evaluator.structure import structure_of  # noqa: E402
+from tileflow.explore.factors.space import Limits  # noqa: E402
+from tileflow.explore.studies import study as studies  # noqa: E402
 from tileflow.specs.arch import load_arch  # noqa: E402
 from tileflow.specs.workload import load_workload  # noqa: E402
 

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
-from tileflow.bench import exact_assignments
+from tileflow.commands.bench import exact_assignments
 from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
-from tileflow.explore.batch import evaluate_batch, footprint_words
-from tileflow.explore.structure import Structure, structure_of
+from tileflow.evaluator.batch import evaluate_batch, footprint_words
+from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 from tileflow.tree import Op, render
@@ -238,7 +238,7 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
     and loads it in the others; the batch agrees with the scalar model row by row."""
     from tileflow.analysis.prepare import prepare
     from tileflow.analysis.sharing import served_by_sibling
-    from tileflow.explore.batch import scalar_only
+    from tileflow.evaluator.batch import scalar_only
     from tileflow.tree import Dataflow, tile
 
     w = workload(TWINS)
@@ -257,7 +257,7 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
 def test_trees_the_engine_does_not_model_are_evaluated_row_by_row() -> None:
     """A kept halo: the batch says why it does not model it and gives the scalar model's
     rows."""
-    from tileflow.explore.batch import scalar_only
+    from tileflow.evaluator.batch import scalar_only
     from tileflow.tree import Dataflow, tile
 
     w = workload(CONV)
@@ -283,7 +283,7 @@ def test_first_touch_fills_in_the_batch(case: str) -> None:
     models them (no row by row) and equals the scalar model on random trees and rows; DRAM
     words and energy are at least those of the same row without the fills (a first touch
     adds a fill and the read above it, never removes one)."""
-    from tileflow.explore.batch import scalar_only
+    from tileflow.evaluator.batch import scalar_only
 
     w = workload(CASES[case])
     rng = np.random.default_rng(11)

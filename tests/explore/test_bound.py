@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.cost import evaluate
-from tileflow.explore.batch import evaluate_batch
-from tileflow.explore.bound import compulsory_words, data_movement_bound, lifted, pareto
-from tileflow.explore.sweep import bound_structures
+from tileflow.evaluator.batch import evaluate_batch
+from tileflow.explore.structures.bound import compulsory_words, data_movement_bound, lifted, pareto
+from tileflow.explore.sweeps.sweep import bound_structures
 from tileflow.tree import Op, Tile
 
 

@@ -9,9 +9,15 @@ import pytest
 from helpers import small_arch
 
 from tileflow.dataflows import build
-from tileflow.explore.bounds import Bounds
-from tileflow.explore.space import UNDECIDED, Limits, Space, enumerate_divisors, evaluate_rows
-from tileflow.explore.structure import structure_of
+from tileflow.evaluator.structure import structure_of
+from tileflow.explore.factors.bounds import Bounds
+from tileflow.explore.factors.space import (
+    UNDECIDED,
+    Limits,
+    Space,
+    enumerate_divisors,
+    evaluate_rows,
+)
 from tileflow.specs.workload import load_workload
 
 SMALL = {"b": 2, "m": 16, "l": 16, "k": 4, "n": 4}

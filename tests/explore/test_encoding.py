@@ -14,10 +14,10 @@ from helpers import small_arch, workload
 from tileflow.analysis.prepare import prepare
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
-from tileflow.explore.canonical import canonical, encode, repair, shape
-from tileflow.explore.encoding import Encoding, Frame, InvalidEncoding, decode
-from tileflow.explore.structure import structure_of
-from tileflow.explore.structure_space import StructureSpace
+from tileflow.evaluator.structure import structure_of
+from tileflow.explore.structures.canonical import canonical, encode, repair, shape
+from tileflow.explore.structures.encoding import Encoding, Frame, InvalidEncoding, decode
+from tileflow.explore.structures.structure_space import StructureSpace
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 from tileflow.tree import Loop, Tile, map_tiles

@@ -18,8 +18,9 @@ from explore.spaces import DIAMOND, FUSION_ONLY
 from helpers import small_arch, workload
 
 from tileflow.dataflows import build
-from tileflow.explore.batch import evaluate_batch
-from tileflow.explore.exhaustive import (
+from tileflow.evaluator.batch import evaluate_batch
+from tileflow.evaluator.structure import structure_of
+from tileflow.explore.factors.exhaustive import (
     Enumeration,
     Floor,
     branch_and_bound,
@@ -28,9 +29,8 @@ from tileflow.explore.exhaustive import (
     latency_floor,
     space_size,
 )
-from tileflow.explore.space import UNDECIDED, Space, divisor_products, enumerate_divisors
-from tileflow.explore.structure import structure_of
-from tileflow.explore.structure_space import StructureSpace, structures
+from tileflow.explore.factors.space import UNDECIDED, Space, divisor_products, enumerate_divisors
+from tileflow.explore.structures.structure_space import StructureSpace, structures
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 

@@ -153,7 +153,7 @@ def test_a_footprint_limit_is_respected_by_every_valid_point(tmp_path, capsys):
 
 
 def test_config_keys_are_declared_for_the_docs():
-    from tileflow.explore.config import CONFIG_KEYS
+    from tileflow.explore.studies.config import CONFIG_KEYS
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for key in CONFIG_KEYS:

@@ -12,10 +12,10 @@ import stat
 
 import pytest
 
-import tileflow.explore.session as session
+import tileflow.explore.studies.session as session
 from tileflow.cli import main
-from tileflow.explore.config import MAX_EVALUATIONS, genetic_work
-from tileflow.explore.genetic import GAConfig
+from tileflow.explore.structures.genetic import GAConfig
+from tileflow.explore.studies.config import MAX_EVALUATIONS, genetic_work
 
 CONFIG = """\
 accelerator: edge

@@ -12,9 +12,15 @@ from helpers import small_arch
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
 from tileflow.dataflows.chain import chimera
-from tileflow.explore.fit import closed_form_tiles, fit_baseline
-from tileflow.explore.space import Limits, Space, divisors, enumerate_divisors, evaluate_rows
-from tileflow.explore.structure import structure_of
+from tileflow.evaluator.structure import structure_of
+from tileflow.explore.factors.space import (
+    Limits,
+    Space,
+    divisors,
+    enumerate_divisors,
+    evaluate_rows,
+)
+from tileflow.explore.tilesearch.fit import closed_form_tiles, fit_baseline
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 

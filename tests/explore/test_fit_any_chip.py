@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import Oracle
 
+from tileflow.commands.report import violation_reason
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
-from tileflow.explore.fit import fit_baseline
-from tileflow.report import violation_reason
+from tileflow.explore.tilesearch.fit import fit_baseline
 from tileflow.specs.arch import load_arch, parse_arch
 from tileflow.specs.workload import load_workload
 from tileflow.specs.yamlfile import Field

@@ -11,11 +11,17 @@ import pytest
 from explore.spaces import tiny_chain_space
 
 from tileflow.analysis.prepare import prepare
-from tileflow.explore.canonical import canonical
-from tileflow.explore.fitness import measure, random_fit
-from tileflow.explore.genetic import GAConfig, Point, pareto_front, search, structure_candidates
-from tileflow.explore.structure_space import structures
-from tileflow.explore.tilings import Tilings
+from tileflow.explore.structures.canonical import canonical
+from tileflow.explore.structures.fitness import measure, random_fit
+from tileflow.explore.structures.genetic import (
+    GAConfig,
+    Point,
+    pareto_front,
+    search,
+    structure_candidates,
+)
+from tileflow.explore.structures.structure_space import structures
+from tileflow.explore.structures.tilings import Tilings
 
 # the search's space is the enumerated one: no baseline seeds (their loops lie outside it)
 SMALL_RUN = GAConfig(population=8, generations=10, budget=16, rungs=5, seed=0,

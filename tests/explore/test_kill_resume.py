@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from tests.explore.test_study import points, postgres  # noqa: F401 - a fixture
-from tileflow.explore.storage import _alive
+from tileflow.explore.studies.storage import _alive
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAIN = """\

@@ -14,9 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.dataflows import build
-from tileflow.explore.mcts import MCTS
-from tileflow.explore.search import PointCache, search
-from tileflow.explore.space import (
+from tileflow.evaluator.structure import structure_of
+from tileflow.explore.factors.space import (
     UNDECIDED,
     Limits,
     Space,
@@ -25,7 +24,8 @@ from tileflow.explore.space import (
     enumerate_divisors,
     evaluate_rows,
 )
-from tileflow.explore.structure import structure_of
+from tileflow.explore.tilesearch.mcts import MCTS
+from tileflow.explore.tilesearch.search import PointCache, search
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 

@@ -16,11 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.cli import main
-from tileflow.explore import study as studies
-from tileflow.explore.genetic import GAConfig
-from tileflow.explore.pareto import non_dominated
-from tileflow.explore.space import Limits
-from tileflow.explore.structure_study import STUDY_NAME, StoredSearch, tile_fit
+from tileflow.explore.factors.space import Limits
+from tileflow.explore.structures.genetic import GAConfig
+from tileflow.explore.studies import study as studies
+from tileflow.explore.studies.pareto import non_dominated
+from tileflow.explore.studies.structure_study import STUDY_NAME, StoredSearch, tile_fit
 
 CONFIG = """\
 accelerator: edge
@@ -155,8 +155,8 @@ def test_two_objectives_give_a_front_that_no_point_dominates(tmp_path, capsys):
 
 
 def test_a_run_stopped_during_the_structure_search_resumes(tmp_path, capsys):
-    from tileflow.explore.config import load_config
-    from tileflow.explore.structure_study import _open, fingerprint
+    from tileflow.explore.studies.config import load_config
+    from tileflow.explore.studies.structure_study import _open, fingerprint
 
     (tmp_path / "study.yaml").write_text(CONFIG)
     config = load_config(tmp_path / "study.yaml")
@@ -206,8 +206,8 @@ def test_a_study_without_the_fitted_seeds_holds_only_its_own_points(tmp_path):
     them (the default) every baseline's fitted factors are a point before any search."""
     from dataclasses import replace
 
-    from tileflow.explore.config import load_config
-    from tileflow.explore.session import explore as run
+    from tileflow.explore.studies.config import load_config
+    from tileflow.explore.studies.session import explore as run
 
     path = tmp_path / "study.yaml"
     path.write_text(CONFIG.replace("structures: search", "structures: baselines"))

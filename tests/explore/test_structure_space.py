@@ -15,8 +15,13 @@ from helpers import small_arch, workload
 
 from tileflow.analysis.prepare import prepare
 from tileflow.cost import evaluate
-from tileflow.explore.structure_space import StructureSpace, fusion_patterns, space_size, structures
-from tileflow.explore.tilings import Tilings, divisors
+from tileflow.explore.structures.structure_space import (
+    StructureSpace,
+    fusion_patterns,
+    space_size,
+    structures,
+)
+from tileflow.explore.structures.tilings import Tilings, divisors
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 from tileflow.tree import walk

@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tileflow.explore import study as studies
+from tileflow.explore.studies import study as studies
 
 WORKER = Path(__file__).with_name("study_worker.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ from optuna.trial import TrialState
 from tests.explore.study_worker import candidates
 from tests.explore.test_study import ROOT, points, worker
 from tileflow.cli import main
-from tileflow.explore import study as studies
-from tileflow.explore import workers as pool
-from tileflow.explore.space import Limits
+from tileflow.explore.factors.space import Limits
+from tileflow.explore.studies import study as studies
+from tileflow.explore.studies import workers as pool
 
 TINY = """\
 name: tiny
@@ -88,7 +88,7 @@ sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from study_worker import candidates
 from tileflow.errors import InputError
 from tileflow.explore import study as studies
-from tileflow.explore.space import Limits
+from tileflow.explore.factors.space import Limits
 cands = candidates()
 while time.time() < {start}:
     time.sleep(0.001)

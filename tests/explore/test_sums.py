@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.explore.lattice import I64, VDim, VLoop, ap_clip_sum
-from tileflow.explore.sums import grid_overlap, grid_volume
-from tileflow.explore.windows import piecewise_sum, window_overlap, window_volume
+from tileflow.evaluator.lattice import I64, VDim, VLoop, ap_clip_sum
+from tileflow.evaluator.sums import grid_overlap, grid_volume
+from tileflow.evaluator.windows import piecewise_sum, window_overlap, window_volume
 
 SMALL = st.integers(-20, 20)
 
@@ -90,7 +90,7 @@ def test_largest_span_from_candidate_positions() -> None:
     progression; random sizes, extents, halo shifts and loops."""
     from itertools import product
 
-    from tileflow.explore.limits import _separable_span, _within
+    from tileflow.evaluator.limits import _separable_span, _within
 
     rng = np.random.default_rng(0)
     checked = 0

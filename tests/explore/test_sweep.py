@@ -16,9 +16,9 @@ import pytest
 
 from tileflow.cli import main
 from tileflow.cost import evaluate
-from tileflow.explore.sweep import SweepState
-from tileflow.explore.sweep_config import apply_point, load_sweep
-from tileflow.explore.sweep_outputs import write_all
+from tileflow.explore.sweeps.sweep import SweepState
+from tileflow.explore.sweeps.sweep_config import apply_point, load_sweep
+from tileflow.explore.sweeps.sweep_outputs import write_all
 from tileflow.specs.arch import load_arch
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload

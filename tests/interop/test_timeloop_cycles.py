@@ -31,8 +31,8 @@ from tests.interop.samples import (
     write,
 )
 from tileflow.cost import evaluate
-from tileflow.explore.batch import evaluate_batch
-from tileflow.explore.structure import structure_of
+from tileflow.evaluator.batch import evaluate_batch
+from tileflow.evaluator.structure import structure_of
 from tileflow.interop.files import load_arch_any, load_dataflow_any, load_workload_any
 
 # The Buffer reads 4 words per cycle: the 2 A and 2 B words four MACs need each step.

@@ -11,8 +11,8 @@ import pytest
 from tileflow.calibrate import latency
 from tileflow.calibrate.learned import LearnedModel
 from tileflow.cli import main
-from tileflow.explore.config import load_config
-from tileflow.explore.session import explore
+from tileflow.explore.studies.config import load_config
+from tileflow.explore.studies.session import explore
 from tileflow.kernels import measure_top as mt
 
 STUDY = """accelerator: host

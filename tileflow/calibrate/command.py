@@ -120,7 +120,7 @@ def _measured_machine(arch_name: str, folder: Path, report_only: bool) -> str:
 def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: str,
                       described: str) -> None:
     """host-calibrated.yaml beside the report: the description with the fitted rates."""
-    from tileflow import resources
+    from tileflow import shipped as resources
     from tileflow.calibrate.description import calibrated_description, write_description
     from tileflow.specs.yamlfile import load_yaml
 

@@ -22,7 +22,7 @@ from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
 from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.latency import boundaries, words_column
-from tileflow.cost import evaluate_plan
+from tileflow.cost.model import evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError

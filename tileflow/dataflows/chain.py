@@ -226,7 +226,7 @@ def _default_tiles(w: Workload, r: Roles, hw: Hardware,
 
 def chimera(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
     """Q x K, softmax and x V fused in chain order, sequential. Its rule for the factors (the
-    least DRAM traffic among those that fit) is applied by `tileflow.explore.fit`."""
+    least DRAM traffic among those that fit) is applied by `tileflow.explore.tilesearch.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
     return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Seq", False, "chimera")
 
@@ -235,7 +235,7 @@ def tileflow_pipe(w: Workload, arch: Architecture,
                   tiles: Mapping[str, int] | None = None) -> Dataflow:
     """The shape the published search found: all three stages pipelined over row blocks, the
     array split between the two matrix stages, the inner dim streamed in each. The factors
-    are fitted by `tileflow.explore.fit`."""
+    are fitted by `tileflow.explore.tilesearch.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
     return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Pipe", True,
                         "tileflow-pipe")

@@ -133,7 +133,7 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
     NAME.arch.yaml, NAME.workload.yaml, NAME.dataflow.yaml (beside each file, or in out_dir).
     Mappings need the problem and the architecture among the same files."""
     if out_dir is not None:
-        from tileflow.explore.inputs import check_out
+        from tileflow.output_checks import check_out
 
         check_out(out_dir)
     docs = []

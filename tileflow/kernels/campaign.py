@@ -15,7 +15,7 @@ import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
-from tileflow.cost import Result, evaluate, evaluate_plan
+from tileflow.cost.model import Result, evaluate, evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError

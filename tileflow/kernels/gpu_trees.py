@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
-from tileflow.cost import evaluate
+from tileflow.cost.model import evaluate
 from tileflow.dataflows.chain import Roles
 from tileflow.kernels.trees import divisors, shuffled_loops
 from tileflow.specs.arch import Architecture

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
-from tileflow.cost import evaluate
+from tileflow.cost.model import evaluate
 from tileflow.dataflows.chain import Roles
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload

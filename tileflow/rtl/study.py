@@ -17,7 +17,7 @@ from tileflow.analysis.traffic import Counts, count
 from tileflow.calibrate import metrics
 from tileflow.calibrate.fit import fit, halves
 from tileflow.calibrate.parameters import Parameter, ParameterSet
-from tileflow.cost import evaluate_plan, latency
+from tileflow.cost.model import evaluate_plan, latency
 from tileflow.errors import InputError
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
 from tileflow.specs.arch import OVERLAPS, Architecture, load_arch

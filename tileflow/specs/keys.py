@@ -1,7 +1,7 @@
 """Every key the input files accept, with its type, unit, default and meaning.
 
 The validators take their allowed and required keys from these tables (`Section.check`), and
-`docs/reference.md` is generated from them (`python -m tileflow.reference`), so the reference
+`docs/reference.md` is generated from them (`python -m tileflow.specs.reference`), so the reference
 cannot miss a key the validators accept. To add a key: add a `Key` to its section here, read it
 in the validator, regenerate the reference."""
 

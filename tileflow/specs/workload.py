@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from tileflow import resources
+from tileflow import shipped as resources
 from tileflow.errors import InputError
 from tileflow.specs import keys
 from tileflow.specs.expressions import (

@@ -1,0 +1,401 @@
+"""From counts to cost: latency with its bottleneck, energy with its breakdown, and the one
+call users make, `evaluate(workload, arch, dataflow) -> Result`."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from tileflow.analysis.prepare import Plan, prepare
+from tileflow.analysis.records import Bottleneck, Violation
+from tileflow.analysis.resources import (
+    Footprint,
+    capacity_violations,
+    footprints,
+    spatial_violations,
+)
+from tileflow.analysis.traffic import Counts, Transfer, count
+from tileflow.cost.components import ComponentCost, component_costs
+from tileflow.cost.step_pipeline import lockstep_cycles, tensor_dims
+from tileflow.specs.arch import OVERLAPS, Architecture
+from tileflow.specs.workload import MATRIX, Workload
+from tileflow.tree import Dataflow, Op, Tile, label
+
+
+@dataclass(frozen=True)
+class Movement:
+    """Words moved at one level for one tensor: filled from above, read out, updated from below."""
+
+    fill: float = 0.0
+    read: float = 0.0
+    update: float = 0.0
+
+    @property
+    def writes(self) -> float:
+        return self.fill + self.update
+
+
+@dataclass(frozen=True)
+class NodeLatency:
+    """Cycles of one tile: the time its loads, its children and its stores would take alone;
+    the tile takes the largest (overlapped, double-buffered) plus what its first load and
+    last store add (`fill_drain_cycles`, with a level's first-word latency); the children's
+    time includes the transfers of single-buffered tensors (`serial_cycles`), which do not
+    overlap them."""
+
+    path: str
+    label: str
+    depth: int
+    load_cycles: float
+    inner_cycles: float
+    store_cycles: float
+    fill_drain_cycles: float = 0.0  # the first load and last store, not hidden by overlap
+    shared_port_cycles: float = 0.0  # root only: children at once share a one-instance port
+    serial_cycles: float = 0.0  # single-buffered tensors' transfers, in series with children
+
+    @property
+    def cycles(self) -> float:
+        return max(self.load_cycles, self.inner_cycles + self.serial_cycles,
+                   self.store_cycles) + self.fill_drain_cycles + self.shared_port_cycles
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything the model says about one dataflow. Cycles are the primary unit."""
+
+    dataflow: str
+    valid: bool
+    violations: tuple[Violation, ...]
+    cycles: float
+    clock_ghz: float
+    energy_pj: float
+    macs: int
+    vector_ops: int
+    ops: Mapping[str, int]
+    traffic: Mapping[str, Mapping[str, Movement]]  # level -> tensor -> movement
+    footprints: tuple[Footprint, ...]
+    energy_by_level_pj: Mapping[str, Mapping[str, float]]
+    compute_energy_pj: float
+    bottleneck: Bottleneck
+    utilization: float  # MACs / (cycles x matrix units on the chip)
+    levels: tuple[str, ...] = field(default=())
+    latency_breakdown: tuple[NodeLatency, ...] = field(default=())
+    components: tuple[ComponentCost, ...] = field(default=())  # energy and area per component
+
+    @property
+    def latency_ms(self) -> float:
+        return self.cycles / (self.clock_ghz * 1e6)
+
+    def level_reads(self, level: str) -> float:
+        return sum(m.read for m in self.traffic.get(level, {}).values())
+
+    def level_writes(self, level: str) -> float:
+        return sum(m.writes for m in self.traffic.get(level, {}).values())
+
+    @property
+    def dram_words(self) -> float:
+        """Words crossing the outermost level's port: its reads plus its writes."""
+        outer = self.levels[0]
+        return self.level_reads(outer) + self.level_writes(outer)
+
+    def peak_footprint(self, level: str) -> float:
+        return next((f.words for f in self.footprints if f.level == level), 0.0)
+
+    def to_dict(self) -> dict:
+        return {
+            "dataflow": self.dataflow,
+            "valid": self.valid,
+            "violations": [v.to_dict() for v in self.violations],
+            "cycles": self.cycles,
+            "latency_ms": self.latency_ms,
+            "energy_pj": self.energy_pj,
+            "macs": self.macs,
+            "vector_ops": self.vector_ops,
+            "ops": dict(self.ops),
+            "utilization": self.utilization,
+            "bottleneck": self.bottleneck.to_dict(),
+            "dram_words": self.dram_words,
+            "levels": {
+                lv: {
+                    "reads": self.level_reads(lv),
+                    "writes": self.level_writes(lv),
+                    "fills": sum(m.fill for m in self.traffic.get(lv, {}).values()),
+                    "updates": sum(m.update for m in self.traffic.get(lv, {}).values()),
+                    "per_tensor": {
+                        t: {"reads": m.read, "writes": m.writes, "fills": m.fill,
+                            "updates": m.update}
+                        for t, m in self.traffic.get(lv, {}).items()
+                    },
+                    "energy_pj": sum(self.energy_by_level_pj.get(lv, {}).values()),
+                }
+                for lv in self.levels
+            },
+            "footprint_words": {f.level: f.words for f in self.footprints},
+            "capacity_words": {f.level: f.capacity_words for f in self.footprints},
+            "compute_energy_pj": self.compute_energy_pj,
+            "components": [c.to_dict() for c in self.components],
+        }
+
+    def latency_frame(self):
+        """Per-tile latency (loads, children, stores, fill and drain) as a pandas DataFrame:
+        the root's `cycles` is the result's; a Seq or Shar tile's `inner_cycles` is the sum
+        of its child tiles' `cycles`."""
+        import pandas as pd
+
+        return pd.DataFrame([
+            {"path": n.path, "tile": n.label, "depth": n.depth, "load_cycles": n.load_cycles,
+             "inner_cycles": n.inner_cycles, "store_cycles": n.store_cycles,
+             "fill_drain_cycles": n.fill_drain_cycles,
+             "shared_port_cycles": n.shared_port_cycles, "cycles": n.cycles}
+            for n in self.latency_breakdown])
+
+    def frame(self):
+        """Per-level, per-tensor breakdown as a pandas DataFrame."""
+        import pandas as pd
+
+        rows = [
+            {"level": lv, "tensor": t, "fill": m.fill, "read": m.read, "update": m.update,
+             "energy_pj": self.energy_by_level_pj[lv][t]}
+            for lv in self.levels for t, m in self.traffic.get(lv, {}).items()
+        ]
+        return pd.DataFrame(rows, columns=["level", "tensor", "fill", "read", "update",
+                                           "energy_pj"])
+
+
+def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
+             double_buffer: bool = False, fill_drain: bool | None = None,
+             overlap: str | None = None) -> Result:
+    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Malformed
+    trees (unknown operators, levels, tensors) raise InvalidDataflow; whatever is a property
+    of the dataflow (capacity, fan-out, array shape, coverage, dependences, windows) comes
+    back as `valid=False` with Violation records. `overlap` ('perfect', 'fill-drain' or
+    'lockstep') overrides the accelerator's convention; `fill_drain=False` is the older
+    spelling of `overlap='perfect'` (the published model's perfect overlap)."""
+    if isinstance(flow, Tile):
+        flow = Dataflow(flow, flow.name or "dataflow")
+    elif not isinstance(flow, Dataflow):
+        raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
+    return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
+                         fill_drain=fill_drain, overlap=overlap)
+
+
+def _convention(arch: Architecture, overlap: str | None = None,
+                fill_drain: bool | None = None) -> str:
+    """The overlap convention in force: an explicit `overlap`, else `fill_drain` (True:
+    'fill-drain', False: 'perfect'), else the accelerator's."""
+    if overlap is not None:
+        if overlap not in OVERLAPS:
+            raise ValueError(f"overlap must be one of {', '.join(OVERLAPS)}, not {overlap!r}")
+        return overlap
+    if fill_drain is not None:
+        return "fill-drain" if fill_drain else "perfect"
+    return arch.overlap
+
+
+def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
+                  fill_drain: bool | None = None, overlap: str | None = None) -> Result:
+    arch, w = plan.arch, plan.workload
+    convention = _convention(arch, overlap, fill_drain)
+    counts = count(plan)
+    fps = footprints(plan, double_buffer)
+    violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
+    traffic: dict[str, dict[str, Movement]] = defaultdict(dict)
+    energy: dict[str, dict[str, float]] = defaultdict(dict)
+    for (index, tensor), (fill, read, update) in sorted(counts.traffic.items()):
+        lv = arch.levels[index]
+        traffic[lv.name][tensor] = Movement(fill, read, update)
+        energy[lv.name][tensor] = (fill * lv.write_energy_pj + read * lv.read_energy_pj
+                                   + update * lv.update_energy_pj) * w.width_ratio(
+                                       tensor, arch.word_bytes * 8)
+    ops = {name: leaf.ops + leaf.rescale_ops for name, leaf in counts.leaves.items()}
+    macs = sum(leaf.ops for name, leaf in counts.leaves.items()
+               if w.op_by_name[name].unit == MATRIX)
+    compute_by_unit: dict[str, float] = defaultdict(float)
+    for leaf in counts.leaves.values():
+        unit = arch.unit(leaf.unit)
+        compute_by_unit[unit.kind] += leaf.ops * unit.energy_pj_per_op
+        if leaf.rescale:  # a carried operator's rescaling runs on the vector unit
+            vector = arch.unit("vector")
+            compute_by_unit[vector.kind] += leaf.rescale_ops * vector.energy_pj_per_op
+    compute_pj = sum(compute_by_unit.values())
+    breakdown: list[NodeLatency] = []
+    cycles, bottleneck = _latency(plan, counts, breakdown, convention)
+    total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
+    utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
+    return Result(
+        plan.flow.name, not violations, tuple(violations), cycles, arch.clock_ghz, total_pj,
+        macs, sum(ops.values()) - macs, ops, dict(traffic), tuple(fps), dict(energy),
+        compute_pj, bottleneck, utilization, tuple(lv.name for lv in arch.levels),
+        tuple(sorted(breakdown, key=lambda n: n.path)),
+        component_costs(arch, energy, compute_by_unit),
+    )
+
+
+def _transfer_time(arch: Architecture, transfers: list[Transfer],
+                   steps: int) -> tuple[float, int, float]:
+    """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins.
+    A level read at every step adds its per-step overhead. Returns the time, the busiest
+    level's index and the latency before the first word arrives."""
+    if not transfers:
+        return 0.0, 0, 0.0
+    busy: dict[tuple[int, str], float] = defaultdict(float)
+    for tr in transfers:
+        lv = arch.levels[tr.level]
+        rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
+        busy[(tr.level, lv.port(tr.kind))] += tr.words / (max(tr.instances, 1) * rate)
+    latency = 0.0
+    for (index, kind), time in list(busy.items()):
+        lv = arch.levels[index]
+        if kind != "write" and time > 0:  # the read port, or the one shared port
+            busy[(index, kind)] = time + lv.step_overhead_cycles * steps
+            latency = max(latency, lv.latency_cycles)
+    (index, _kind), time = max(busy.items(), key=lambda kv: kv[1])
+    return time, index, latency
+
+
+def charged_stores(arch: Architecture, stores: list[Transfer] | None) -> list[Transfer]:
+    """A tile's stores as its ports see them: a write-back is written into the level above
+    and read out of the level below, unless that level's `writeback_on_read_port` is off
+    (Timeloop's convention: a write-back costs the parent's write port only)."""
+    return [tr for tr in stores or () if tr.kind != "read"
+            or arch.levels[tr.level].writeback_on_read_port]
+
+
+def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfer],
+                 steps: int) -> float:
+    """Cycles the single-buffered tensors' loads and stores add in series with the compute:
+    the buffer they use is busy while the children compute, so they cannot overlap them."""
+    serial_loads = [tr for tr in loads if tr.serial]
+    serial_stores = [tr for tr in stores if tr.serial]
+    if not serial_loads and not serial_stores:
+        return 0.0
+    load = _transfer_time(arch, serial_loads, steps)[0]
+    return load + _transfer_time(arch, serial_stores, steps)[0]
+
+
+def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
+            overlap: str | None = None) -> float:
+    """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
+    parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
+    return _latency(plan, counts, [], _convention(plan.arch, overlap, fill_drain))[0]
+
+
+def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
+             convention: str = "fill-drain") -> tuple[float, Bottleneck]:
+    """Cycles of the tree and what bounds them. Each tile's bound is carried as a tuple
+    (kind, level index, unit, node path, tile) and made a record once, at the end."""
+    arch = plan.arch
+    fill_drain = convention != "perfect"
+    dims = tensor_dims(plan.workload) if convention == "lockstep" else {}
+    leaf_paths = {}
+    for path, tile in plan.tiles.items():
+        for i, c in enumerate(tile.children):
+            if isinstance(c, Op):
+                leaf_paths[c.op] = f"{path}.{i}"
+
+    def leaf(op: str) -> tuple[float, tuple]:
+        lf = counts.leaves[op]
+        unit = arch.unit(lf.unit)
+        compute = lf.steps * unit.cycles(lf.function)
+        if lf.rescale:  # on the lanes the leaf uses: its operations per step
+            lanes = max(lf.ops / max(lf.steps, 1), 1.0)
+            compute += sum(n * unit.cycles(fn) for fn, n in lf.rescale) / lanes
+        lv = arch.levels[lf.level]
+        inst = max(lf.instances, 1)
+        reads = lf.operand_reads / (inst * lv.read_words_per_cycle)
+        writes = lf.result_updates / (inst * lv.write_words_per_cycle)
+        if lv.ports == "shared":  # one port: the unit's reads and writes take turns
+            reads = writes = reads + writes
+        where = leaf_paths[op]
+        best = max((compute, ("compute", None, unit.kind, where, op)),
+                   (reads, ("read", lf.level, None, where, op)),
+                   (writes, ("write", lf.level, None, where, op)), key=lambda x: x[0])
+        if lf.fed:  # tensors that bypass the innermost level, straight from a level above
+            fed, fed_level, _ = _transfer_time(arch, list(lf.fed), 0)
+            kind = next((tr.kind for tr in lf.fed if tr.level == fed_level), "read")
+            best = max(best, (fed, (kind, fed_level, None, where, op, " (bypass)")),
+                       key=lambda x: x[0])
+        return best
+
+    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, tuple]:
+        steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
+        kids = [leaf(c.op) if isinstance(c, Op) else node(f"{path}.{i}", c, steps)
+                for i, c in enumerate(tile.children)]
+        if tile.primitive in ("Seq", "Shar"):
+            inner = sum(k[0] for k in kids)
+        elif tile.primitive == "Para":
+            inner = max(k[0] for k in kids)
+        else:  # Pipe: stages overlap across the parent's steps, with fill and drain
+            stages = [k[0] / steps for k in kids]
+            inner = sum(stages) + (steps - 1) * max(stages)
+        slowest = max(kids, key=lambda k: k[0])[1]
+        loads, stores = counts.loads.get(path, []), charged_stores(arch, counts.stores.get(path))
+        load, load_level, latency = _transfer_time(arch, loads, steps)
+        store, store_level, _ = _transfer_time(arch, stores, steps)
+        serial = _serial_time(arch, loads, stores, steps)
+        if serial:
+            note = f" with single-buffered transfers of {label(path, tile)} in series"
+            slowest = (*slowest[:5], note)
+        cycles, what = max((inner + serial, slowest),
+                           (load, ("read", load_level, None, path, tile)),
+                           (store, ("write", store_level, None, path, tile)),
+                           key=lambda x: x[0])
+        extra = 0.0
+        if convention == "lockstep" and (load or store):
+            # the steps' transfers where they happen, slot by slot (tileflow.cost.step_pipeline)
+            extra = lockstep_cycles(tile, dims, loads, stores, inner, steps,
+                                    lambda trs, n: _transfer_time(arch, trs, n)) - cycles
+            extra = max(extra, 0.0) + latency
+        elif fill_drain and (load or store):
+            # double-buffered steps overlap (also across the parents' steps), but the first
+            # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
+            extra = (load + inner + store - cycles) / steps + latency
+        breakdown.append(NodeLatency(path, label(path, tile), path.count("."), load, inner,
+                                     store, extra, serial_cycles=serial))
+        return cycles + extra, what
+
+    cycles, what = node("root", plan.flow.root, 1)
+    # children that run at once (Para, Pipe) each take a single-instance level's port at
+    # its full bandwidth above; together they can move no more than the port allows
+    port, words_time = _busiest_shared_port(arch, counts)
+    if words_time > cycles:
+        root = breakdown[-1]
+        breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
+        cycles, what = words_time, (port[1], port[0], None, "root", plan.flow.root)
+    return cycles, _bottleneck(arch, *what)
+
+
+def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int, str], float]:
+    """The time the busiest port of a level with one instance (DRAM) needs for everything
+    the tree moves through it: a lower bound on the cycles."""
+    busy: dict[tuple[int, str], float] = defaultdict(float)
+    stores = (charged_stores(arch, s) for s in counts.stores.values())
+    for transfers in (*counts.loads.values(), *stores):
+        for tr in transfers:
+            lv = arch.levels[tr.level]
+            if lv.instances == 1 and tr.words:
+                rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
+                busy[(tr.level, lv.port(tr.kind))] += tr.words / rate
+    if not busy:
+        return (0, "read"), 0.0
+    return max(busy.items(), key=lambda kv: kv[1])
+
+
+def _bottleneck(arch: Architecture, kind: str, level: int | None, unit: str | None,
+                node: str, where: Tile | str, note: str = "") -> Bottleneck:
+    """`note`: what the message adds (transfers in series, a bypass)."""
+    if kind == "compute":
+        return Bottleneck(kind, None, unit, node, f"{unit} unit ('{where}'){note}")
+    name = arch.levels[level].name
+    if kind == "shared":
+        return Bottleneck("read", name, None, node, f"{name} shared read/write port (reads "
+                          f"and writes of the whole tree through it){note}")
+    if isinstance(where, str):  # a leaf's operands or results at its innermost level
+        what = "feeding" if kind == "read" else "from"
+        return Bottleneck(kind, name, None, node,
+                          f"{name} {kind} bandwidth {what} '{where}'{note}")
+    side = "loads" if kind == "read" else "stores"
+    return Bottleneck(kind, name, None, node,
+                      f"{name} {kind} bandwidth ({side} of {label(node, where)}){note}")

@@ -1,0 +1,215 @@
+"""Evaluate many factor assignments of one structure at once, as arrays.
+
+`evaluate_batch` is the contract the searches use. The structure's analysis is done once
+(`Structure.compiled`); each batch computes the factor part with NumPy, equal to the scalar
+model (`tileflow.cost.model.evaluate`, the reference) row by row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from tileflow.cost.model import evaluate
+from tileflow.evaluator.compiled import Compiled
+from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
+from tileflow.evaluator.limits import Violations, check, footprints
+from tileflow.evaluator.shared_inputs import served_masks
+from tileflow.evaluator.structure import Structure
+from tileflow.tree import Op, Tile, walk
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """Metrics of B factor assignments, one array entry per row.
+
+    `violations` maps a violation kind (the `kind` of the model's violation records, e.g.
+    'capacity', 'fanout', 'array', 'coverage', 'dependency') to the largest amount by which
+    a row exceeds that constraint (needed - available, in the record's unit; 0 where none)."""
+
+    cycles: np.ndarray
+    energy_pj: np.ndarray
+    dram_words: np.ndarray
+    ops: np.ndarray
+    footprint_words: Mapping[str, np.ndarray]
+    valid: np.ndarray
+    violations: Mapping[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.cycles)
+
+
+def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
+    """Metrics for each row of `factors` (shape B x len(structure.slots), factors >= 1)."""
+    factors = np.asarray(factors, dtype=np.int64)
+    if factors.ndim != 2 or factors.shape[1] != len(structure.slots):
+        raise ValueError(f"factors must have shape (B, {len(structure.slots)}), "
+                         f"got {factors.shape}")
+    if factors.size and factors.min() < 1:
+        raise ValueError("every factor must be at least 1")
+    if _scalar_only_cached(structure):
+        return _row_by_row(structure, factors)
+    return _evaluate(structure.compiled, structure.all_loop_factors(factors))
+
+
+def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, np.ndarray]:
+    """`evaluate_batch(...).footprint_words` without counting data movement: what the
+    search's capacity bounds need, at a fraction of the cost."""
+    factors = np.asarray(factors, dtype=np.int64)
+    if _scalar_only_cached(structure) or not len(factors):
+        return evaluate_batch(structure, factors).footprint_words
+    return footprints(Rows(structure.compiled, structure.all_loop_factors(factors)))
+
+
+def scalar_only(structure: Structure) -> str:
+    """Why the vectorised engine does not model this structure (empty when it does): tiles
+    that bypass, set buffering depths or keep a halo, levels with a default depth, an overlap
+    convention other than fill-drain, first-touch fills that read nothing above, tensors with
+    their own precision, outputs written through a summed index, state carried across a
+    reduction loop (its rescaling and epochs). Such structures are evaluated row by row with
+    the scalar model, the reference."""
+    w, arch = structure.workload, structure.arch
+    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
+        return "the accelerator sets an overlap convention or a buffering depth"
+    if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
+        return "first-touch fills read nothing from the level above"
+    if w.precision_bits:
+        return "tensors have their own precision (precision_bits)"
+    if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
+        return "an output is written through a summed index"
+    if any(op.carried for op in w.ops):
+        return "an operator carries state across a reduction loop (online softmax)"
+    for _, node in walk(structure.template.root):
+        if not isinstance(node, Tile):
+            continue
+        if node.bypass or node.buffering:
+            return "a tile bypasses a level or sets a buffering depth"
+        if any(mode == "cache" for _, mode in node.halo):
+            return "a tile keeps an intermediate's halo (halo: cache)"
+    return ""
+
+
+_SCALAR_ONLY: dict[tuple, str] = {}
+
+
+def _scalar_only_cached(structure: Structure) -> str:
+    """`scalar_only` once per structure shape: evaluate_batch is the search's hot path."""
+    key = structure.key
+    if key not in _SCALAR_ONLY:
+        _SCALAR_ONLY[key] = scalar_only(structure)
+    return _SCALAR_ONLY[key]
+
+
+def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
+    """The scalar model on every row: the reference, for what the engine does not model."""
+    rows = len(factors)
+    cycles, energy, dram, ops = (np.zeros(rows) for _ in range(4))
+    valid = np.zeros(rows, dtype=bool)
+    footprint: dict[str, np.ndarray] = {}
+    violations: dict[str, np.ndarray] = {}
+    for r, row in enumerate(factors):
+        result = evaluate(structure.workload, structure.arch, structure.dataflow(row))
+        cycles[r], energy[r], dram[r] = result.cycles, result.energy_pj, result.dram_words
+        ops[r] = sum(result.ops.values())
+        valid[r] = result.valid
+        for fp in result.footprints:
+            footprint.setdefault(fp.level, np.zeros(rows))[r] = fp.words
+        for v in result.violations:
+            amount = (v.needed - v.available) if v.needed is not None and \
+                v.available is not None else 1.0
+            column = violations.setdefault(v.kind, np.zeros(rows))
+            column[r] = max(column[r], amount)
+    return BatchResult(cycles, energy, dram, ops, footprint, valid, violations)
+
+
+def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
+    """The batch on one compiled tree, with factor rows over all its loops."""
+    r = Rows(c, full)
+    r.served = served_masks(r)
+    rows = r.count
+    tally = Tally(rows, c.arch)
+    leaves = {}
+    for o, path in c.paths.items():
+        for b in path.boundaries:
+            count_boundary(r, path, b, tally)
+        leaves[o] = leaf_counts(r, path, tally)
+    fps = footprints(r)
+    violations = Violations(rows)
+    check(r, fps, violations)
+    arch = c.arch
+    energy = np.zeros(rows)
+    for (level, kind), words in tally.traffic.items():
+        lv = arch.levels[level]
+        per_word = {FILL: lv.write_energy_pj, READ: lv.read_energy_pj,
+                    UPDATE: lv.update_energy_pj}[kind]
+        energy = energy + words * per_word
+    ops = np.zeros(rows)
+    for o, (count, _, _, _) in leaves.items():
+        ops = ops + count
+        energy = energy + count * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
+    dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
+    cycles = _latency(r, tally, leaves)
+    return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
+                       dict(violations.amounts))
+
+
+def _transfer_time(arch, table, steps):
+    """`cost._transfer_time`: the busiest (level, port), with per-step overheads; and the
+    latency before the first word."""
+    if not table:
+        return 0.0, 0.0
+    latency = 0.0
+    time = None
+    for (index, kind), busy in table.items():
+        lv = arch.levels[index]
+        if kind != "write":  # the read port, or the one shared port
+            moving = busy > 0
+            busy = np.where(moving, busy + lv.step_overhead_cycles * steps, busy)
+            latency = np.where(moving, np.maximum(latency, lv.latency_cycles), latency)
+        time = busy if time is None else np.maximum(time, busy)
+    return time, latency
+
+
+def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
+    """`cost._latency` with fill and drain, for every row."""
+    c = r.c
+    arch = c.arch
+
+    def leaf(op: str) -> np.ndarray:
+        ops, steps, reads, inst = leaves[op]
+        o = c.workload.op_by_name[op]
+        unit = arch.unit(o.unit)
+        lv = arch.levels[c.paths[op].leaf_level]
+        inst = np.maximum(inst, 1)
+        read_time = reads / (inst * lv.read_words_per_cycle)
+        write_time = ops / (inst * lv.write_words_per_cycle)
+        if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
+            read_time = write_time = read_time + write_time
+        return np.maximum.reduce([steps * unit.cycles(o.function), read_time, write_time])
+
+    def node(path: str, tile: Tile, steps_above) -> np.ndarray:
+        steps = steps_above
+        for i, lp in enumerate(tile.loops):
+            if not lp.spatial:
+                steps = steps * r.n[c.slot_of[(path, i)]]
+        kids = [leaf(k.op) if isinstance(k, Op) else node(f"{path}.{i}", k, steps)
+                for i, k in enumerate(tile.children)]
+        if tile.primitive in ("Seq", "Shar"):
+            inner = sum(kids[1:], kids[0])
+        elif tile.primitive == "Para":
+            inner = np.maximum.reduce(kids)
+        else:
+            stages = [k / steps for k in kids]
+            inner = sum(stages[1:], stages[0]) + (steps - 1) * np.maximum.reduce(stages)
+        load, latency = _transfer_time(arch, tally.loads.get(path), steps)
+        store, _ = _transfer_time(arch, tally.stores.get(path), steps)
+        cycles = np.maximum(np.maximum(inner, load), store)
+        overlap = (load + inner + store - cycles) / steps + latency
+        return np.where((load != 0) | (store != 0), cycles + overlap, cycles)
+
+    cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
+    # children running at once share a one-instance level's port: its total bounds the cycles
+    for busy in tally.shared.values():
+        cycles = np.maximum(cycles, busy)
+    return cycles

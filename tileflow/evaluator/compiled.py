@@ -1,0 +1,308 @@
+"""What a structure fixes, analysed once: each operator's path with its loops as factor slots,
+the boundaries where data moves and which tensors cross them (with their Seq drops, epochs
+and closed-form eligibility), the halo candidates, the latency and footprint trees.
+
+Nothing here depends on the factors; `tileflow.evaluator.engine` evaluates the factor part for
+many rows at once from this."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tileflow.analysis.movement import AxisRec
+from tileflow.analysis.resources import split_fanout
+from tileflow.analysis.shape import node_key, shape_of, spec_key
+from tileflow.errors import InputError
+from tileflow.specs.arch import Architecture
+from tileflow.specs.expressions import Access
+from tileflow.specs.workload import Operator, Workload
+from tileflow.tree import Dataflow, Tile, walk
+
+
+@dataclass(frozen=True)
+class SLoop:
+    """A loop on an operator's path: its factor is column `slot` of the factor matrix."""
+
+    slot: int
+    dim: str
+    spatial: bool
+    node: int  # position of its tile on the path
+    level: int
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One tensor crossing one boundary of a path."""
+
+    tensor: str
+    is_out: bool
+    axes: tuple[AxisRec, ...]
+    plain_dims: tuple[str, ...] | None  # dims of its axes when all are plain, else None
+    temporal: tuple[tuple[int, bool, bool], ...]  # (loop index, drop, epoch) above, in order
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A change of level below path position j: the tile at j (level x) feeds level y."""
+
+    j: int
+    x: int
+    y: int
+    run_start: int
+    owner: str
+    inst_x: tuple[int, ...]  # loop indices: spatial loops above the level's run
+    inst_y: tuple[int, ...]  # spatial loops at or above j
+    union: tuple[int, ...]  # spatial loops in the run (their union is read once)
+    crossings: tuple[Crossing, ...]
+
+
+@dataclass(frozen=True)
+class Path:
+    op: Operator
+    chain: tuple[str, ...]
+    levels: tuple[int, ...]
+    loops: tuple[SLoop, ...]
+    boundaries: tuple[Boundary, ...]
+    leaf_level: int
+    leaf_inst: tuple[int, ...]  # spatial loops above the innermost level's run
+    leaf_epoch: tuple[bool, ...]  # per loop: starts the result afresh (epoch or spatial)
+
+
+def _axes(w: Workload, access: Access) -> tuple[AxisRec, ...]:
+    return tuple(AxisRec(a.terms, a.offset, size)
+                 for a, size in zip(access.axes, w.shapes[access.tensor], strict=True))
+
+
+def _plain_dims(w: Workload, access: Access) -> tuple[str, ...] | None:
+    dims = []
+    for axis, size in zip(access.axes, w.shapes[access.tensor], strict=True):
+        if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
+            return None
+        d = axis.terms[0][0]
+        if size != w.sizes[d]:
+            return None
+        dims.append(d)
+    return tuple(dims)
+
+
+class Compiled:
+    """The factor-independent analysis of one structure."""
+
+    def __init__(self, workload: Workload, arch: Architecture, flow: Dataflow):
+        w = workload
+        self.workload, self.arch, self.flow = w, arch, flow
+        shape = shape_of(w, arch, flow)  # checks the structure once
+        self.shape = shape
+        self.tiles = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
+        # every loop of the tree is a column of the factor rows, in tree-walk order
+        self.slot_of = {(p, i): k for k, (p, i) in enumerate(
+            (p, i) for p, t in self.tiles.items() for i in range(len(t.loops)))}
+        self.ops_below = shape.ops_below
+        self.lca = shape.lca
+        self.homes = shape.homes
+        self.paths = {op.name: self._path(op, shape.chains[op.name], shape.levels[op.name])
+                      for op in w.ops}
+        self.halos = self._halos()
+        self.windows = self._windows()
+
+    # -- paths and boundaries --------------------------------------------------------------
+    def _path(self, op: Operator, chain: tuple[str, ...], levels: tuple[int, ...]) -> Path:
+        w = self.workload
+        loops = tuple(SLoop(self.slot_of[(p, i)], lp.dim, lp.spatial, k, levels[k])
+                      for k, p in enumerate(chain)
+                      for i, lp in enumerate(self.tiles[p].loops))
+        info = {}
+        for access, is_out in [(a, False) for a in op.inputs] + [(op.output, True)]:
+            t = access.tensor
+            drops = self.shape.drops[(op.name, t)]
+            no_reuse = {k for k, p in enumerate(chain) if t in self.tiles[p].no_reuse}
+            if t in self.lca:
+                depth = self.lca[t].count(".")
+                epoch = [lp.node <= depth for lp in loops]
+            else:
+                epoch = [lp.dim not in op.dims for lp in loops]
+            info[t] = (access, is_out, drops, no_reuse, epoch)
+        boundaries = []
+        nodes = len(chain)
+        leaf = None
+        for j in range(nodes):
+            last = j == nodes - 1
+            if not last and levels[j] == levels[j + 1]:
+                continue
+            x = levels[j]
+            run_start = j
+            while run_start > 0 and levels[run_start - 1] == x:
+                run_start -= 1
+            inst_x = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node < run_start)
+            if last:
+                leaf = (x, inst_x)
+                continue
+            union = tuple(i for i, lp in enumerate(loops)
+                          if lp.spatial and run_start <= lp.node <= j)
+            inst_y = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node <= j)
+            crossings = []
+            for access, is_out, drops, no_reuse, epoch in info.values():
+                t = access.tensor
+                if t in self.homes and x < self.homes[t]:
+                    continue
+                temporal = tuple(
+                    (i, lp.node in no_reuse or any(lp.node <= k <= j for k in drops), epoch[i])
+                    for i, lp in enumerate(loops) if lp.node <= j and not lp.spatial)
+                crossings.append(Crossing(t, is_out, _axes(w, access), _plain_dims(w, access),
+                                          temporal))
+            boundaries.append(Boundary(j, x, levels[j + 1], run_start, chain[j], inst_x, inst_y,
+                                       union, tuple(crossings)))
+        out = op.output.tensor
+        if out in self.lca:
+            depth = self.lca[out].count(".")
+            epoch = tuple(lp.node <= depth or lp.spatial for lp in loops)
+        else:
+            epoch = tuple(lp.dim not in op.dims or lp.spatial for lp in loops)
+        return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch)
+
+    # -- halos and windows -----------------------------------------------------------------
+    def _halos(self) -> dict[str, list[tuple[str, int, tuple[int, ...]]]]:
+        """Per producer: (dim, offset, loops that tile it in the common ancestor) for each
+        consumer reading it through a window or an offset (`prepare._halo_shifts`)."""
+        w = self.workload
+        out: dict[str, list] = {}
+        for t in w.intermediates:
+            producer = w.op_by_name[w.producer[t]]
+            depth = self.lca[t].count(".")
+            path = self.paths[producer.name]
+            for consumer in w.consumers[t]:
+                access = w.op_by_name[consumer].access(t)
+                for out_axis, axis in zip(producer.output.axes, access.axes, strict=True):
+                    d = out_axis.terms[0][0]
+                    if len(axis.terms) > 1 or axis.offset:
+                        tiling = tuple(i for i, lp in enumerate(path.loops)
+                                       if lp.dim == d and lp.node <= depth)
+                        out.setdefault(producer.name, []).append((d, axis.offset, tiling))
+        return out
+
+    def _windows(self) -> list[tuple[str, str, str, str, int, int, tuple[int, ...]]]:
+        """(tensor, producer, consumer, dim, window, depth, tiling loops) per windowed read."""
+        w = self.workload
+        out = []
+        for t, lca in self.lca.items():
+            producer = w.op_by_name[w.producer[t]]
+            depth = lca.count(".")
+            path = self.paths[producer.name]
+            for consumer in w.consumers[t]:
+                for out_axis, axis in zip(producer.output.axes,
+                                          w.op_by_name[consumer].access(t).axes, strict=True):
+                    if len(axis.terms) < 2:
+                        continue
+                    d = out_axis.terms[0][0]
+                    window = sum(c * (w.sizes[x] - 1) for x, c in axis.terms if x != d)
+                    tiling = tuple(i for i, lp in enumerate(path.loops)
+                                   if lp.dim == d and lp.node <= depth)
+                    out.append((t, producer.name, consumer, d, window, depth, tiling))
+        return out
+
+    # -- resources -------------------------------------------------------------------------
+    def fanout_limits(self, path: Path) -> list[tuple[tuple[int, ...], float]]:
+        """(spatial loops used, limit) at each level change of the path and at its leaf."""
+        arch = self.arch
+        out = []
+        levels = path.levels
+        for j, p in enumerate(path.chain):
+            last = j == len(levels) - 1
+            if not last and levels[j] == levels[j + 1]:
+                continue
+            run = {k for k in range(j + 1) if levels[k] == levels[j]}
+            used = tuple(i for i, lp in enumerate(path.loops) if lp.spatial and lp.node in run)
+            if last:
+                unit = arch.unit(path.op.unit)
+                name = arch.levels[levels[-1]].name
+                if levels[-1] > arch.level_index[unit.level]:
+                    limit = 0
+                else:
+                    limit = arch.fanout_between(name, unit.level) * unit.parallelism
+            else:
+                limit = arch.fanout_between(self.tiles[p].level,
+                                            arch.levels[levels[j + 1]].name)
+            out.append((used, limit))
+        return out
+
+    def split_limits(self) -> list[tuple[list[dict[str, list[tuple[str, tuple[int, ...]]]]],
+                                         tuple[str, tuple[int, ...]], dict[str, tuple[int, int]]]]:
+        """Para/Pipe tiles: per child, per unit kind, the (op, spatial loops below the tile);
+        the (op, spatial loops of the tile and its same-level ancestors) that spread every
+        child; and per kind the units the tile has and the fan-out its own spatial loops share
+        out (`resources._split_violations`)."""
+        arch = self.arch
+        out = []
+        for node_path, node in self.tiles.items():
+            if node.primitive not in ("Para", "Pipe") or len(node.children) < 2:
+                continue
+            depth = node_path.count(".")
+            level = arch.level_index[node.level]
+            first = self.ops_below[node_path][0]
+            spread = (first, tuple(k for k, lp in enumerate(self.paths[first].loops)
+                                   if lp.spatial and lp.node <= depth and lp.level == level))
+            children = []
+            kinds = set()
+            for i, _child in enumerate(node.children):
+                per_kind: dict[str, list] = {}
+                child_path = f"{node_path}.{i}"
+                below = self.ops_below.get(child_path) or (node.children[i].op,)
+                for o in below:
+                    path = self.paths[o]
+                    loops = tuple(k for k, lp in enumerate(path.loops)
+                                  if lp.spatial and lp.node > depth)
+                    kind = arch.unit(path.op.unit).kind
+                    per_kind.setdefault(kind, []).append((o, loops))
+                    kinds.add(kind)
+                children.append(per_kind)
+            limits = {}
+            for kind in kinds:
+                unit = arch.matrix if kind == "matrix" else arch.vector
+                start, feed = arch.level_index[node.level], arch.level_index[unit.level]
+                limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
+                                            if start < feed else 1)
+                fanout = (split_fanout(arch, self.paths[first], depth, level, feed)
+                          if start < feed else 1)
+                limits[kind] = (limit, fanout)
+            out.append((children, spread, limits))
+        return out
+
+    @property
+    def footprint_levels(self) -> list[int]:
+        return [i for i, lv in enumerate(self.arch.levels)
+                if not (i == 0 and math.isinf(lv.capacity_words))]
+
+
+_CACHE: OrderedDict = OrderedDict()
+
+
+class ConstantIndex(InputError):
+    """A workload the batched search cannot compile: an index with no dimension."""
+
+
+def _check_indices(workload: Workload) -> None:
+    """The search's closed forms need a dimension in every index; a constant index (D[0, n])
+    is one element, which `evaluate` counts but the search does not."""
+    for op in workload.ops:
+        for access in (op.output, *op.inputs):
+            if any(not axis.terms for axis in access.axes):
+                raise ConstantIndex(
+                    f"operator '{op.name}' indexes {access.tensor} with a constant: the "
+                    "dataflow search needs a dimension in every index (`tileflow evaluate` "
+                    "takes it)", workload.source, workload.place("ops"))
+
+
+def compiled_for(workload: Workload, arch: Architecture, flow: Dataflow) -> Compiled:
+    """The analysis of a structure, shared by every dataflow of the same shape."""
+    key = (spec_key(workload), spec_key(arch), node_key(flow.root),
+           tuple(sorted(flow.homes.items())))
+    found = _CACHE.get(key)
+    if found is None:
+        _check_indices(workload)
+        found = _CACHE[key] = Compiled(workload, arch, flow)
+        if len(_CACHE) > 256:
+            _CACHE.popitem(last=False)
+    _CACHE.move_to_end(key)
+    return found

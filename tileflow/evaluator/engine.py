@@ -1,0 +1,340 @@
+"""The factor part of the analysis for many rows at once: strides, extents, halos, words
+moved per boundary and tensor, operations, footprints, fan-out, latency and energy, each an
+array over rows. It mirrors `tileflow.analysis` and `tileflow.cost.model` step by step (the scalar
+model stays the reference and the tests hold the two equal); where the scalar model branches
+on a factor, both sides are computed and selected per row."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from tileflow.evaluator import sums
+from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
+from tileflow.evaluator.lattice import I64, VDim, VLoop
+from tileflow.specs.workload import Workload
+from tileflow.tree import Op, Tile
+
+FILL, READ, UPDATE = 0, 1, 2
+
+
+class Rows:
+    """Per-row values of one batch: trip counts and strides per slot, extents and shifts per
+    operator path."""
+
+    def __init__(self, c: Compiled, factors: np.ndarray):
+        self.c = c
+        self.count = len(factors)
+        self.n = np.ascontiguousarray(factors.T)
+        self.stride = np.ones_like(self.n)
+        self._strides(c.flow.root, "root")
+        self.extents = {o: self._extents(p) for o, p in c.paths.items()}
+        self.shift = {o: self._shift(o) for o in c.paths}
+        # (operator, position, input) -> rows where an earlier sibling loaded the slice
+        self.served: dict[tuple[str, int, str], np.ndarray] = {}
+
+    def _strides(self, node: Tile, path: str) -> dict[str, dict[str, np.ndarray]]:
+        """`prepare._strides`: a loop strides over the smallest extent its inner loops cover
+        among the operators below that use its dim."""
+        w = self.c.workload
+        extents: dict[str, dict[str, np.ndarray]] = {}
+        for i, child in enumerate(node.children):
+            if isinstance(child, Op):
+                extents[child.op] = {d: np.ones(self.count, dtype=I64)
+                                     for d in w.op_by_name[child.op].dims}
+            else:
+                extents.update(self._strides(child, f"{path}.{i}"))
+        for i in reversed(range(len(node.loops))):
+            dim = node.loops[i].dim
+            slot = self.c.slot_of[(path, i)]
+            spans = [e[dim] for e in extents.values() if dim in e]
+            # a dim no operator below uses: a repetition of stride 1
+            stride = spans[0] if spans else np.ones(self.count, dtype=I64)
+            for s in spans[1:]:
+                stride = np.minimum(stride, s)
+            self.stride[slot] = stride
+            grow = (self.n[slot] - 1) * stride
+            for e in extents.values():
+                if dim in e:
+                    e[dim] = e[dim] + grow
+        return extents
+
+    def _extents(self, path: Path) -> list[dict[str, np.ndarray]]:
+        """Per path position, each dim's extent covered by the tiles from there down."""
+        dims = dict.fromkeys((*path.op.dims, *(lp.dim for lp in path.loops)))
+        one = np.ones(self.count, dtype=I64)
+        out = [{d: one for d in dims} for _ in range(len(path.chain) + 1)]
+        for lp in path.loops:
+            grow = (self.n[lp.slot] - 1) * self.stride[lp.slot]
+            for position in range(lp.node + 1):
+                out[position][lp.dim] = out[position][lp.dim] + grow
+        return out
+
+    def _shift(self, op: str) -> dict[str, np.ndarray]:
+        path = self.c.paths[op]
+        out: dict[str, np.ndarray] = {}
+        for d, offset, tiling in self.c.halos.get(op, ()):
+            tiled = self.any_above_one(path, tiling)
+            current = out.get(d, np.zeros(self.count, dtype=I64))
+            out[d] = np.where(tiled, np.minimum(current, offset), current)
+        return out
+
+    def any_above_one(self, path: Path, loops) -> np.ndarray:
+        found = np.zeros(self.count, dtype=bool)
+        for i in loops:
+            found |= self.n[path.loops[i].slot] > 1
+        return found
+
+    def prod(self, path: Path, loops) -> np.ndarray:
+        out = np.ones(self.count, dtype=I64)
+        for i in loops:
+            out = out * self.n[path.loops[i].slot]
+        return out
+
+    def vloop(self, path: Path, i: int, drop: bool) -> VLoop:
+        slot = path.loops[i].slot
+        return VLoop(path.loops[i].dim, self.n[slot], self.stride[slot], drop)
+
+    def dims(self, path: Path, position: int, extent: int | None = None) -> dict[str, VDim]:
+        w = self.c.workload
+        zero = np.zeros(self.count, dtype=I64)
+        shifts = self.shift[path.op.name]
+        ext = self.extents[path.op.name][position]
+        one = np.ones(self.count, dtype=I64)
+        return {d: VDim(w.sizes[d], one if extent == 1 else ext[d], shifts.get(d, zero))
+                for d in path.op.dims}
+
+
+def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
+    """Loops (n, stride) sorted by stride, ignoring single iterations, each striding over the
+    span of those before it, starting at `start`: (every row nests?, final span)."""
+    ok = np.ones(start.shape, dtype=bool)
+    span = start.copy()
+    for k, (n, s) in enumerate(loops):
+        # the span below loop k: start times the trips of the loops that sort before it
+        below = start.copy()
+        for m, (n2, s2) in enumerate(loops):
+            if m != k and (n2 > 1).any():
+                before = (n2 > 1) & ((s2 < s) | ((s2 == s) & (m < k)))
+                below = below * np.where(before, n2, 1)
+        ok &= (n <= 1) | (s == below)
+        span = span * n
+    return ok, span
+
+
+class Tally:
+    """Words per (level, kind) summed over tensors, and per tile the time its loads and its
+    stores keep each (level, port) busy."""
+
+    def __init__(self, rows: int, arch):
+        self.rows = rows
+        self.arch = arch
+        self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
+        self.loads: dict[str, dict[tuple[int, str], np.ndarray]] = defaultdict(dict)
+        self.stores: dict[str, dict[tuple[int, str], np.ndarray]] = defaultdict(dict)
+        # per (level, port) of a one-instance level, the time all of the tree's transfers
+        # through it need (`cost._busiest_shared_port`)
+        self.shared: dict[tuple[int, str], np.ndarray] = {}
+
+    def transfer(self, table, owner: str, level: int, words, instances, kind: str) -> None:
+        lv = self.arch.levels[level]
+        rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
+        time = words / (np.maximum(instances, 1) * rate)
+        key = (level, lv.port(kind))
+        mine = table[owner]
+        mine[key] = mine[key] + time if key in mine else time
+        if lv.instances == 1:
+            alone = words / rate
+            self.shared[key] = self.shared[key] + alone if key in self.shared else alone
+
+
+def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
+    """Words moved over one boundary of one path, for every crossing tensor."""
+    ext = r.extents[path.op.name][b.j + 1]
+    inst_x = r.prod(path, b.inst_x)
+    inst_y = r.prod(path, b.inst_y)
+    exact = _exact_dims(r, path)
+    regular = dict(exact)
+    extent_x = {d: ext[d] for d in path.op.dims}
+    for d in {path.loops[i].dim for i in b.union} & set(path.op.dims):
+        mine = [(r.n[path.loops[i].slot], r.stride[path.loops[i].slot])
+                for i in b.union if path.loops[i].dim == d]
+        ok, span = nested_chain(ext[d], mine)
+        regular[d] = regular[d] & ok
+        extent_x[d] = span
+    # outputs filled on their first touch too (the inner level's `first_touch_fills`)
+    first = r.c.arch.levels[b.y].first_touch_fills
+    for cross in b.crossings:
+        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y, first)
+        if cross.plain_dims is None:
+            todo = np.arange(r.count)
+        else:
+            fine = np.ones(r.count, dtype=bool)
+            for d in cross.plain_dims:
+                fine &= regular[d]
+            todo = np.flatnonzero(~fine)
+        if len(todo):
+            general = _general_counts(r, path, b, cross, todo, first)
+            moved = [m.astype(float) if isinstance(m, np.ndarray) else np.full(r.count, float(m))
+                     for m in moved]
+            for m, g in zip(moved, general, strict=True):
+                m[todo] = g
+        served = None if cross.is_out else r.served.get((path.op.name, b.j, cross.tensor))
+        if served is not None:  # resident already: an earlier sibling loaded the same slice
+            moved = [np.where(served, 0, m) for m in moved]
+        _record(tally, b, cross, inst_x, inst_y, *moved)
+
+
+def _exact_dims(r: Rows, path: Path) -> dict[str, np.ndarray]:
+    """`OpPath.exact_dims` per row."""
+    key = ("exact", path.op.name)
+    cache = r.__dict__.setdefault("_cache", {})
+    if key in cache:
+        return cache[key]
+    w = r.c.workload
+    shifts = r.shift[path.op.name]
+    out = {}
+    for d in path.op.dims:
+        mine = [(r.n[lp.slot], r.stride[lp.slot]) for lp in path.loops if lp.dim == d]
+        ok, span = nested_chain(np.ones(r.count, dtype=I64), mine)
+        ok &= span == w.sizes[d]
+        if d in shifts:
+            ok &= shifts[d] == 0
+        out[d] = ok
+    cache[key] = out
+    return out
+
+
+def _steps(r: Rows, path: Path, cross: Crossing, dims, fresh: bool) -> np.ndarray:
+    """Product of trip counts down to the innermost loop that changes the slice."""
+    result = np.ones(r.count, dtype=I64)
+    prefix = np.ones(r.count, dtype=I64)
+    for i, drop, epoch in cross.temporal:
+        lp = path.loops[i]
+        n = r.n[lp.slot]
+        prefix = prefix * n
+        if lp.dim in dims or drop or (fresh and epoch):
+            result = np.where(n > 1, prefix, result)
+    return result
+
+
+def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent_x,
+                  inst_x, inst_y, first: bool = False):
+    """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly);
+    `first`: outputs are filled on their first touch too."""
+    dims = cross.plain_dims
+    if dims is None:
+        return [0, 0, 0, 0]
+    w = r.c.workload
+    moved = _steps(r, path, cross, dims, fresh=False)
+    slice_y = np.ones(r.count, dtype=I64)
+    slice_x = np.ones(r.count, dtype=I64)
+    for d in dims:
+        slice_y = slice_y * ext[d]
+        slice_x = slice_x * extent_x[d]
+    moved_y = slice_y * inst_y * moved
+    moved_x = slice_x * inst_x * moved
+    if not cross.is_out:
+        return [moved_y, moved_x, 0, 0]
+    restarts = _steps(r, path, cross, dims, fresh=True)
+    if first:  # every entry is filled, first touches included
+        return [moved_y, moved_x, slice_y * inst_y * restarts, slice_x * inst_x * restarts]
+    epochs = np.ones(r.count, dtype=I64)
+    for i, _, epoch in cross.temporal:
+        if epoch and path.loops[i].dim not in dims:
+            epochs = epochs * r.n[path.loops[i].slot]
+    words = int(np.prod([w.sizes[d] for d in dims], dtype=np.int64)) * epochs
+    others = [i for i, lp in enumerate(path.loops) if lp.node <= b.j and lp.dim not in dims
+              and lp.spatial]
+    spread_y = r.prod(path, others)
+    spread_x = r.prod(path, [i for i in others if path.loops[i].node < b.run_start])
+    refill_y = slice_y * inst_y * restarts - words * spread_y
+    refill_x = slice_x * inst_x * restarts - words * spread_x
+    return [moved_y, moved_x, refill_y, refill_x]
+
+
+def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
+                    first: bool = False):
+    """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`."""
+    k = len(rows)
+    dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
+    temporal = [(r.vloop(path, i, drop).take(rows), epoch) for i, drop, epoch in cross.temporal]
+    inst_y = [(r.vloop(path, i, True).take(rows), True) for i in b.inst_y]
+    inst_x = [(r.vloop(path, i, True).take(rows), True) for i in b.inst_x]
+    union = [r.vloop(path, i, False).take(rows) for i in b.union]
+    loops_y = [lp for lp, _ in inst_y + temporal]
+    loops_x = [lp for lp, _ in inst_x + temporal]
+    axes = cross.axes
+    moved_y = sums.words_moved(axes, dims, loops_y, k)
+    moved_x = sums.words_moved(axes, dims, loops_x, k, union=union)
+    if not cross.is_out:
+        return moved_y, moved_x, 0, 0
+    epoch_y = [e for _, e in inst_y + temporal]
+    epoch_x = [e for _, e in inst_x + temporal]
+    refill_y = sums.words_moved(axes, dims, loops_y, k, epoch_y)
+    refill_x = sums.words_moved(axes, dims, loops_x, k, epoch_x, union)
+    if not first:
+        refill_y = refill_y - sums.first_touches(axes, dims, loops_y, epoch_y, k)
+        refill_x = refill_x - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union)
+    return moved_y, moved_x, refill_y, refill_x
+
+
+def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
+            refill_y, refill_x) -> None:
+    x, y, owner = b.x, b.y, b.owner
+    if cross.is_out:
+        tally.traffic[(y, FILL)] += refill_y
+        tally.traffic[(x, READ)] += refill_x
+        tally.traffic[(x, UPDATE)] += moved_x
+        tally.transfer(tally.loads, owner, x, refill_x, inst_x, "read")
+        tally.transfer(tally.loads, owner, y, refill_y, inst_y, "write")
+        tally.transfer(tally.stores, owner, x, moved_x, inst_x, "write")
+        if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
+            tally.transfer(tally.stores, owner, y, moved_y, inst_y, "read")
+    else:
+        tally.traffic[(y, FILL)] += moved_y
+        tally.traffic[(x, READ)] += moved_x
+        tally.transfer(tally.loads, owner, x, moved_x, inst_x, "read")
+        tally.transfer(tally.loads, owner, y, moved_y, inst_y, "write")
+
+
+def leaf_counts(r: Rows, path: Path, tally: Tally):
+    """`traffic._count_compute`: (ops, temporal steps, operand reads, instances)."""
+    op = path.op
+    w: Workload = r.c.workload
+    all_loops = list(range(len(path.loops)))
+    exact = _exact_dims(r, path)
+    fine = np.ones(r.count, dtype=bool)
+    for d in op.dims:
+        fine &= exact[d]
+    ops = r.prod(path, all_loops)
+    todo = np.flatnonzero(~fine)
+    dims1 = None
+    if len(todo):
+        dims1 = {d: v.take(todo) for d, v in r.dims(path, 0, extent=1).items()}
+        loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
+        axes = tuple(sums.AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
+        ops = ops.copy()
+        ops[todo] = sums.iteration_count(axes, dims1, loops, (), len(todo))
+    x = path.leaf_level
+    reads = ops * len(op.inputs)
+    tally.traffic[(x, READ)] += ops * len(op.inputs)
+    tally.traffic[(x, UPDATE)] += ops
+    if op.accumulates:
+        out = op.output
+        marks = path.leaf_epoch
+        starts = w.tensor_words(out.tensor) * np.ones(r.count, dtype=I64)
+        for i, m in enumerate(marks):
+            if m and path.loops[i].dim not in out.dims:
+                starts = starts * r.n[path.loops[i].slot]
+        if len(todo):
+            guards = [d for d in op.dims if d not in out.dims]
+            axes = tuple(sums.AxisRec(a.terms, a.offset, s)
+                         for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
+            loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
+            starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
+        tally.traffic[(x, READ)] += ops - starts
+        reads = reads + ops - starts
+    steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
+    return ops, steps, reads, r.prod(path, path.leaf_inst)

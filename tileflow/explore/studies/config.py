@@ -1,0 +1,293 @@
+"""Exploration configs (`tileflow explore CONFIG.yaml`): validated with file and line, unknown
+keys are errors; and the candidate structures a study searches."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tileflow.errors import InputError
+from tileflow.evaluator.structure import Structure, structure_of
+from tileflow.explore.factors.space import OBJECTIVES, Limits
+from tileflow.explore.structures.genetic import GAConfig
+from tileflow.explore.tilesearch.search import METHODS
+from tileflow.specs import keys
+from tileflow.specs.arch import Architecture, load_arch
+from tileflow.specs.workload import Workload, load_workload
+from tileflow.specs.yamlfile import Field, load_yaml
+
+# Every key an exploration config accepts (declared with the other files' keys)
+CONFIG_KEYS = {k.name: k.meaning for k in keys.EXPLORE.keys}
+LIMIT_KEYS = ("footprint_words", "dram_words")
+STRUCTURE_MODES = ("search", "baselines")
+BUDGET_KEYS = ("evaluations", "seconds")
+# Bounds on the work a config asks for (not on each number): the tile-factor budget, the
+# rows one batch evaluates at once (memory: rows x loops), and the genetic search's total
+# factor evaluations over every generation and rung (successive halving grows a budget
+# eta-fold per rung, so `rungs` is an exponent).
+MAX_EVALUATIONS = 100_000_000
+MAX_BATCH = 65_536
+
+
+@dataclass(frozen=True)
+class ExploreConfig:
+    source: str
+    name: str
+    accelerator: str
+    workload: str
+    preset: str | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    objective: str = "latency"  # the scalar cost the tile-factor search minimises
+    objectives: tuple[str, ...] = ("latency",)  # two: the study returns a Pareto front
+    limits: Limits = field(default_factory=Limits)
+    structures: tuple[str, ...] | str = "baselines"
+    genetic: GAConfig = field(default_factory=GAConfig)
+    top: int = 4  # structures the genetic search hands to the tile-factor study
+    method: str = "mcts"
+    budget_evals: int | None = 2000
+    budget_seconds: float | None = None
+    batch: int = 64
+    seed: int = 0
+    out: str = ""
+    # key -> "line N (key)" where the config wrote it, for messages about its value
+    places: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def load(self) -> tuple[Workload, Architecture]:
+        w = self.load_workload()
+        try:
+            return w, load_arch(self.accelerator)
+        except InputError as exc:  # an unknown name: the config's line says where
+            raise exc.located(self.source, self.places.get("accelerator")) from None
+
+    def load_workload(self) -> Workload:
+        """The workload with the config's preset and sizes; an error about those names the
+        config's line, not the workload file or a flag the user never typed."""
+        try:
+            return load_workload(self.workload, self.sizes, self.preset)
+        except InputError as exc:
+            failed = exc
+        try:
+            load_workload(self.workload)  # the workload itself: a file's errors as they are
+        except InputError as exc:
+            raise exc.located(self.source, self.places.get("workload")) from None
+        if not self.sizes and not self.preset:
+            raise failed
+        key = "preset"
+        if self.preset:
+            try:
+                load_workload(self.workload, None, self.preset)
+                key = "sizes"
+            except InputError:
+                pass
+        else:
+            key = "sizes"
+        message = failed.message.replace("--workload ", "workload: ").replace(
+            "--preset ", "preset: ").replace("--set", "sizes")
+        raise InputError(f"{message} (workload {self.workload})", self.source,
+                         self.places.get(key, key)) from None
+
+    @property
+    def genetic_config(self) -> GAConfig:
+        """The genetic search's settings with the study's seed and objectives."""
+        return replace(self.genetic, seed=self.seed, objectives=self.objectives)
+
+    def with_budget(self, evals: int | None, seconds: float | None) -> ExploreConfig:
+        if evals is None and seconds is None:
+            return self
+        return replace(self, budget_evals=evals, budget_seconds=seconds)
+
+
+def _path_or_name(f: Field, key: str, base: Path) -> str:
+    value = f.string(key)
+    candidate = base / value
+    if value.endswith((".yaml", ".yml")) and candidate.exists():
+        return str(candidate)
+    return value
+
+
+def parse_config(data: Field) -> ExploreConfig:
+    data.require_mapping()
+    keys.EXPLORE.check(data)
+    base = Path(data.source).parent
+    sizes: dict[str, int] = {}
+    if data.has("sizes"):
+        block = data.child("sizes").require_mapping()
+        for key in block.keys():
+            sizes[str(key)] = block.integer(key)
+    objectives = _objectives(data)
+    method = data.string("method", "mcts")
+    if method not in METHODS:
+        raise data.error(f"'method' must be one of {', '.join(METHODS)}, got {method!r}",
+                         "method")
+    limits = _limits(data.child("limits")) if data.has("limits") else Limits()
+    evals, seconds = 2000, None
+    if data.has("budget"):
+        budget = data.child("budget").require_mapping()
+        budget.check_keys(BUDGET_KEYS)
+        if not budget.keys():
+            raise budget.error("'budget' needs evaluations and/or seconds")
+        evals = budget.integer("evaluations", maximum=MAX_EVALUATIONS) \
+            if budget.has("evaluations") else None
+        seconds = budget.number("seconds") if budget.has("seconds") else None
+        if seconds is not None and not math.isfinite(seconds):
+            raise budget.error("'seconds' must be finite", "seconds")
+    structures = _structures(data)
+    seed = data.integer("seed", 0, minimum=0)
+    genetic, top = _genetic(data.child("genetic") if data.has("genetic") else None,
+                            objectives)
+    name = data.string("name", Path(data.source).stem)
+    out = data.string("out", "")
+    places = {key: data.where(key) for key in ("out", "sizes", "preset", "workload",
+                                               "accelerator") if data.has(key)}
+    return ExploreConfig(
+        source=data.source, name=name,
+        accelerator=_path_or_name(data, "accelerator", base),
+        workload=_path_or_name(data, "workload", base),
+        preset=data.string("preset") if data.has("preset") else None, sizes=sizes,
+        objective=_scalar(objectives), objectives=objectives, limits=limits,
+        structures=structures, genetic=genetic, top=top, method=method,
+        budget_evals=evals, budget_seconds=seconds,
+        batch=data.integer("batch", 64, minimum=1, maximum=MAX_BATCH), seed=seed,
+        out=out or f"explore-{name}", places=places)
+
+
+def _objectives(data: Field) -> tuple[str, ...]:
+    if not data.has("objective"):
+        return ("latency",)
+    f = data.child("objective")
+    items = [f] if isinstance(f.data, str) else f.elements()
+    names = []
+    for item in items:
+        if not isinstance(item.data, str) or item.data not in OBJECTIVES:
+            raise item.error(f"'objective' must be one of {', '.join(OBJECTIVES)} or a list "
+                             f"of two of them, got {item.data!r}")
+        names.append(item.data)
+    if len(names) not in (1, 2) or len(set(names)) != len(names):
+        raise f.error(f"'objective' must name one objective or two different ones, got "
+                      f"{names}")
+    return tuple(names)
+
+
+def _scalar(objectives: tuple[str, ...]) -> str:
+    """The cost the tile-factor search minimises: the objective, or for latency and energy
+    together their product (EDP), else the first of the two."""
+    if len(objectives) == 1:
+        return objectives[0]
+    return "edp" if set(objectives) == {"latency", "energy"} else objectives[0]
+
+
+def _structures(data: Field) -> tuple[str, ...] | str:
+    if not data.has("structures"):
+        return "baselines"
+    f = data.child("structures")
+    if isinstance(f.data, str):
+        if f.data not in STRUCTURE_MODES:
+            raise data.error("'structures' must be 'search', 'baselines' or a list of "
+                             f"baseline names, got {f.data!r}", "structures")
+        return f.data
+    items = f.elements()
+    if not items:
+        raise f.error("'structures' must name at least one structure")
+    names = []
+    for item in items:
+        if not isinstance(item.data, str):
+            raise item.error(f"expected a baseline name, got {item.data!r}")
+        if item.data in names:  # the same points would be searched twice
+            raise item.error(f"'structures' names '{item.data}' twice")
+        names.append(item.data)
+    return tuple(names)
+
+
+def _genetic(f: Field | None, objectives: tuple[str, ...]) -> tuple[GAConfig, int]:
+    """The genetic search's settings: small defaults that finish in seconds to a minute."""
+    base = GAConfig(population=12, generations=6, budget=32, rungs=3, objectives=objectives)
+    if f is None:
+        return base, 4
+    f.require_mapping()
+    keys.GENETIC.check(f)
+    population = f.integer("population", base.population, minimum=2)
+    ga = replace(base, population=population,
+                 generations=f.integer("generations", base.generations, minimum=0),
+                 budget=f.integer("evaluations", base.budget, minimum=1),
+                 rungs=f.integer("rungs", base.rungs, minimum=1),
+                 elite=min(base.elite, population - 1))
+    work = genetic_work(ga)
+    if work > MAX_EVALUATIONS:
+        raise f.error(f"the genetic search asks for more than {MAX_EVALUATIONS:,} factor "
+                      f"evaluations (population {ga.population}, generations "
+                      f"{ga.generations}, evaluations {ga.budget}, rungs {ga.rungs}: each "
+                      f"rung gives the better structures {ga.eta} times the budget); lower "
+                      "them")
+    return ga, f.integer("top", 4, minimum=1)
+
+
+def genetic_work(ga: GAConfig, stop: int = MAX_EVALUATIONS) -> int:
+    """An upper bound of the factor evaluations the genetic search asks for: per generation
+    (and the first), each rung r gives ceil(population / eta^r) structures budget * eta^r
+    evaluations, and structures found again get one more first-rung search. Counting stops
+    past `stop`."""
+    per_generation = ga.population * ga.budget  # revisits
+    for rung in range(ga.rungs):
+        per_generation += math.ceil(ga.population / ga.eta ** rung) * ga.budget * ga.eta ** rung
+        if per_generation > stop:
+            return per_generation
+    return per_generation * (ga.generations + 1)
+
+
+def _limits(f: Field) -> Limits:
+    f.require_mapping()
+    f.check_keys(LIMIT_KEYS)
+    footprint = {}
+    if f.has("footprint_words"):
+        block = f.child("footprint_words").require_mapping()
+        for key in block.keys():
+            footprint[str(key)] = block.number(key)
+    dram = math.inf
+    if f.has("dram_words"):
+        dram = f.number("dram_words")
+        if not math.isfinite(dram):
+            raise f.error("'dram_words' must be finite", "dram_words")
+    return Limits(footprint, dram)
+
+
+def load_config(path: str | Path) -> ExploreConfig:
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"no such exploration config '{path}'")
+    try:
+        return parse_config(Field(load_yaml(path), str(path)))
+    except InputError as exc:
+        raise exc.located(str(path)) from None
+
+
+def check_against(config: ExploreConfig, w: Workload, arch: Architecture) -> None:
+    """Names in the config that only the workload and accelerator can check."""
+    levels = {lv.name for lv in arch.levels}
+    for level in config.limits.footprint_words:
+        if level not in levels:
+            raise InputError(f"limits.footprint_words names level '{level}'; the accelerator "
+                             f"has {', '.join(sorted(levels))}", config.source)
+
+
+def candidate_structures(config: ExploreConfig, w: Workload, arch: Architecture,
+                         found=()) -> list[tuple[str, Structure]]:
+    """The structures a study searches, by name: the named baselines' tree shapes and, with
+    `structures: search`, before them the structures the genetic search `found` (name,
+    structure) pairs."""
+    from tileflow.dataflows import baselines_for, build
+
+    names = config.structures if isinstance(config.structures, tuple) else baselines_for(w)
+    out = list(found)
+    for name in names:
+        try:
+            flow = build(name, w, arch)
+        except InputError as exc:
+            raise InputError(f"structures: {exc.message}", config.source) from None
+        except (ValueError, IndexError) as exc:  # a builder that cannot size this case
+            if config.structures == "search":
+                continue
+            raise InputError(f"structures: '{name}' cannot be built for this workload: "
+                             f"{exc}", config.source) from None
+        out.append((name, structure_of(w, arch, flow)))
+    return out

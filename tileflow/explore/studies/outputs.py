@@ -1,0 +1,298 @@
+"""What `tileflow explore` writes into its output folder, each file atomically (a temporary
+file in the same folder, then a rename): the best dataflow (YAML that `tileflow evaluate`
+reads), every point (CSV), the convergence plot, summary.md and summary.json, and the
+found dataflow's timeline (PNG and a Chrome trace)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tileflow.cost.model import Result
+from tileflow.explore.studies import pareto, timeline
+from tileflow.explore.studies.session import Outcome, objective_value
+from tileflow.outputs import finite
+from tileflow.provenance import MODEL_VERSION
+from tileflow.tree import Dataflow, Op, Tile
+
+FILES = ("best.yaml", "points.csv", "convergence.png", "summary.md", "summary.json",
+         "timeline.png", "timeline.json", "front.csv", "front.png")
+PRIMITIVE_WORDS = {
+    "Seq": "one after another (a child's data is dropped unless the next one uses it)",
+    "Shar": "one after another, sharing the data they hold",
+    "Para": "at the same time on separate units",
+    "Pipe": "as a pipeline over the tile's steps, on separate units",
+}
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write through a temporary file in the same folder, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; other outputs follow umask
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def describe(flow: Dataflow, arch) -> list[str]:
+    """The tree in words, one sentence per tile."""
+    lines: list[str] = []
+
+    def go(node, depth: int) -> None:
+        if isinstance(node, Op):
+            return
+        pad = "  " * depth
+        temporal = [str(lp) for lp in node.loops if not lp.spatial and lp.factor > 1]
+        spatial = [f"{lp.dim}:{lp.factor}" for lp in node.loops if lp.spatial and lp.factor > 1]
+        ops = [c.op for c in node.children if isinstance(c, Op)]
+        text = f"{pad}- A tile at {node.level}"
+        if node.name:
+            text += f" ('{node.name}')"
+        text += (f" steps over {' '.join(temporal)}" if temporal else " takes one step")
+        if spatial:
+            text += f", spread over {' x '.join(spatial)} instances below it"
+        if ops:
+            units = ", ".join(f"'{o}'" for o in ops)
+            text += f"; it runs {units}"
+        tiles = [c for c in node.children if isinstance(c, Tile)]
+        if len(node.children) > 1:
+            text += f"; its {len(node.children)} children run {PRIMITIVE_WORDS[node.primitive]}"
+        lines.append(text + ".")
+        for c in tiles:
+            go(c, depth + 1)
+
+    go(flow.root, 0)
+    return lines
+
+
+def _figures(result: Result, arch, layerwise: float | None) -> dict:
+    on_chip = {f.level: f.words for f in result.footprints}
+    return {"valid": result.valid, "cycles": result.cycles,
+            "speedup_over_layerwise": (layerwise / result.cycles) if layerwise else None,
+            "dram_words": result.dram_words, "energy_pj": result.energy_pj,
+            "footprint_words": on_chip, "bottleneck": result.bottleneck.to_dict(),
+            "violations": [v.to_dict() for v in result.violations]}
+
+
+def summary(outcome: Outcome) -> dict:
+    """The figures of summary.md as one JSON-ready object."""
+    cfg = outcome.config
+    layer = next((b.result.cycles for b in outcome.baselines if b.name == "layerwise"), None)
+    best = outcome.best_result
+    data: dict = {
+        "study": cfg.name, "accelerator": outcome.arch.name, "workload": outcome.workload.name,
+        "sizes": dict(outcome.workload.sizes), "objective": cfg.objective,
+        "objectives": list(cfg.objectives), "structures": _mode(cfg.structures),
+        "method": cfg.method, "evaluations": int(len(outcome.points)),
+        "valid_points": int(outcome.points["valid"].sum()) if len(outcome.points) else 0,
+        "seconds": outcome.seconds, "interrupted": outcome.interrupted,
+        "model_version": MODEL_VERSION, "found": None, "baselines": []}
+    if outcome.workers is not None:
+        data["workers"] = outcome.workers
+    if best is not None:
+        data["found"] = {"structure": outcome.best_structure,
+                         **_figures(best, outcome.arch, layer),
+                         "objective_value": objective_value(best, cfg.objective),
+                         "description": describe(outcome.best, outcome.arch)}
+    for b in outcome.baselines:
+        entry = {"dataflow": b.name, "own_rule": _figures(b.result, outcome.arch, layer)}
+        if best is not None:
+            entry["own_rule"]["found_speedup"] = b.result.cycles / best.cycles
+        if b.searched_result is not None:
+            entry["searched"] = _figures(b.searched_result, outcome.arch, layer)
+            if best is not None:
+                entry["searched"]["found_speedup"] = b.searched_result.cycles / best.cycles
+        data["baselines"].append(entry)
+    valid = [b.result.cycles for b in outcome.baselines if b.result.valid]
+    if best is not None and valid:
+        data["found"]["speedup_over_best_baseline"] = min(valid) / best.cycles
+    if outcome.structure_search is not None:
+        data["structure_search"] = outcome.structure_search
+    if len(cfg.objectives) == 2:
+        table = pareto.front(outcome.points, cfg.objectives)
+        keep = ["structure", "factors", "cycles", "energy_pj", "dram_words", "edp"]
+        data["front"] = table[[k for k in keep if k in table]].to_dict("records")
+    return data
+
+
+def _mode(structures) -> str | list[str]:
+    return list(structures) if isinstance(structures, tuple) else structures
+
+
+def _num(x, pattern: str = "{:,.0f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else pattern.format(x)
+
+
+def summary_markdown(outcome: Outcome, data: dict) -> str:
+    levels = [lv.name for lv in outcome.arch.levels[1:]]
+    head = ("| dataflow | factors | valid | cycles | speed-up over Layerwise | found is faster by "
+            "| DRAM words | energy (uJ) | " + " | ".join(f"footprint {lv}" for lv in levels)
+            + " |")
+    rows = [head, "|" + "---|" * (8 + len(levels))]
+
+    def row(name: str, how: str, fig: dict) -> str:
+        fp = " | ".join(_num(fig["footprint_words"].get(lv)) for lv in levels)
+        return (f"| {name} | {how} | {'yes' if fig['valid'] else 'no'} | {_num(fig['cycles'])} "
+                f"| {_num(fig['speedup_over_layerwise'], '{:.2f}x')} "
+                f"| {_num(fig.get('found_speedup'), '{:.2f}x')} | {_num(fig['dram_words'])} "
+                f"| {_num(fig['energy_pj'] / 1e6, '{:,.1f}')} | {fp} |")
+
+    found = data["found"]
+    if found:
+        rows.append(row(f"**found** ({found['structure']})", "searched", found))
+    for b in data["baselines"]:
+        rows.append(row(b["dataflow"], "own rule", b["own_rule"]))
+        if "searched" in b:
+            rows.append(row(b["dataflow"], "searched", b["searched"]))
+    cfg = outcome.config
+    text = [f"# Exploration: {cfg.name}", "",
+            f"{outcome.workload.name} {dict(outcome.workload.sizes)} on {outcome.arch.name}; "
+            f"objective {cfg.objective}; {data['evaluations']:,} points evaluated "
+            f"({data['valid_points']:,} valid) by {cfg.method} in {outcome.seconds:,.1f} s"
+            + (" (interrupted)" if outcome.interrupted else "") + ".", ""]
+    if found:
+        text += [f"The best dataflow found has the `{found['structure']}` structure: "
+                 f"{found['cycles']:,.0f} cycles"
+                 + (f", {found['speedup_over_layerwise']:.2f}x faster than Layerwise"
+                    if found["speedup_over_layerwise"] else "")
+                 + (f" and {found['speedup_over_best_baseline']:.2f}x faster than the best "
+                    "baseline with its own rule" if found.get("speedup_over_best_baseline")
+                    else "")
+                 + f". Bottleneck: {found['bottleneck']['message']}.", "",
+                 "The found tree (`best.yaml`):",
+                 "", *found["description"], ""]
+    else:
+        text += ["No valid dataflow was found within the budget.", ""]
+    search = data.get("structure_search")
+    if search:
+        text += [f"Structures: a genetic search over tree structures (seeded with the "
+                 f"baselines' {', '.join(search['baseline_seeds'])}) evaluated "
+                 f"{search['structures']:,} structures with {search['evaluations']:,} "
+                 f"tile-factor evaluations in {search['seconds']:,.1f} s; its best "
+                 f"structures (`searched-1`, ...) and the baselines' were then searched "
+                 f"above. Repairs by rule: {search['repairs']}; children rejected: "
+                 f"{search['rejected']}.", ""]
+    if "front" in data:
+        x, y = cfg.objectives
+        text += [f"Pareto front of {x} and {y} over the valid points ({len(data['front'])} "
+                 "points; `front.csv`, `front.png`):", "",
+                 "| structure | factors | cycles | energy (uJ) | DRAM words |",
+                 "|---|---|---|---|---|"]
+        text += [f"| {r['structure']} | {r['factors']} | {_num(r['cycles'])} | "
+                 f"{_num(r['energy_pj'] / 1e6, '{:,.2f}')} | {_num(r['dram_words'])} |"
+                 for r in data["front"]]
+        text += ["", "![front](front.png)", ""]
+    text += ["Baselines: *own rule* is each baseline's factors chosen by its own rule (Chimera: "
+             "least DRAM traffic that fits; TileFlow-Pipe: lowest latency; the others: "
+             "largest tiles that fit); *searched* is the best point of its structure in this "
+             "study.", "", *rows, "", "![convergence](convergence.png)", "",
+             "![timeline](timeline.png)", ""]
+    return "\n".join(text)
+
+
+def convergence_plot(outcome: Outcome, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = outcome.points
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    cost = pts["cost"].astype(float).to_numpy() if len(pts) else np.array([])
+    best = np.minimum.accumulate(np.where(np.isfinite(cost), cost, np.inf)) if len(cost) else cost
+    shown = np.isfinite(best)
+    axes[0].step(np.arange(1, len(best) + 1)[shown], best[shown], where="post",
+                 label=f"best found ({outcome.config.method})")
+    seconds = pts["seconds"].astype(float).to_numpy() if len(pts) else np.array([])
+    axes[1].step(seconds[shown], best[shown], where="post",
+                 label=f"best found ({outcome.config.method})")
+    for k, b in enumerate(outcome.baselines):
+        if b.result.valid:
+            value = objective_value(b.result, outcome.config.objective)
+            for ax in axes:
+                ax.axhline(value, color=f"C{k + 1}", linestyle="--", linewidth=1,
+                           label=f"{b.name} (own rule)")
+    unit = {"latency": "cycles", "energy": "pJ", "edp": "cycles x pJ",
+            "dram": "DRAM words"}[outcome.config.objective]
+    for ax, xlabel in zip(axes, ("evaluations", "seconds"), strict=True):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{outcome.config.objective} ({unit})")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"{outcome.config.name}: best {outcome.config.objective} so far")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
+    """Write every output file; returns the summary object."""
+    from ruamel.yaml import YAML
+
+    from tileflow.tree import to_dict
+
+    out = Path(out_dir)
+    cfg = outcome.config
+    data = summary(outcome)
+    data["files"] = {}
+    if outcome.best is not None:
+        def dump_yaml(p: Path) -> None:
+            yaml = YAML()
+            yaml.default_flow_style = None
+            with p.open("w") as handle:
+                yaml.dump(to_dict(outcome.best), handle)
+
+        atomic_write(out / "best.yaml", dump_yaml)
+        evs = timeline.events(outcome.workload, outcome.arch, outcome.best, outcome.best_result)
+        title = f"{outcome.config.name}: first steps of the found dataflow"
+        atomic_write(out / "timeline.png", lambda p: timeline.plot(evs, title, p))
+        atomic_write(out / "timeline.json", lambda p: p.write_text(
+            timeline.trace_json(evs, outcome.arch.clock_ghz)))
+    atomic_write(out / "points.csv", lambda p: outcome.points.to_csv(p, index=False))
+    atomic_write(out / "convergence.png", lambda p: convergence_plot(outcome, p))
+    if len(cfg.objectives) == 2:
+        table = pareto.front(outcome.points, cfg.objectives)
+        atomic_write(out / "front.csv", lambda p: table.to_csv(p, index=False))
+        marks = {b.name: tuple(objective_value(b.result, o) for o in cfg.objectives)
+                 for b in outcome.baselines if b.result.valid}
+        atomic_write(out / "front.png", lambda p: pareto.plot(
+            outcome.points, table, cfg.objectives, marks, f"{cfg.name}: Pareto front", p))
+    data["slots"] = outcome.slots
+    # this run's files only: a front.csv or best.yaml left by an earlier run is not listed
+    written = [name for name in FILES if name not in ("summary.md", "summary.json")
+               and name in _this_run(outcome)]
+    data["files"] = {name: str(out / name) for name in [*written, "summary.md",
+                                                         "summary.json"]}
+    data = finite(data)
+    atomic_write(out / "summary.json", lambda p: p.write_text(
+        json.dumps(data, indent=2, allow_nan=False)))
+    atomic_write(out / "summary.md", lambda p: p.write_text(summary_markdown(outcome, data)))
+    return data
+
+
+def _this_run(outcome: Outcome) -> set[str]:
+    """The files write_all writes for this outcome."""
+    names = {"points.csv", "convergence.png", "summary.md", "summary.json"}
+    if outcome.best is not None:
+        names |= {"best.yaml", "timeline.png", "timeline.json"}
+    if len(outcome.config.objectives) == 2:
+        names |= {"front.csv", "front.png"}
+    return names

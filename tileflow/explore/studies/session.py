@@ -1,0 +1,257 @@
+"""One `tileflow explore` run: fit the baselines, search the candidate structures in a study
+(one or several worker processes), and gather what the study holds."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tileflow.cost.model import Result, evaluate
+from tileflow.explore.factors.space import Space
+from tileflow.explore.studies import study as studies
+from tileflow.explore.studies.config import ExploreConfig, candidate_structures, check_against
+from tileflow.explore.studies.workers import Pool, usable_workers
+from tileflow.explore.tilesearch.fit import closed_form_tiles, fit_baseline, warm_rows
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import Workload
+from tileflow.tree import Dataflow
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A named baseline: with its own rule's factors, and its structure's best searched point
+    (None when its structure was not searched)."""
+
+    name: str
+    flow: Dataflow
+    result: Result
+    searched: Dataflow | None = None
+    searched_result: Result | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    config: ExploreConfig
+    workload: Workload
+    arch: Architecture
+    best_structure: str | None
+    best: Dataflow | None
+    best_result: Result | None
+    baselines: tuple[Compared, ...]
+    points: pd.DataFrame  # one row per evaluated point, in evaluation order
+    slots: dict[str, list[str]]  # structure -> slot labels (the factors' order)
+    seconds: float
+    interrupted: bool = False
+    structure_search: dict | None = None  # what the genetic search did (structures: search)
+    workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
+    structures: dict | None = None  # name -> structure: rebuilds any point's dataflow
+
+
+def slot_labels(structure) -> list[str]:
+    return [f"{s.path}[{s.index}]{s.dim}{':Sp' if s.spatial else ''}" for s in structure.slots]
+
+
+def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
+                   fitted: dict[str, Dataflow], seed: int, found=None) -> list[studies.Candidate]:
+    """Candidate structures with their warm starts: the builder's default factors, the
+    baseline's fitted factors, the structure search's best factors and, for chains, the
+    closed-form DRAM-minimising tiles."""
+    from tileflow.evaluator.structure import structure_of
+    from tileflow.explore.studies.structure_study import structures_of
+
+    rng = np.random.default_rng(seed)
+    tiles = closed_form_tiles(w, arch)
+    searched = structures_of(found, w, arch) if found is not None else []
+    best = {name: factors for name, _, factors in searched}
+    out = []
+    for name, structure in candidate_structures(config, w, arch,
+                                                [(n, s) for n, s, _ in searched]):
+        warm = [structure.default_factors]
+        if name in best:
+            warm.append(best[name])
+        if name in fitted:
+            warm.append(structure_of(w, arch, fitted[name]).default_factors)
+        if tiles:
+            warm += warm_rows(Space(structure), tiles, rng)
+        out.append(studies.Candidate(name, structure, tuple(warm)))
+    return out
+
+
+def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dataflow],
+              found) -> dict[str, list[np.ndarray]]:
+    """Points every study holds: each baseline's own factors (where its fitted tree has its
+    candidate's shape) and the structure search's best factors of each structure it found
+    (so the found dataflow is never worse than them)."""
+    from tileflow.evaluator.structure import structure_of
+    from tileflow.explore.studies.structure_study import structures_of
+
+    shapes = {c.name: c.structure.key for c in candidates}
+    rows = {}
+    for name, flow in fitted.items():
+        own = structure_of(w, arch, flow)
+        if shapes.get(name) == own.key:
+            rows[name] = [own.default_factors]
+    for name, _, factors in structures_of(found, w, arch) if found is not None else []:
+        rows.setdefault(name, []).append(factors)
+    return rows
+
+
+def search_structures(config: ExploreConfig, w: Workload, arch: Architecture, storage,
+                      resume: bool, restart: bool = False):
+    """The genetic search over structures (`structures: search`), kept in `storage`."""
+    from tileflow.explore.studies.structure_study import run_search
+
+    return run_search(w, arch, storage, objectives=config.objectives,
+                      objective=config.objective, limits=config.limits, method=config.method,
+                      ga=config.genetic_config, top=config.top, resume=resume, restart=restart)
+
+
+def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
+    """Several workers need a storage they can share: a SQLite file in the output folder
+    where none is given."""
+    if workers > 1 and (not storage or storage == "memory"):
+        Path(config.out).mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{Path(config.out).resolve() / 'study.db'}"
+    return storage
+
+
+def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
+            resume: bool = False, progress: bool = True, seed_fitted: bool = True,
+            restart: bool = False) -> Outcome:
+    """Run the study the config describes and gather its points and best dataflow.
+    `seed_fitted=False`: the baselines' fitted factors are neither study points nor warm
+    starts (they are still fitted and compared), so the points are the search's own.
+    `restart`: a study already in the storage is discarded and a new one started."""
+    workers = usable_workers(workers)
+    url = storage_url(config, storage, workers)
+    with studies.storage_errors(url):
+        return _explore(config, url, workers, resume, progress, seed_fitted, restart)
+
+
+def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
+             progress: bool, seed_fitted: bool, restart: bool) -> Outcome:
+    from tqdm import tqdm
+
+    w, arch = config.load()
+    check_against(config, w, arch)
+    from tileflow.dataflows import baselines_for
+
+    store = studies.open_storage(url)
+    shared = hasattr(store, "record_heartbeat")  # a database: other processes may join
+    start = time.perf_counter()
+    found = None
+    if config.structures == "search":
+        if progress:
+            print(f"explore {config.name}: searching structures", file=sys.stderr)
+        found = search_structures(config, w, arch, store, resume, restart)
+    candidates = candidates_for(config, w, arch, {}, config.seed, found)
+    bare = [studies.Candidate(c.name, c.structure) for c in candidates]
+    if found is not None and resume:  # a run stopped during the structure search resumes
+        import optuna  # with the tile-factor study not yet started
+
+        resume = studies.STUDY_NAME in optuna.get_all_study_names(store)
+    study = studies.create_or_load(store, bare, config.objective,
+                                   config.limits, resume, extra=config.method, restart=restart)
+    fitted = {name: fit_baseline(name, w, arch, seed=config.seed) for name in baselines_for(w)}
+    own = fitted if seed_fitted else {}
+    candidates = candidates_for(config, w, arch, own, config.seed, found)
+    studies.seed_points(study, candidates, config.objective, config.limits,
+                        seed_rows(w, arch, candidates, own, found))
+    bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
+               desc=f"explore {config.name}", leave=False)
+
+    def show(worker: studies.Worker) -> None:
+        pool.tend(worker, time.perf_counter() - searching)
+        best = worker.best()
+        bar.n = worker.completed_rows
+        rate = worker.completed_rows / max(time.perf_counter() - start, 1e-9)
+        bar.set_postfix_str(f"{rate:,.0f} evals/s, best {best[2]:,.0f}" if best else
+                            f"{rate:,.0f} evals/s")
+
+    interrupted = False
+    pool = Pool(config, url, workers)
+    searching = time.perf_counter()
+    try:
+        studies.run(study, candidates, config.objective, config.limits, method=config.method,
+                    seed=config.seed, worker=0, batch=config.batch, shared=shared,
+                    budget_evals=config.budget_evals, budget_seconds=config.budget_seconds,
+                    progress=show)
+        pool.finish()
+    except KeyboardInterrupt:
+        interrupted = True
+        pool.terminate()
+    finally:
+        bar.close()
+    outcome = gather(config, w, arch, study, candidates, fitted,
+                     time.perf_counter() - start, interrupted)
+    outcome = replace(outcome, workers=pool.report(outcome.points, interrupted))
+    if found is not None:
+        outcome = replace(outcome, structure_search=found.summary)
+    return outcome
+
+
+def points_frame(study, candidates) -> pd.DataFrame:
+    """Every point of every completed trial, in trial order, with seconds since the study's
+    first trial started."""
+    from optuna.trial import TrialState
+
+    trials = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+                    key=lambda t: t.number)
+    names = {c.name for c in candidates}
+    frames = []
+    start = min((t.datetime_start for t in trials if t.datetime_start), default=None)
+    for t in trials:
+        if t.user_attrs.get("structure") not in names or "points" not in t.user_attrs:
+            continue
+        rows, result = studies.decode(t.user_attrs["points"], t.number)
+        seconds = (t.datetime_complete - start).total_seconds() if start else 0.0
+        frame = pd.DataFrame(result.metrics)
+        frame.insert(0, "structure", t.user_attrs["structure"])
+        frame.insert(1, "trial", t.number)
+        frame.insert(2, "worker", studies.worker_of(t.user_attrs["points"]))
+        frame.insert(3, "seconds", seconds)
+        frame.insert(4, "factors", [" ".join(map(str, r)) for r in rows])
+        frame["valid"] = result.valid
+        frame["cost"] = result.cost
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["structure", "trial", "worker", "seconds", "factors",
+                                     "valid", "cost"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> Outcome:
+    points = points_frame(study, candidates)
+    by_name = {c.name: c.structure for c in candidates}
+    best_name = best_flow = best_result = None
+    valid = points[np.isfinite(points["cost"].astype(float))] if len(points) else points
+    searched: dict[str, Dataflow] = {}
+    for name, group in valid.groupby("structure") if len(valid) else []:
+        row = group.loc[group["cost"].astype(float).idxmin()]
+        factors = [int(x) for x in str(row["factors"]).split()]
+        searched[name] = by_name[name].dataflow(factors)
+    if searched:
+        row = valid.loc[valid["cost"].astype(float).idxmin()]
+        best_name = str(row["structure"])
+        best_flow = searched[best_name]
+        best_result = evaluate(w, arch, best_flow)
+    compared = []
+    for name, flow in fitted.items():
+        s = searched.get(name)
+        compared.append(Compared(name, flow, evaluate(w, arch, flow), s,
+                                 evaluate(w, arch, s) if s else None))
+    slots = {c.name: slot_labels(c.structure) for c in candidates}
+    return Outcome(config, w, arch, best_name, best_flow, best_result, tuple(compared), points,
+                   slots, seconds, interrupted, structures=by_name)
+
+
+def objective_value(result: Result, objective: str) -> float:
+    return {"latency": result.cycles, "energy": result.energy_pj,
+            "edp": result.cycles * result.energy_pj, "dram": result.dram_words}.get(
+        objective, math.nan)

@@ -1,0 +1,304 @@
+"""One `tileflow sweep` run: at every point of the sweep, the explorer's best dataflow on the
+accelerator with the point's values (one study per point, stored in OUT/studies/, resumable),
+and the data-movement bound at the point's capacity; the table and plots are rewritten after
+every point, so an interrupted sweep keeps everything completed.
+
+OUT/ holds: accelerators/pNNN.yaml (each point's accelerator), studies/pNNN.db (its study),
+points/pNNN/ (the explore outputs of the point, and bound.yaml, a dataflow that reaches the
+bound there), bounds/*.json (each bound's Pareto front), sweep.csv, summary.json, summary.md,
+sweep.png and bound.png."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tileflow import provenance
+from tileflow.errors import InputError
+from tileflow.evaluator.structure import Structure
+from tileflow.explore.structures.bound import Bound, FrontPoint, data_movement_bound, lifted
+from tileflow.explore.sweeps.sweep_config import (
+    CAPACITY_PARAMETERS,
+    SweepConfig,
+    accelerator_document,
+    check_parameters,
+    describe_point,
+    point_arch,
+    point_label,
+)
+from tileflow.outputs import write_text_atomic, write_yaml
+from tileflow.specs.arch import Architecture
+
+
+@dataclass
+class SweepState:
+    """What a sweep has done so far (rows in sweep order; bounds by key)."""
+
+    config: SweepConfig
+    rows: list[dict] = field(default_factory=list)
+    bounds: dict[str, Bound] = field(default_factory=dict)
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def fingerprint(config: SweepConfig) -> str:
+    """What a sweep was started from: the model version, the contents of its accelerator and
+    workload (not only their names) and its settings; resuming with others is an error."""
+    e = config.explore
+    w, arch = e.load()
+    parts = [e.objective, repr(e.structures), e.method, repr(config.mode),
+             repr(config.bound_level), repr([(p.name, p.values) for p in config.parameters]),
+             repr(sorted(provenance.marks(arch, w, [e.limits, e.genetic, e.top]).items()))]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def bound_key(config: SweepConfig, point: dict[str, float]) -> str:
+    """The bound's file name: what it depends on (the workload, the accelerator, the level,
+    the points' values other than that level's capacity). Points that differ only in the
+    capacity share one bound, and a sweep finds a bound computed before in OUT/bounds/."""
+    e = config.explore
+    rest = {k: v for k, v in point.items()
+            if not (k.split(".", 1)[0] == config.bound_level
+                    and k.split(".", 1)[-1] in CAPACITY_PARAMETERS)}
+    text = json.dumps([e.workload, e.preset, sorted(e.sizes.items()), e.accelerator,
+                       config.bound_level, config.bound_max_tilings,
+                       config.bound_sample_tilings, sorted(rest.items())])
+    return "b" + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def bound_structures(w, arch: Architecture, level: str) -> list[tuple[str, Structure]]:
+    """The structures the bound covers, on the accelerator with `level` unbounded: every
+    structure of the generated space (an operator's share of the array fixed to all of it,
+    the largest spatial limits), each also with every operator's own tiles at the levels
+    above `level` (a lone operator has none by default, and without them nothing is tiled
+    against DRAM); and the named baselines' structures. Loop orders are the defaults."""
+    from tileflow.explore.structures.structure_space import SpaceOptions, StructureSpace, structures
+
+    space = StructureSpace(w, lifted(arch, level), SpaceOptions(shares=(1,)))
+    f = space.frame
+    above = arch.level_index[level]
+    out: list[tuple[str, Structure]] = []
+    seen = set()
+
+    def add(name: str, enc) -> None:
+        if enc not in seen:
+            seen.add(enc)
+            out.append((name, space.structure(enc)))
+
+    found = list(structures(space))
+    for k, enc in enumerate(found):
+        add(f"space-{k}", enc)
+    for k, enc in enumerate(found):
+        loops = dict(enc.loop_map)
+        for o in range(space.n):
+            for lv in range(min(above, f.loop_level[o])):
+                if not loops.get(f.own_key(o, lv)):
+                    loops[f.own_key(o, lv)] = space.own_loops(o, lv)
+        add(f"space-{k}-outer", space.repair(enc.with_loops(loops))[0])
+    for name, enc in space.baselines().items():
+        add(name, enc)
+    return out
+
+
+def _bound_from_dict(data: dict) -> Bound:
+    sampled = data.get("sampled", [])
+    names = tuple(dict.fromkeys(p["structure"] for p in [*data["front"], *sampled]))
+    front = tuple(FrontPoint(p["footprint_words"], p["dram_words"], names.index(p["structure"]),
+                             tuple(p["factors"])) for p in data["front"])
+    others = tuple(FrontPoint(p["footprint_words"], p["dram_words"],
+                              names.index(p["structure"]), ()) for p in sampled)
+    return Bound(data["level"], data["word_bytes"], data["compulsory_words"], front, names,
+                 data["tilings"], data["evaluated"], tuple(data["skipped"]), others)
+
+
+def _load_previous(config: SweepConfig, out: Path, resume: bool) -> SweepState:
+    state = SweepState(config)
+    summary = out / "summary.json"
+    if not summary.exists():
+        if resume and not (out / "studies").exists():
+            raise InputError(f"--resume: there is no sweep in '{out}' to resume")
+        return state
+    if not resume:
+        raise InputError(f"a sweep already exists in '{out}'; give --resume to continue it, "
+                         "or another --out")
+    try:
+        data = json.loads(summary.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read '{summary}' to resume: {exc}") from None
+    if data.get("fingerprint") != fingerprint(config):
+        raise InputError(f"the sweep in '{out}' was started from other contents (the "
+                         "accelerator's or workload's contents, the structures, objective, "
+                         "parameters or model version differ); give another --out")
+    state.rows = [r for r in data.get("points", []) if r.get("status") == "done"]
+    for key in {bound_key(config, r["parameters"]) for r in state.rows}:
+        path = out / "bounds" / f"{key}.json"
+        if config.bound_level and path.exists():
+            state.bounds[key] = _bound_from_dict(json.loads(path.read_text()))
+    return state
+
+
+def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
+              write: Callable[[SweepState], None] | None = None) -> SweepState:
+    """Run every point not finished yet; `write(state)` after each (the table and plots)."""
+    from tqdm import tqdm
+
+    from tileflow.explore.studies.outputs import write_all
+    from tileflow.explore.studies.session import explore
+
+    out = Path(config.out)
+    document, source = accelerator_document(config.explore.accelerator)
+    check_parameters(config, document)
+    points = config.points()
+    # every point's accelerator is validated before any work starts
+    archs = [point_arch(config, document, source, p) for p in points]
+    state = _load_previous(config, out, resume)
+    done = {r["label"] for r in state.rows}
+    w = config.explore.load()[0]
+    start = time.perf_counter()
+    bar = tqdm(total=len(points), disable=not progress, unit="point",
+               desc=f"sweep {config.explore.name}", initial=len(done))
+    try:
+        for index, (point, (doc, arch)) in enumerate(zip(points, archs, strict=True)):
+            label = point_label(index)
+            if label in done:
+                continue
+            bar.set_postfix_str(describe_point(point))
+            arch_file = out / "accelerators" / f"{label}.yaml"
+            arch_file.parent.mkdir(parents=True, exist_ok=True)
+            write_yaml(arch_file, _plain(doc), header=f"# sweep point {label}: "
+                       f"{describe_point(point)}\n")
+            bound = None
+            if config.bound_level:
+                bound = _bound_for(config, state, w, arch, point, out, progress)
+            db = out / "studies" / f"{label}.db"
+            db.parent.mkdir(parents=True, exist_ok=True)
+            url = f"sqlite:///{db.resolve()}"
+            point_config = dataclasses.replace(
+                config.explore, accelerator=str(arch_file), name=f"{config.explore.name} "
+                f"{label}", out=str(out / "points" / label))
+            outcome = explore(point_config, url, 1, _has_study(url), progress=False)
+            if outcome.interrupted:
+                state.interrupted = True
+                break
+            summary = write_all(outcome, point_config.out)
+            row = _row(config, label, point, outcome, summary, bound)
+            if bound is not None:
+                _write_bound_dataflow(config, w, arch, bound, row, out / "points" / label)
+            state.rows.append(row)
+            state.seconds = time.perf_counter() - start
+            if write:
+                write(state)
+            bar.update(1)
+    except KeyboardInterrupt:
+        state.interrupted = True
+    finally:
+        bar.close()
+    state.rows.sort(key=lambda r: r["label"])
+    state.seconds = time.perf_counter() - start
+    if write:
+        write(state)
+    return state
+
+
+def _has_study(url: str) -> bool:
+    """Whether a point's storage holds a study: the tile-factor study, or the structure
+    search of a point stopped before its tile-factor study began."""
+    path = Path(url[len("sqlite:///"):])
+    if not path.exists():
+        return False
+    import optuna
+
+    from tileflow.explore.studies import study as studies
+
+    with studies.storage_errors(url):
+        return bool(optuna.get_all_study_names(studies.open_storage(url)))
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _bound_for(config, state, w, arch, point, out: Path, progress: bool) -> Bound:
+    from tqdm import tqdm
+
+    key = bound_key(config, point)
+    path = out / "bounds" / f"{key}.json"
+    if key not in state.bounds and path.exists():
+        state.bounds[key] = _bound_from_dict(json.loads(path.read_text()))
+    if key in state.bounds:
+        return state.bounds[key]
+    level = config.bound_level
+    found = bound_structures(w, arch, level)
+    bar = tqdm(disable=not progress, unit="tiling", leave=False, desc="data-movement bound")
+    bound = data_movement_bound(found, level, config.bound_max_tilings,
+                                sample_rows=config.bound_sample_tilings,
+                                progress=lambda n: bar.update(n))
+    bar.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps({**bound.to_dict(), "parameters": point}, indent=2))
+    state.bounds[key] = bound
+    return bound
+
+
+def _write_bound_dataflow(config, w, arch, bound: Bound, row: dict, folder: Path) -> None:
+    """The dataflow that reaches the bound at this point's capacity (bound.yaml)."""
+    from tileflow.tree import to_dict
+
+    fp = bound.point_at(arch.level(bound.level).capacity_words)
+    if fp is None:
+        return
+    name = bound.names[fp.structure]
+    structures = dict(bound_structures(w, arch, bound.level))
+    if name not in structures:
+        return
+    flow = structures[name].dataflow(list(fp.factors))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_yaml(folder / "bound.yaml", to_dict(dataclasses.replace(flow, name=f"bound-{name}")),
+               header=f"# a dataflow reaching the data-movement bound at {row['label']}: "
+                      f"{fp.dram_words:,.0f} DRAM words\n")
+    row["files"]["bound.yaml"] = str(folder / "bound.yaml")
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _row(config: SweepConfig, label: str, point: dict, outcome, summary: dict,
+         bound: Bound | None) -> dict:
+    best = outcome.best_result
+    row = {"label": label, "status": "done", "parameters": point,
+           "point": describe_point(point), "structure": outcome.best_structure,
+           "valid": bool(best.valid) if best else False,
+           "cycles": best.cycles if best else None,
+           "latency_ms": best.latency_ms if best else None,
+           "dram_words": best.dram_words if best else None,
+           "energy_pj": best.energy_pj if best else None,
+           "evaluations": summary["evaluations"], "seconds": outcome.seconds,
+           "speedup_over_layerwise": (summary["found"] or {}).get("speedup_over_layerwise"),
+           "files": {k: v for k, v in summary["files"].items() if k in ("best.yaml",
+                                                                      "summary.md")}}
+    if bound is not None:
+        level = outcome.arch.level(bound.level)
+        found_fp = {f.level: f.words for f in best.footprints}.get(bound.level) if best else None
+        value = bound.at(level.capacity_words)
+        row.update({
+            "capacity_bytes": level.capacity_words * outcome.arch.word_bytes,
+            "found_footprint_bytes": found_fp * outcome.arch.word_bytes
+            if found_fp is not None else None,
+            "bound_dram_words": value if math.isfinite(value) else None,
+            "compulsory_words": bound.compulsory_words,
+            "gap": (best.dram_words / value) if best and math.isfinite(value) and value else None,
+            "sampled_left_out_dram_words":
+                _finite_or_none(bound.sampled_at(level.capacity_words)),
+        })
+    return row

@@ -1,0 +1,1 @@
+"""The tile-factor search over one structure's space (MCTS, random, TPE) and fitted baselines."""

@@ -1,0 +1,247 @@
+"""Monte-Carlo tree search over the factor slots of one structure.
+
+A node is a partial assignment (forced slots filled in by `Space.propagate`). A step picks an
+undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
+slot's children. The first time a slot is picked at a node, every factor it may take is
+checked at once: the smallest covering completion of each child is evaluated (points to
+learn from; those of every expansion of a step in one batch, before its mutations), and
+children that no completion can make valid are pruned with the sound bounds of
+`tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are monotone
+in the undecided slots). New leaves are
+completed by random rollouts; a share of every batch mutates the best points found so far
+(one decision re-drawn), which refines what the tree has found. Rollouts of a step are
+evaluated together; rewards (best cost / cost, 0 where invalid) are back-propagated."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tileflow.explore.factors.bounds import Bounds
+from tileflow.explore.factors.space import UNDECIDED, Evaluated, Limits, Space
+
+Evaluate = Callable[[np.ndarray], Evaluated]
+
+
+@dataclass
+class Node:
+    state: np.ndarray
+    visits: int = 0
+    reward: float = 0.0
+    dead: bool = False
+    children: dict[int, list[bytes]] = field(default_factory=dict)  # slot -> child keys
+    slot_stats: dict[int, list[float]] = field(default_factory=dict)  # slot -> [n, reward]
+
+
+class MCTS:
+    """Ask-evaluate-tell search: `step(evaluate, n)` evaluates about n new points."""
+
+    name = "mcts"
+
+    def __init__(self, space: Space, seed: int = 0, exploration: float = 0.4,
+                 rollouts_per_leaf: int = 4, mutation_share: float = 0.5,
+                 spread_bias: float = 0.5, warm: Iterable[np.ndarray] = (),
+                 limits: Limits | None = None):
+        self.space = space
+        self.bounds = Bounds(space, limits)
+        self.rng = np.random.default_rng(seed)
+        self.c = exploration
+        self.rollouts = rollouts_per_leaf
+        self.mutation_share = mutation_share
+        self.spread_bias = spread_bias
+        root = space.root_state()
+        self.root_key = root.tobytes()
+        self.nodes: dict[bytes, Node] = {self.root_key: Node(root)}
+        self.best_cost = math.inf
+        self.elite: list[tuple[float, bytes]] = []  # (cost, row bytes), best first
+        self.warm = [np.asarray(w, dtype=np.int64) for w in warm]
+        self._pending: list[np.ndarray] = []  # expansions' smallest completions, to evaluate
+
+    # --- tree -------------------------------------------------------------------------
+
+    def _ucb(self, n: float, w: float, parent: float) -> float:
+        if n == 0:
+            return math.inf
+        return w / n + self.c * math.sqrt(math.log(parent + 1) / n)
+
+    def _pick(self, options: list, score) -> object:
+        scores = [score(o) for o in options]
+        top = max(scores)
+        best = [o for o, s in zip(options, scores, strict=True) if s == top]
+        return best[self.rng.integers(len(best))]
+
+    def _expand(self, node: Node, slot: int, evaluate: Evaluate) -> None:
+        states = []
+        for value in self.space.candidates(node.state, slot):
+            state = node.state.copy()
+            state[slot] = value
+            states.append(self.space.propagate(state))
+        if not states:
+            node.children[slot] = []
+            return
+        # points to learn from, evaluated with the step's other expansions (one call)
+        self._pending.extend(self.space.smallest_completion(s) for s in states)
+        keys = []
+        for state, ok in zip(states, self.bounds.feasible(np.array(states)), strict=True):
+            if not ok:
+                continue
+            key = state.tobytes()
+            if key not in self.nodes:
+                self.nodes[key] = Node(state)
+            keys.append(key)
+        node.children[slot] = keys
+
+    def _select(self, evaluate: Evaluate) -> list[tuple[Node, int | None]]:
+        """Descend from the root to a node not visited yet (or a complete or dead one)."""
+        node = self.nodes[self.root_key]
+        path: list[tuple[Node, int | None]] = []
+        while True:
+            free = self.space.free_slots(node.state)
+            if not free or node.dead:
+                path.append((node, None))
+                return path
+            stats, total = node.slot_stats, node.visits
+            slot = self._pick(free, lambda s, st=stats, n=total: self._ucb(
+                *st.get(s, (0, 0.0)), n))
+            if slot not in node.children:
+                self._expand(node, slot, evaluate)
+            kids = [self.nodes[k] for k in node.children[slot] if not self.nodes[k].dead]
+            if not kids:
+                node.dead = True  # no factor of this slot fits: nothing below fits
+                path.append((node, None))
+                return path
+            path.append((node, slot))
+            child = self._pick(kids, lambda k, n=total: self._ucb(k.visits, k.reward, n))
+            node = child
+            if node.visits == 0:
+                path.append((node, None))
+                return path
+
+    def _backprop(self, path: list[tuple[Node, int | None]], reward: float) -> None:
+        for node, slot in path:
+            node.visits += 1
+            node.reward += reward
+            if slot is not None:
+                stats = node.slot_stats.setdefault(slot, [0, 0.0])
+                stats[0] += 1
+                stats[1] += reward
+
+    def _path_of(self, row: np.ndarray) -> list[tuple[Node, int | None]]:
+        """The deepest path of existing nodes that agrees with a complete row."""
+        node = self.nodes[self.root_key]
+        path: list[tuple[Node, int | None]] = []
+        while True:
+            step = None
+            for slot, keys in sorted(node.children.items(),
+                                     key=lambda kv: -node.slot_stats.get(kv[0], (0,))[0]):
+                for key in keys:
+                    child = self.nodes[key]
+                    decided = child.state != UNDECIDED
+                    if np.array_equal(child.state[decided], row[decided]):
+                        step = (slot, child)
+                        break
+                if step:
+                    break
+            if step is None:
+                path.append((node, None))
+                return path
+            path.append((node, step[0]))
+            node = step[1]
+
+    # --- learning ---------------------------------------------------------------------
+
+    def _reward(self, cost: float) -> float:
+        if not math.isfinite(cost):
+            return 0.0
+        return (self.best_cost / cost) ** 2
+
+    def _learn(self, rows: np.ndarray, result: Evaluated) -> None:
+        """Keep the elite; called for every evaluated row (expansions included)."""
+        for row, cost in zip(rows, result.cost, strict=True):
+            if math.isfinite(cost):
+                self.best_cost = min(self.best_cost, float(cost))
+                key = np.asarray(row, dtype=np.int64).tobytes()
+                if all(k != key for _, k in self.elite):
+                    self.elite.append((float(cost), key))
+        self.elite.sort(key=lambda e: e[0])
+        del self.elite[16:]
+
+    def observe(self, rows: np.ndarray, result: Evaluated) -> None:
+        """Points evaluated elsewhere (a resumed study, other workers): learn from them."""
+        self._learn(rows, result)
+        for row, cost in zip(rows, result.cost, strict=True):
+            self._backprop(self._path_of(np.asarray(row)), self._reward(float(cost)))
+
+    def _mutate(self) -> np.ndarray:
+        """Change one decision of an elite point. Three times in four the slot moves to a
+        neighbouring factor and one slot of each of its chains (the outermost other temporal
+        one) takes up the difference, everything else kept; otherwise the slot's chains are
+        drawn anew (a shared slot takes the chains below it along)."""
+        weights = np.array([1.0 / (1 + i) for i in range(len(self.elite))])
+        pick = self.rng.choice(len(self.elite), p=weights / weights.sum())
+        row = np.frombuffer(self.elite[pick][1], dtype=np.int64).copy()
+        sp = self.space
+        decisions = [i for i in range(sp.size) if sp.chains_of[i] and i not in sp.fixed]
+        slot = decisions[self.rng.integers(len(decisions))]
+        old = int(row[slot])
+        local = self.rng.random() < 0.75
+        undo = {slot}
+        for k in sp.chains_of[slot]:
+            others = [j for j in sp.chains[k].slots
+                      if j != slot and not sp.shared[j] and j not in sp.fixed]
+            if local:
+                temporal = [j for j in others if not sp.spatial_limit[j]]
+                undo |= set((temporal or others)[:1])
+            else:
+                undo |= set(others)
+        row[list(undo)] = UNDECIDED
+        state = sp.propagate(row)
+        if state[slot] == UNDECIDED and local:
+            values = sp.candidates(state, slot)
+            near = [v for v in values if v != old and max(v, old) <= 4 * min(v, old)]
+            if near:
+                state[slot] = near[self.rng.integers(len(near))]
+                state = sp.propagate(state)
+        return sp.random_completion(state, self.rng, self.spread_bias)
+
+    def step(self, evaluate: Evaluate, n: int) -> None:
+        if self.warm:
+            rows = np.array([w for w in self.warm if self.space.covers(w)])
+            self.warm = []
+            if len(rows):
+                self.observe(rows, evaluate(rows))
+        rows, paths = [], []
+        mutations = int(n * self.mutation_share) if self.elite else 0
+        leaves = max(1, (n - mutations) // self.rollouts)
+        for _ in range(leaves):
+            path = self._select(evaluate)
+            leaf = path[-1][0]
+            if leaf.dead:
+                self._backprop(path, 0.0)
+                continue
+            for node, _ in path:  # virtual loss: spread the batch over the tree
+                node.visits += 1
+            for _ in range(self.rollouts):
+                rows.append(self.space.random_completion(leaf.state, self.rng,
+                                                         self.spread_bias))
+                paths.append(path)
+        for node_path in {id(p): p for p in paths}.values():
+            for node, _ in node_path:
+                node.visits -= 1
+        if self._pending:  # the expansions' points, learnt before the elite is mutated
+            lower = np.array(self._pending)
+            self._pending = []
+            self._learn(lower, evaluate(lower))
+        for _ in range(mutations):
+            rows.append(self._mutate())
+            paths.append(None)
+        if not rows:
+            return
+        batch = np.array(rows)
+        result = evaluate(batch)
+        self._learn(batch, result)
+        for row, path, cost in zip(batch, paths, result.cost, strict=True):
+            self._backprop(path or self._path_of(row), self._reward(float(cost)))
