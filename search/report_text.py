@@ -41,7 +41,8 @@ def compute_bound(r: dict) -> float:
 
 def sizes(rows: list[dict]) -> list[str]:
     out = ["## The space, per study", "",
-           "Counted by `tileflow.explore.structures.structure_space.space_size`: fusion tables (each "
+           "Counted by `tileflow.explore.structures.structure_space.space_size`: "
+           "fusion tables (each "
            "operator fused into another or none, at a level), those the rules reject (fused "
            "into an earlier operator, cycles between fused groups, duplicates of a tree already "
            "counted), the distinct fusion trees, primitives per multi-child tile (`Para` over "
