@@ -8,16 +8,8 @@ from pathlib import Path
 
 from tileflow.analysis.prepare import prepare
 from tileflow.errors import InputError
-from tileflow.interop.problems import (
-    convert_tileflow_problem,
-    convert_timeloop_problem,
-    is_tileflow_problem,
-    is_timeloop_problem,
-)
 from tileflow.interop.report import collecting, settle
-from tileflow.interop.tileflow_mapping import convert_tileflow_mapping, is_tileflow_mapping
-from tileflow.interop.timeloop_arch import convert_arch, is_arch
-from tileflow.interop.timeloop_mapping import convert_timeloop_mapping, is_timeloop_mapping
+from tileflow.output_checks import check_out
 from tileflow.outputs import write_yaml
 from tileflow.specs.arch import Architecture, load_arch, parse_arch
 from tileflow.specs.dataflow import load_dataflow_file, parse_dataflow
@@ -27,7 +19,8 @@ from tileflow.tree import Dataflow
 
 
 def _foreign(name_or_path: str | Path) -> Field | None:
-    """The parsed document when the name is an existing YAML file of another tool."""
+    """The parsed document when the name is an existing YAML file of another tool (the
+    converters are imported only then: a shipped name or a TileFlow file needs none)."""
     path = Path(name_or_path)
     try:
         if not path.is_file():
@@ -40,6 +33,11 @@ def _foreign(name_or_path: str | Path) -> Field | None:
                          "Timeloop's front end does (timeloopfe), and give the rendered file",
                          str(path))
     data = load_yaml(path)
+    from tileflow.interop.problems import is_tileflow_problem, is_timeloop_problem
+    from tileflow.interop.tileflow_mapping import is_tileflow_mapping
+    from tileflow.interop.timeloop_arch import is_arch
+    from tileflow.interop.timeloop_mapping import is_timeloop_mapping
+
     if is_arch(data) or is_timeloop_problem(data) or is_tileflow_problem(data) or \
             is_timeloop_mapping(data) or is_tileflow_mapping(data):
         return Field(data, str(path))
@@ -68,12 +66,21 @@ def _parsed(convert: Callable[[], dict], parse: Callable[[Field], object], doc: 
 
 
 def arch_document(doc: Field) -> dict:
+    from tileflow.interop.timeloop_arch import convert_arch, is_arch
+
     if not is_arch(doc.data):
         raise doc.error("no 'architecture:' here")
     return convert_arch(doc)
 
 
 def workload_document(doc: Field) -> dict:
+    from tileflow.interop.problems import (
+        convert_tileflow_problem,
+        convert_timeloop_problem,
+        is_tileflow_problem,
+        is_timeloop_problem,
+    )
+
     if is_timeloop_problem(doc.data):
         return convert_timeloop_problem(doc)
     if is_tileflow_problem(doc.data):
@@ -82,6 +89,9 @@ def workload_document(doc: Field) -> dict:
 
 
 def dataflow_document(doc: Field, workload: Workload, arch: Architecture) -> dict:
+    from tileflow.interop.tileflow_mapping import convert_tileflow_mapping, is_tileflow_mapping
+    from tileflow.interop.timeloop_mapping import convert_timeloop_mapping, is_timeloop_mapping
+
     if is_timeloop_mapping(doc.data):
         return convert_timeloop_mapping(doc, workload, arch)
     if is_tileflow_mapping(doc.data):
@@ -132,9 +142,12 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
     """Write the TileFlow YAML of every architecture, problem and mapping in the files:
     NAME.arch.yaml, NAME.workload.yaml, NAME.dataflow.yaml (beside each file, or in out_dir).
     Mappings need the problem and the architecture among the same files."""
-    if out_dir is not None:
-        from tileflow.output_checks import check_out
+    from tileflow.interop.problems import is_tileflow_problem, is_timeloop_problem
+    from tileflow.interop.tileflow_mapping import is_tileflow_mapping
+    from tileflow.interop.timeloop_arch import is_arch
+    from tileflow.interop.timeloop_mapping import is_timeloop_mapping
 
+    if out_dir is not None:
         check_out(out_dir)
     docs = []
     for p in _each_file_once(paths):
