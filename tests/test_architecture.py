@@ -17,7 +17,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tileflow"
 # its own layer or of a layer listed before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("tileflow", "tileflow.errors"),
-    ("tileflow.outputs", "tileflow.shipped"),  # atomic writes, shipped-file lookup
+    ("tileflow.outputs", "tileflow.shipped", "tileflow.tables",
+     "tileflow.provenance"),  # atomic writes, shipped files, checked tables, model version
+    ("tileflow.output_checks",),  # output folders and storage URLs checked before work
     ("tileflow.tree",),  # the tile tree
     ("tileflow.specs",),  # input files: workloads, accelerators, dataflows
     ("tileflow.analysis",),  # counts, footprints, checks of one tree

@@ -408,7 +408,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_bench_kernels(args) -> int:
-    from tileflow.kernels.blas_bench import SHAPE, WORKLOADS, bench, table
+    from tileflow.commands.blas_bench import SHAPE, WORKLOADS, bench, table
 
     try:
         threads = tuple(int(t) for t in args.threads.split(","))
@@ -645,7 +645,7 @@ def cmd_explore(args) -> int:
     changes = {k: v for k, v in (("seed", args.seed), ("out", args.out)) if v is not None}
     config = dataclasses.replace(config, **changes)
     if args.measure_top is not None:
-        from tileflow.kernels.measure_top import check_host
+        from tileflow.commands.measure_top import check_host
 
         if args.measure_top < 1 or args.measure_threads < 1:
             raise InputError(f"--measure-top and --measure-threads must be integers >= 1, got "
@@ -683,7 +683,7 @@ def cmd_explore(args) -> int:
                   f"{len(data['front'])} points (front.csv, front.png)")
         print(f"outputs in {config.out}/: " + ", ".join(data["files"]))
         if measured is not None:
-            from tileflow.kernels.measure_top import table
+            from tileflow.commands.measure_top import table
 
             print(table(measured))
             print(f"measured kernels in {Path(config.out) / 'measured.csv'}")
@@ -692,8 +692,8 @@ def cmd_explore(args) -> int:
 
 def _measure_top(args, outcome, out: str, progress: bool) -> dict:
     """The study's top points measured on this CPU (`--measure-top`), saved in OUT."""
-    from tileflow.kernels.measure_top import DEFAULT_MODELS, measure_top, tqdm_progress
-    from tileflow.kernels.measure_top import write as write_measured
+    from tileflow.commands.measure_top import DEFAULT_MODELS, measure_top, tqdm_progress
+    from tileflow.commands.measure_top import write as write_measured
 
     default = DEFAULT_MODELS[args.kernel_style]
     model = (None if args.learned_model == "none" else

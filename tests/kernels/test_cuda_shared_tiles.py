@@ -9,7 +9,7 @@ import pytest
 
 from tileflow.dataflows import build
 from tileflow.kernels.cuda_emulate import run_emulated
-from tileflow.kernels.cuda_source import SHARED_LIMIT_BYTES, _CudaGenerator, generate_cuda
+from tileflow.kernels.cuda_source import SHARED_LIMIT_BYTES, CudaGenerator, generate_cuda
 from tileflow.kernels.gpu_trees import random_valid_gpu_trees
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.reference import random_inputs, run_reference
@@ -29,7 +29,7 @@ def test_staged_tiles_give_the_reference_results(workload):
              build("layerwise", w, arch), build("chimera", w, arch)]
     for flow in flows:
         nest = analyse(w, arch, flow)
-        gen = _CudaGenerator(nest, "tf")
+        gen = CudaGenerator(nest, "tf")
         source = gen.build()
         # every input of the workload is read by some operator whose SM tile holds it alone
         # (intermediates homed in global memory, as in layerwise, are staged too)
@@ -49,6 +49,6 @@ def test_a_tile_larger_than_the_shared_memory_stays_global():
     arch = load_arch("gpu-h100")
     assert 8 * 2048 * 4 > SHARED_LIMIT_BYTES
     for flow in random_valid_gpu_trees(w, arch, 2, seed=3, min_blocks=2):
-        gen = _CudaGenerator(analyse(w, arch, flow), "tf")
+        gen = CudaGenerator(analyse(w, arch, flow), "tf")
         gen.build()
         assert "B" not in gen.staged_for.get("gemm1", set())

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from tileflow.errors import InputError
 from tileflow.outputs import finite
-from tileflow.tables import read_table
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
@@ -36,6 +35,8 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
             raise InputError(f"no measurements to report on: {csv} does not exist (run "
                              "`tileflow validate cpu` without --report-only first)")
         described = _measured_machine(config.arch, folder, report_only)
+        from tileflow.tables import read_table  # pandas: only when a report is read
+
         frame = read_table(csv, measurement_columns(load_arch(described)), minimum_rows=4)
     elif remeasure_traffic:
         frame = remeasure(config, folder, tqdm_progress)

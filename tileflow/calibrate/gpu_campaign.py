@@ -21,6 +21,7 @@ import pandas as pd
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.traffic import count
 from tileflow.calibrate import gpu_latency
+from tileflow.calibrate.gpu_latency import op_threads
 from tileflow.calibrate.latency import boundaries, words_column
 from tileflow.cost.model import evaluate_plan
 from tileflow.dataflows import build
@@ -39,7 +40,7 @@ from tileflow.kernels.reference import random_inputs, run_reference
 from tileflow.outputs import write_csv, write_text_atomic
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
-from tileflow.tree import Dataflow, Op, Tile, to_dict
+from tileflow.tree import Dataflow, to_dict
 
 ARCH = "gpu-h100"
 # cudart is linked statically by default; libstdc++ stays shared: a static one from a newer
@@ -112,37 +113,6 @@ def model_row(w: Workload, arch: Architecture, flow: Dataflow) -> dict:
 
 
 WARP = 32
-
-
-def op_threads(nest) -> dict[str, int]:
-    """Threads each operator's statement is spread over: the product of the spatial loops,
-    at or below the SMs, of the one-operator tiles on its path (the generator's thread
-    loops); 1 where one thread of the block computes it."""
-    arch, w = nest.plan.arch, nest.workload
-    out = {op.name: 1 for op in w.ops}
-
-    def walk(tile: Tile, product: int) -> None:
-        level = arch.level_index[tile.level]
-        ops = [c.op for c in tile.children if isinstance(c, Op)]
-        below = _ops_under(tile)
-        if level >= nest.core_level and len(below) == 1:
-            reductions = nest.reduction_dims_below(tile)
-            product *= math.prod(lp.factor for lp in tile.loops
-                                 if lp.spatial and lp.dim not in reductions)
-        for name in ops:
-            out[name] = product
-        for child in tile.children:
-            if isinstance(child, Tile):
-                walk(child, product)
-
-    walk(nest.plan.flow.root, 1)
-    return out
-
-
-def _ops_under(tile: Tile) -> list[str]:
-    from tileflow.tree import ops_under
-
-    return list(ops_under(tile))
 
 
 def thread_features(nest) -> dict[str, float]:

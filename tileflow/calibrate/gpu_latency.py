@@ -29,11 +29,11 @@ import numpy as np
 
 from tileflow.analysis.traffic import count
 from tileflow.calibrate.parameters import Parameter, ParameterSet
-from tileflow.kernels.cuda_source import _CudaGenerator
+from tileflow.kernels.cuda_source import CudaGenerator
 from tileflow.kernels.nest import Nest, analyse
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Tile, ops_under
+from tileflow.tree import Dataflow, Op, Tile, ops_under
 
 WARP = 32
 THREADS_PER_SM = 2048  # resident threads per SM (compute capability 9.0)
@@ -58,10 +58,29 @@ def _stages(flow: Dataflow) -> list[Tile]:
     return [root]
 
 
-def _op_threads(nest: Nest) -> dict[str, int]:
-    from tileflow.calibrate.gpu_campaign import op_threads
+def op_threads(nest) -> dict[str, int]:
+    """Threads each operator's statement is spread over: the product of the spatial loops,
+    at or below the SMs, of the one-operator tiles on its path (the generator's thread
+    loops); 1 where one thread of the block computes it."""
+    arch, w = nest.plan.arch, nest.workload
+    out = {op.name: 1 for op in w.ops}
 
-    return op_threads(nest)
+    def walk(tile: Tile, product: int) -> None:
+        level = arch.level_index[tile.level]
+        ops = [c.op for c in tile.children if isinstance(c, Op)]
+        below = list(ops_under(tile))
+        if level >= nest.core_level and len(below) == 1:
+            reductions = nest.reduction_dims_below(tile)
+            product *= math.prod(lp.factor for lp in tile.loops
+                                 if lp.spatial and lp.dim not in reductions)
+        for name in ops:
+            out[name] = product
+        for child in tile.children:
+            if isinstance(child, Tile):
+                walk(child, product)
+
+    walk(nest.plan.flow.root, 1)
+    return out
 
 
 def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
@@ -69,7 +88,7 @@ def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
     `generate_cuda(nest, stage_inputs=...)` makes of it."""
     arch, w = nest.plan.arch, nest.workload
     sms = arch.levels[nest.core_level].fanout
-    gen = _CudaGenerator(nest, "f", stage_inputs)
+    gen = CudaGenerator(nest, "f", stage_inputs)
     source = gen.build()
     stage_launches = [la for la in source.launches if "_stage" in la.name]
     stages = _stages(nest.plan.flow)
@@ -79,7 +98,7 @@ def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
             launch_of[op] = la
     shared = {t for t, b in gen.buffers.items() if b.local and t not in gen.scratch}
     counts = count(nest.plan)
-    threads = _op_threads(nest)
+    threads = op_threads(nest)
     out = dict.fromkeys((*COLUMNS, *TRAFFIC_COLUMNS, STAGED), 0.0)
     out[STAGED] = float(gen.staged_count)
     out["compulsory_dram_bytes"] = float(WORD_BYTES * sum(

@@ -55,10 +55,10 @@ class CudaSource:
 def generate_cuda(nest: Nest, prefix: str = "tf", stage_inputs: bool = True) -> CudaSource:
     """`stage_inputs`: load input tiles into shared memory where the tree keeps them at the
     SM level (False: every input read from global memory, as kernels generated before)."""
-    return _CudaGenerator(nest, prefix, stage_inputs).build()
+    return CudaGenerator(nest, prefix, stage_inputs).build()
 
 
-class _CudaGenerator(CGenerator):
+class CudaGenerator(CGenerator):
     def __init__(self, nest: Nest, prefix: str, stage_inputs: bool = True):
         super().__init__(nest, threads=True)
         self.prefix = prefix

@@ -16,7 +16,7 @@ from tileflow.cost.model import Result, evaluate
 from tileflow.explore.factors.space import Space
 from tileflow.explore.studies import study as studies
 from tileflow.explore.studies.config import ExploreConfig, candidate_structures, check_against
-from tileflow.explore.studies.workers import Pool, usable_workers
+from tileflow.explore.studies.workers import Pool, usable_workers, watch_parent
 from tileflow.explore.tilesearch.fit import closed_form_tiles, fit_baseline, warm_rows
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -175,7 +175,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
                             f"{rate:,.0f} evals/s")
 
     interrupted = False
-    pool = Pool(config, url, workers)
+    pool = Pool(config, url, workers, worker_entry)
     searching = time.perf_counter()
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
@@ -255,3 +255,27 @@ def objective_value(result: Result, objective: str) -> float:
     return {"latency": result.cycles, "energy": result.energy_pj,
             "edp": result.cycles * result.energy_pj, "dram": result.dram_words}.get(
         objective, math.nan)
+
+
+def worker_entry(config, url: str, worker: int, ready, stop, deadline: float | None) -> None:
+    """A worker process: the same candidates (warm-started from defaults and closed form),
+    its own seed, the shared study; it ends with its parent, when `stop` is set, or at the
+    wall-clock `deadline`."""
+    watch_parent()
+    from tileflow.explore.studies import study as studies
+    from tileflow.explore.studies.structure_study import read_found
+
+    w, arch = config.load()
+    storage = studies.open_storage(url, existing=True)
+    with studies.storage_errors(url):
+        found = read_found(storage, w, arch) if config.structures == "search" else None
+        candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
+        study = studies.create_or_load(storage, candidates, config.objective,
+                                       config.limits, resume=True, extra=config.method,
+                                       fail_running=False)
+        ready.set()
+        seconds = None if deadline is None else max(deadline - time.time(), 0.0)
+        studies.run(study, candidates, config.objective, config.limits, method=config.method,
+                    seed=config.seed, worker=worker, batch=config.batch, shared=True,
+                    budget_evals=config.budget_evals, budget_seconds=seconds,
+                    should_stop=stop.is_set)

@@ -35,7 +35,7 @@ def usable_workers(workers: int) -> int:
     return workers
 
 
-def _watch_parent() -> None:
+def watch_parent() -> None:
     """End this process when its parent ends (whatever killed it)."""
     from multiprocessing.connection import wait
 
@@ -50,37 +50,14 @@ def _watch_parent() -> None:
     threading.Thread(target=orphaned, daemon=True).start()
 
 
-def worker_entry(config, url: str, worker: int, ready, stop, deadline: float | None) -> None:
-    """A worker process: the same candidates (warm-started from defaults and closed form),
-    its own seed, the shared study; it ends with its parent, when `stop` is set, or at the
-    wall-clock `deadline`."""
-    _watch_parent()
-    from tileflow.explore.studies import study as studies
-    from tileflow.explore.studies.session import candidates_for
-    from tileflow.explore.studies.structure_study import read_found
-
-    w, arch = config.load()
-    storage = studies.open_storage(url, existing=True)
-    with studies.storage_errors(url):
-        found = read_found(storage, w, arch) if config.structures == "search" else None
-        candidates = candidates_for(config, w, arch, {}, config.seed + worker, found)
-        study = studies.create_or_load(storage, candidates, config.objective,
-                                       config.limits, resume=True, extra=config.method,
-                                       fail_running=False)
-        ready.set()
-        seconds = None if deadline is None else max(deadline - time.time(), 0.0)
-        studies.run(study, candidates, config.objective, config.limits, method=config.method,
-                    seed=config.seed, worker=worker, batch=config.batch, shared=True,
-                    budget_evals=config.budget_evals, budget_seconds=seconds,
-                    should_stop=stop.is_set)
-
-
 class Pool:
     """The worker processes of one run, started once the main process's search shows that
     what is left of the budget outlasts their start-up (else they would only slow it)."""
 
-    def __init__(self, config, url: str | None, workers: int):
-        self.config, self.url, self.wanted = config, url, workers
+    def __init__(self, config, url: str | None, workers: int, entry):
+        """`entry(config, url, worker, ready, stop, deadline)`: what a worker process runs
+        (importable by name: processes are spawned)."""
+        self.config, self.url, self.wanted, self.entry = config, url, workers, entry
         self.context = multiprocessing.get_context("spawn")
         self.stop = self.context.Event()
         self.deadline = (None if config.budget_seconds is None
@@ -121,7 +98,7 @@ class Pool:
         self.started_at = time.perf_counter()
         for k in range(1, self.wanted):
             ready = self.context.Event()
-            p = self.context.Process(target=worker_entry, daemon=True,
+            p = self.context.Process(target=self.entry, daemon=True,
                                      args=(self.config, self.url, k, ready, self.stop,
                                            self.deadline))
             p.start()

@@ -177,7 +177,7 @@ def thread_environment(threads: int) -> dict[str, str]:
 
 def run_worker(job: dict, threads: int) -> dict:
     """`side_by_side` in a fresh process whose environment sets the thread counts."""
-    done = subprocess.run([sys.executable, "-m", "tileflow.kernels.blas_bench", "--worker"],
+    done = subprocess.run([sys.executable, "-m", "tileflow.commands.blas_bench", "--worker"],
                           input=json.dumps(job), capture_output=True, text=True,
                           env=thread_environment(threads))
     if done.returncode:
@@ -231,6 +231,8 @@ def _load(values) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The child process of one thread count (`--worker`, its job on standard input); the
+    benchmark itself is `tileflow bench-kernels`."""
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--worker"]:
         job = json.loads(sys.stdin.read())
@@ -238,9 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                                       job["threads"], job["seconds"], job.get("arch", "host"),
                                       job.get("style", "registers"))))
         return 0
-    from tileflow.cli import main as cli
-
-    return cli(["bench-kernels", *argv])
+    print("this module is the benchmark's child process; run `tileflow bench-kernels`",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

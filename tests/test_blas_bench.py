@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tileflow.cli import main
+from tileflow.commands.blas_bench import numpy_computation, thread_environment
 from tileflow.errors import InputError
-from tileflow.kernels.blas_bench import numpy_computation, thread_environment
 from tileflow.kernels.cpu import build_checked
 from tileflow.kernels.reference import random_inputs, run_reference
 from tileflow.kernels.trees import parallel_rows, random_valid_trees, single_core

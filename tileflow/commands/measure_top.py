@@ -6,7 +6,7 @@ The study's distinct valid points are ranked by the model's cost; where a learne
 model for this machine and kernel style exists, the model's first `RERANK x K` points are
 ranked again by it. The first K are generated as C kernels, checked against the NumPy
 reference and timed; the fastest is then timed side by side with NumPy in a fresh process
-(`kernels.blas_bench`), where the workload has a NumPy form."""
+(`commands.blas_bench`), where the workload has a NumPy form."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def measure_top(outcome, k: int, threads: int = 1, style: str = "registers",
               "best": {"structure": frame.structure[best], "factors": frame.factors[best],
                        "measured_min_s": float(frame.measured_min_s[best]),
                        "model_rank": int(frame.model_rank[best])}, "blas": None}
-    from tileflow.kernels.blas_bench import WORKLOADS, run_worker
+    from tileflow.commands.blas_bench import WORKLOADS, run_worker
 
     if w.name not in WORKLOADS:
         result["blas_why_not"] = (f"workload '{w.name}' has no NumPy form here (one of "
