@@ -13,7 +13,7 @@ from tileflow.calibrate.learned import LearnedModel
 from tileflow.cli import main
 from tileflow.explore.studies.config import load_config
 from tileflow.explore.studies.session import explore
-from tileflow.kernels import measure_top as mt
+from tileflow.commands import measure_top as mt
 
 STUDY = """accelerator: host
 workload: gemm-chain
