@@ -11,9 +11,9 @@ import pytest
 from tileflow.calibrate import latency
 from tileflow.calibrate.learned import LearnedModel
 from tileflow.cli import main
+from tileflow.commands import measure_top as mt
 from tileflow.explore.studies.config import load_config
 from tileflow.explore.studies.session import explore
-from tileflow.commands import measure_top as mt
 
 STUDY = """accelerator: host
 workload: gemm-chain
