@@ -38,7 +38,7 @@ def tileflow(*args: str, eager_workers: bool = False) -> subprocess.Popen:
     as the main process has searched for a moment, whatever the budget left (here the
     budget must be small, and the worker must take part)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = ("import sys; from tileflow.explore import workers; "
+    code = ("import sys; from tileflow.explore.studies import workers; "
             f"workers.STARTUP_S = {0 if eager_workers else 'workers.STARTUP_S'}; "
             "from tileflow.cli import main; sys.exit(main(sys.argv[1:]))")
     return subprocess.Popen([sys.executable, "-c", code, *args], env=env,

@@ -87,7 +87,7 @@ import sys, time
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from study_worker import candidates
 from tileflow.errors import InputError
-from tileflow.explore import study as studies
+from tileflow.explore.studies import study as studies
 from tileflow.explore.factors.space import Limits
 cands = candidates()
 while time.time() < {start}:
