@@ -98,6 +98,29 @@ def test_best_yaml_evaluates_alone_to_the_studys_numbers(explored, capsys):
     assert {k: recorded["sizes"][k] for k in SIZES} == SIZES
 
 
+def test_best_yaml_of_files_relative_to_the_config_evaluates_from_anywhere(
+        tmp_path, capsys, monkeypatch):
+    repo = Path(__file__).resolve().parents[2]
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "chip.yaml").write_text((repo / "accelerators" / "edge.yaml").read_text())
+    (study / "work.yaml").write_text((repo / "workloads" / "gemm-chain.yaml").read_text())
+    (study / "s.yaml").write_text(
+        f"accelerator: chip.yaml\nworkload: work.yaml\nsizes: {json.dumps(SIZES)}\n"
+        "structures: [chimera]\nbudget: {evaluations: 24}\nbatch: 8\n")
+    monkeypatch.chdir(tmp_path)
+    code, text, err = run(capsys, "explore", "study/s.yaml", "--out", "out", "--json",
+                          "--quiet")
+    assert code == 0, err
+    found = json.loads(text)["found"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, text, err = run(capsys, "evaluate", "--dataflow", "../out/best.yaml", "--json")
+    assert code == 0, err
+    assert json.loads(text)["cycles"] == pytest.approx(found["cycles"], rel=1e-12)
+
+
 def test_flags_given_to_evaluate_win_over_best_yaml(explored, capsys):
     _, out, _ = explored
     best = str(out / "best.yaml")
@@ -157,6 +180,15 @@ def test_a_bad_tree_file_names_the_config_line(tmp_path, capsys, tree, what):
 def test_a_baseline_name_next_to_search_is_refused(tmp_path):
     data = {"accelerator": "edge", "workload": "G1", "structures": ["search", "chimera"]}
     with pytest.raises(InputError, match="dataflow files only"):
+        parse_config(Field(data, str(tmp_path / "c.yaml")))
+
+
+def test_two_files_of_one_name_are_refused(tmp_path):
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "t.yaml").write_text(TREE)
+    data = {"accelerator": "edge", "workload": "G1", "structures": ["a/t.yaml", "b/t.yaml"]}
+    with pytest.raises(InputError, match="two files named 't.yaml'"):
         parse_config(Field(data, str(tmp_path / "c.yaml")))
 
 

@@ -224,6 +224,9 @@ def _structures(data: Field, base: Path) -> tuple[tuple[str, ...] | str, tuple[s
             if not path.is_file():
                 raise item.error(f"no such dataflow file '{item.data}' (looked for "
                                  f"{path})")
+            if any(Path(t).name == path.name for t in trees):  # one name per structure
+                raise item.error(f"'structures' has two files named '{path.name}'; rename "
+                                 "one")
             trees.append(item.data)
         elif item.data == "search":
             search = True
