@@ -38,11 +38,12 @@ WORKLOAD = {"dims": {"m": 2, "k": 2, "n": 2},
             "ops": [{"name": "mm", "expr": "C[m,n] += A[m,k] * B[k,n]"}]}
 EXPLORE = {"accelerator": "edge", "workload": "G1", "structures": "search",
            "genetic": {"population": 4}, "limits": {"dram_words": 1},
-           "budget": {"evaluations": 10}}
+           "budget": {"evaluations": 10}, "tie_break": {"tolerance": 0.01}}
 SWEEP = {"accelerator": "edge", "workload": "gemm-chain",
          "sweep": {"parameters": {"L1.capacity_bytes": [4096, 8192]}}}
 DATAFLOW = {"root": {"level": "DRAM", "loops": [{"dim": "m", "factor": 2}],
-                     "children": [{"op": "mm"}]}}
+                     "children": [{"op": "mm"}]},
+            "found_for": {"accelerator": "edge", "workload": "mm.yaml", "sizes": {"m": 2}}}
 
 # section -> (parser, a valid document, the path of that section's mapping in it)
 PROBES = {
@@ -62,6 +63,8 @@ PROBES = {
     "genetic": (parse_config, EXPLORE, ("genetic",)),
     "limits": (parse_config, EXPLORE, ("limits",)),
     "budget": (parse_config, EXPLORE, ("budget",)),
+    "tie_break": (parse_config, EXPLORE, ("tie_break",)),
+    "found_for": (parse_dataflow, DATAFLOW, ("found_for",)),
     "sweep": (parse_sweep, SWEEP, ("sweep",)),
     "sweep.parameters": (parse_sweep, SWEEP, ("sweep", "parameters")),
 }

@@ -49,12 +49,15 @@ def _pairs(values: Sequence[str] | None, flag: str, minimum: int) -> dict[str, i
     return out
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", required=True,
-                   help="accelerator: a YAML file or a shipped name (edge, cloud, tpu-like, cpu)")
-    p.add_argument("--workload", required=True,
+def _common(p: argparse.ArgumentParser, required: bool = True) -> None:
+    found = "; default: the dataflow file's found_for (best.yaml of `tileflow explore`)" \
+        if not required else ""
+    p.add_argument("--arch", required=required,
+                   help="accelerator: a YAML file or a shipped name (edge, cloud, tpu-like, "
+                        f"cpu){found}")
+    p.add_argument("--workload", required=required,
                    help="workload: a YAML file, a shipped name (attention, gemm-chain, "
-                        "conv-chain, mlp) or a preset (G1..G12, C1..C8)")
+                        f"conv-chain, mlp) or a preset (G1..G12, C1..C8){found}")
     p.add_argument("--preset", metavar="NAME",
                    help="a size preset of the workload, e.g. G3 for gemm-chain")
     p.add_argument("--set", action="append", metavar="NAME=VALUE",
@@ -107,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="analyse one dataflow", epilog=EXAMPLES,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    _common(ev)
+    _common(ev, required=False)
     ev.add_argument("--dataflow", required=True,
                     help="a dataflow YAML file, a baseline name (layerwise, flat-rgran, ...) "
                          "or a shipped dataflow file's name (attention-chimera, ...)")
@@ -332,6 +335,32 @@ def _print_json(value) -> None:
     print(json.dumps(value, indent=2, allow_nan=False))
 
 
+def _fill_from_found_for(args) -> None:
+    """--arch, --workload, --preset and --set not given: from the dataflow file's
+    `found_for` (the run `tileflow explore` found it for). A flag given wins; a --workload
+    given takes its sizes from the flags alone, and --preset replaces the recorded sizes."""
+    if args.arch and args.workload:
+        return
+    from tileflow.specs.dataflow import found_for_file
+    from tileflow.specs.yamlfile import given
+
+    path = Path(args.dataflow)
+    found = found_for_file(path) if path.suffix in (".yaml", ".yml") and given(path) \
+        else None
+    if found is None:
+        missing = " and ".join(f for f, v in (("--arch", args.arch),
+                                               ("--workload", args.workload)) if not v)
+        raise InputError(f"give {missing}: the dataflow '{args.dataflow}' does not say "
+                         "which run it was found for (no found_for)")
+    args.arch = args.arch or found["accelerator"]
+    if not args.workload:
+        args.workload = found["workload"]
+        if args.preset is None:
+            args.preset = found["preset"]
+            recorded = [f"{k}={v}" for k, v in found["sizes"].items()]
+            args.set = recorded + list(args.set or [])  # --set after: it wins
+
+
 def cmd_evaluate(args) -> int:
     from tileflow.commands.report import summary
     from tileflow.outputs import YAML_SUFFIXES, check_output_file
@@ -339,6 +368,7 @@ def cmd_evaluate(args) -> int:
 
     if args.save_dataflow:
         check_output_file(args.save_dataflow, YAML_SUFFIXES, "--save-dataflow")
+    _fill_from_found_for(args)
     workload, arch = _load(args)
     arch = _with_overlap(arch, args.overlap, args.conventions)
     flow = _dataflow(args.dataflow, workload, arch, _pairs(args.tile, "--tile", 1))

@@ -25,8 +25,37 @@ def parse_dataflow(data: Field) -> Dataflow:
                 raise value.error("expected a level name")
             homes[str(tensor)] = value.data
             lines[f"homes.{tensor}"] = _line_of(value, homes_field, tensor)
+    if data.has("found_for"):
+        read_found_for(data)
     name = data.string("name", Path(data.source).stem)
     return Dataflow(root, name, homes, data.source, lines)
+
+
+def read_found_for(data: Field) -> dict | None:
+    """The run a dataflow was found for (`found_for`, written by `tileflow explore`):
+    accelerator, workload, preset (or None), sizes and objective; None when absent."""
+    if not data.has("found_for"):
+        return None
+    f = data.child("found_for").require_mapping()
+    keys.FOUND_FOR.check(f)
+    sizes: dict[str, int] = {}
+    if f.has("sizes"):
+        block = f.child("sizes").require_mapping()
+        for key in block.keys():
+            sizes[str(key)] = block.integer(key)
+    return {"accelerator": f.string("accelerator"), "workload": f.string("workload"),
+            "preset": f.string("preset") if f.has("preset") else None, "sizes": sizes,
+            "objective": f.string("objective", "")}
+
+
+def found_for_file(path: str | Path) -> dict | None:
+    """`found_for` of a dataflow YAML file (None for a file without it, or not a mapping)."""
+    path = Path(path)
+    data = load_mapping(path)
+    try:
+        return read_found_for(data)
+    except InputError as exc:
+        raise exc.located(shown(path)) from None
 
 
 def _line_of(value: Field, parent: Field, key) -> int:

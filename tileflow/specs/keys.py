@@ -233,6 +233,9 @@ OPERATOR = Section("operator", "each item of `ops`", (
 DATAFLOW = Section("dataflow", "top level of a dataflow file", (
     Key("name", "text", "the dataflow's name in reports", "the file name without `.yaml`"),
     Key("description", "text", "one line saying what the dataflow is", "empty"),
+    Key("found_for", "mapping", "the run a dataflow was found for (`tileflow explore` writes "
+        "it into best.yaml): `evaluate` takes any of `--arch`, `--workload`, `--preset`, "
+        "`--set` not given from it (see `found_for`)", "none"),
     Key("homes", "mapping tensor -> level name", "the level where an intermediate tensor "
         "lives within one step of the lowest common ancestor of its producer and consumers; "
         "it never moves above it", "the ancestor's level when it is on chip, else the "
@@ -297,12 +300,19 @@ EXPLORE = Section("explore", "top level of an exploration config (`tileflow expl
         "and energy (EDP), else the first", "`latency`"),
     Key("limits", "mapping", "extra constraints beyond the accelerator's (see `limits`)",
         "none"),
-    Key("structures", "`search`, `baselines` or a list of baseline names", "`search`: a "
+    Key("structures", "`search`, `baselines` or a list of baseline names, dataflow YAML files "
+        "and `search`", "`search`: a "
         "genetic search over tree structures (fusion, levels, primitives, homes, loop "
         "orders, spatial loops, array shares), seeded with every applicable baseline's "
         "structure, then the tile-factor search over its best structures (`searched-1`, ...) "
         "and the baselines' structures; `baselines`: every applicable baseline's structure; "
-        "a list: those baselines' structures", "`baselines`"),
+        "a list: those baselines' structures and each dataflow file's tree (a file relative "
+        "to the config's folder), searched as it is with its factors as a warm start; "
+        "`search` in the list adds the structure search, seeded with the files' trees too",
+        "`baselines`"),
+    Key("tie_break", "mapping", "which point `best.yaml` picks among those within a "
+        "tolerance of the best (see `tie_break`)", "`objective: energy, tolerance: 0.001` "
+        "(latency for an energy objective)"),
     Key("genetic", "mapping", "settings of the structure search (see `genetic`)", "see "
         "`genetic`"),
     Key("method", "`mcts`, `random` or `tpe`", "the tile-factor search (also the structure "
@@ -341,10 +351,28 @@ EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
     Key("seconds", "number > 0", "stop after this many seconds", "none", "s"),
 ))
 
+EXPLORE_TIE_BREAK = Section("tie_break", "`tie_break` of an exploration config", (
+    Key("objective", "`latency`, `energy`, `edp`, `dram` or `none`", "the secondary objective "
+        "that picks the best point among those within `tolerance` of the best (`none`: the "
+        "best by the objective alone); a study with two objectives keeps its front",
+        "`energy` (`latency` for an energy objective)"),
+    Key("tolerance", "number from 0 to 1", "how far above the best objective value, as a "
+        "fraction of it, a point may be and still be picked", "0.001"),
+))
+
+FOUND_FOR = Section("found_for", "`found_for` of a dataflow file", (
+    Key("accelerator", "shipped name or YAML file", "the accelerator (`--arch`)", None),
+    Key("workload", "shipped name, preset or YAML file", "the workload (`--workload`)", None),
+    Key("preset", "text", "the workload's size preset (`--preset`)", "none"),
+    Key("sizes", "mapping dimension -> integer", "every size of the workload; `--set` "
+        "overrides single ones", "none"),
+    Key("objective", "text", "what the search minimised (information)", "none"),
+))
+
 ACCELERATOR_SECTIONS = (ACCELERATOR, LEVEL, ENERGY, COMPUTE, MATRIX, VECTOR)
 WORKLOAD_SECTIONS = (WORKLOAD, OPERATOR)
-DATAFLOW_SECTIONS = (DATAFLOW, TILE, LEAF, LOOP)
-EXPLORE_SECTIONS = (EXPLORE, GENETIC, EXPLORE_LIMITS, EXPLORE_BUDGET)
+DATAFLOW_SECTIONS = (DATAFLOW, FOUND_FOR, TILE, LEAF, LOOP)
+EXPLORE_SECTIONS = (EXPLORE, GENETIC, EXPLORE_LIMITS, EXPLORE_BUDGET, EXPLORE_TIE_BREAK)
 
 SWEEP = Section("sweep", "`sweep` of a sweep config (`tileflow sweep`): an exploration config "
                 "(the keys of `tileflow explore`) with this section added", (

@@ -193,14 +193,15 @@ class GeneticSearch:
     def initial(self) -> list:
         population = []
         if self.config.seed_baselines:
-            from tileflow.dataflows import build
-
             for name, enc in self.space.baselines().items():
                 key = (enc, self._weight())
                 population.append(key)
                 w, arch = self.space.frame.workload, self.space.frame.arch
-                own = structure_of(w, arch, build(name, w, arch)).default_factors
-                m = measure(self.space.structure(enc), own)
+                own = structure_of(w, arch, self.space.seed_flow(name)).default_factors
+                structure = self.space.structure(enc)
+                if own.shape != structure.default_factors.shape:  # slots in another order
+                    own = structure.default_factors
+                m = measure(structure, own)
                 cost = float(_scalar(self.config.objectives, key[1])(m)[0])
                 self._record(key, cost if m.valid[0] else math.inf, own)
         while len(population) < self.config.population:

@@ -30,7 +30,7 @@ from tileflow.explore.structures.encoding import (
 from tileflow.explore.structures.tilings import EncodedStructure, Tilings, build_structure
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import PRIMITIVES, Tile, ops_under, walk
+from tileflow.tree import PRIMITIVES, Dataflow, Tile, ops_under, walk
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ class StructureSpace:
     """Fused tile trees of `workload` on `arch`, as encodings."""
 
     def __init__(self, workload: Workload, arch: Architecture,
-                 options: SpaceOptions | None = None):
+                 options: SpaceOptions | None = None, seeds: dict[str, Dataflow] | None = None):
         self.frame = Frame(workload, arch)
+        self.seeds = dict(seeds or {})  # name -> a user's tree that seeds the search
         self.options = options or SpaceOptions()
         self._structures: dict[Encoding, EncodedStructure] = {}
         self.fixes: Counter = Counter()  # repairs by rule, over every encoding repaired
@@ -120,8 +121,17 @@ class StructureSpace:
     def unfused(self) -> Encoding:
         return self.defaults((-1,) * self.n, (0,) * self.n)
 
+    def seed_flow(self, name: str) -> Dataflow:
+        """The tree a seed of `baselines()` came from: a user's tree or a built baseline."""
+        from tileflow.dataflows import build
+
+        if name in self.seeds:
+            return self.seeds[name]
+        return build(name, self.frame.workload, self.frame.arch)
+
     def baselines(self) -> dict[str, Encoding]:
-        """The encoding of every named baseline that applies to the workload."""
+        """The encoding of every named baseline that applies to the workload, then of every
+        user's tree (`seeds`) the encoding can express (the others are in `skipped`)."""
         from tileflow.dataflows import baselines_for, build
         from tileflow.explore.structures.canonical import encode
 
@@ -132,6 +142,11 @@ class StructureSpace:
                 flow = build(name, self.frame.workload, self.frame.arch)
                 out[name] = encode(self.frame, flow)
             except (ValueError, IndexError) as error:  # a builder that cannot size this case
+                self.skipped[name] = f"{type(error).__name__}: {error}"
+        for name, flow in self.seeds.items():
+            try:
+                out[name] = encode(self.frame, flow)
+            except (ValueError, IndexError) as error:  # a tree the encoding cannot express
                 self.skipped[name] = f"{type(error).__name__}: {error}"
         return out
 

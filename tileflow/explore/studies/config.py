@@ -22,12 +22,22 @@ CONFIG_KEYS = {k.name: k.meaning for k in keys.EXPLORE.keys}
 LIMIT_KEYS = ("footprint_words", "dram_words")
 STRUCTURE_MODES = ("search", "baselines")
 BUDGET_KEYS = ("evaluations", "seconds")
+TREE_SUFFIXES = (".yaml", ".yml")
 # Bounds on the work a config asks for (not on each number): the tile-factor budget, the
 # rows one batch evaluates at once (memory: rows x loops), and the genetic search's total
 # factor evaluations over every generation and rung (successive halving grows a budget
 # eta-fold per rung, so `rungs` is an exponent).
 MAX_EVALUATIONS = 100_000_000
 MAX_BATCH = 65_536
+
+
+@dataclass(frozen=True)
+class TieBreak:
+    """Among the points within `tolerance` (a fraction) of the best objective value, the one
+    best by `objective` (None: by the objective alone) is the study's best."""
+
+    objective: str | None
+    tolerance: float = 0.001
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,8 @@ class ExploreConfig:
     objectives: tuple[str, ...] = ("latency",)  # two: the study returns a Pareto front
     limits: Limits = field(default_factory=Limits)
     structures: tuple[str, ...] | str = "baselines"
+    trees: tuple[str, ...] = ()  # dataflow files whose trees are searched (and seed a search)
+    tie_break: TieBreak = field(default_factory=lambda: TieBreak("energy"))
     genetic: GAConfig = field(default_factory=GAConfig)
     top: int = 4  # structures the genetic search hands to the tile-factor study
     method: str = "mcts"
@@ -132,21 +144,27 @@ def parse_config(data: Field) -> ExploreConfig:
         seconds = budget.number("seconds") if budget.has("seconds") else None
         if seconds is not None and not math.isfinite(seconds):
             raise budget.error("'seconds' must be finite", "seconds")
-    structures = _structures(data)
+    structures, trees = _structures(data, base)
+    tie_break = _tie_break(data, objectives)
     seed = data.integer("seed", 0, minimum=0)
     genetic, top = _genetic(data.child("genetic") if data.has("genetic") else None,
                             objectives)
     name = data.string("name", Path(data.source).stem)
     out = data.string("out", "")
     places = {key: data.where(key) for key in ("out", "sizes", "preset", "workload",
-                                               "accelerator") if data.has(key)}
+                                               "accelerator", "structures") if data.has(key)}
+    if trees:
+        items = data.child("structures").elements()
+        places.update({str(Path(base / str(i.data))): i.where() for i in items
+                       if isinstance(i.data, str) and i.data.endswith(TREE_SUFFIXES)})
     return ExploreConfig(
         source=data.source, name=name,
         accelerator=_path_or_name(data, "accelerator", base),
         workload=_path_or_name(data, "workload", base),
         preset=data.string("preset") if data.has("preset") else None, sizes=sizes,
         objective=_scalar(objectives), objectives=objectives, limits=limits,
-        structures=structures, genetic=genetic, top=top, method=method,
+        structures=structures, trees=trees, tie_break=tie_break, genetic=genetic, top=top,
+        method=method,
         budget_evals=evals, budget_seconds=seconds,
         batch=data.integer("batch", 64, minimum=1, maximum=MAX_BATCH), seed=seed,
         out=out or f"explore-{name}", places=places)
@@ -177,26 +195,64 @@ def _scalar(objectives: tuple[str, ...]) -> str:
     return "edp" if set(objectives) == {"latency", "energy"} else objectives[0]
 
 
-def _structures(data: Field) -> tuple[str, ...] | str:
+def _structures(data: Field, base: Path) -> tuple[tuple[str, ...] | str, tuple[str, ...]]:
+    """The structures mode or baseline names, and the dataflow files (relative to the
+    config's folder) whose trees are searched too; `search` in a list adds the search."""
     if not data.has("structures"):
-        return "baselines"
+        return "baselines", ()
     f = data.child("structures")
     if isinstance(f.data, str):
         if f.data not in STRUCTURE_MODES:
             raise data.error("'structures' must be 'search', 'baselines' or a list of "
-                             f"baseline names, got {f.data!r}", "structures")
-        return f.data
+                             "baseline names and dataflow YAML files, got "
+                             f"{f.data!r}", "structures")
+        return f.data, ()
     items = f.elements()
     if not items:
         raise f.error("'structures' must name at least one structure")
-    names = []
+    names: list[str] = []
+    trees: list[str] = []
+    search = False
     for item in items:
         if not isinstance(item.data, str):
-            raise item.error(f"expected a baseline name, got {item.data!r}")
-        if item.data in names:  # the same points would be searched twice
+            raise item.error(f"expected a baseline name or a dataflow YAML file, got "
+                             f"{item.data!r}")
+        if item.data in names or item.data in trees or (item.data == "search" and search):
             raise item.error(f"'structures' names '{item.data}' twice")
-        names.append(item.data)
-    return tuple(names)
+        if item.data.endswith(TREE_SUFFIXES):
+            path = base / item.data
+            if not path.is_file():
+                raise item.error(f"no such dataflow file '{item.data}' (looked for "
+                                 f"{path})")
+            if any(Path(t).name == path.name for t in trees):  # one name per structure
+                raise item.error(f"'structures' has two files named '{path.name}'; rename "
+                                 "one")
+            trees.append(item.data)
+        elif item.data == "search":
+            search = True
+        else:
+            names.append(item.data)
+    files = tuple(str(base / t) for t in trees)
+    if search:
+        if names:
+            raise f.error("with 'search' in 'structures', give dataflow files only (the "
+                          f"search already starts from every baseline), got {names}")
+        return "search", files
+    return tuple(names), files
+
+
+def _tie_break(data: Field, objectives: tuple[str, ...]) -> TieBreak:
+    default = "latency" if objectives[0] == "energy" else "energy"
+    if not data.has("tie_break"):
+        return TieBreak(default)
+    f = data.child("tie_break").require_mapping()
+    keys.EXPLORE_TIE_BREAK.check(f)
+    name = f.string("objective", default)
+    if name != "none" and name not in OBJECTIVES:
+        raise f.error(f"'objective' must be one of {', '.join(OBJECTIVES)} or none, got "
+                      f"{name!r}", "objective")
+    tolerance = f.number("tolerance", 0.001, positive=False, maximum=1.0)
+    return TieBreak(None if name == "none" else name, tolerance)
 
 
 def _genetic(f: Field | None, objectives: tuple[str, ...]) -> tuple[GAConfig, int]:
@@ -290,4 +346,30 @@ def candidate_structures(config: ExploreConfig, w: Workload, arch: Architecture,
             raise InputError(f"structures: '{name}' cannot be built for this workload: "
                              f"{exc}", config.source) from None
         out.append((name, structure_of(w, arch, flow)))
+    for path in config.trees:
+        out.append((tree_name(path), structure_of(w, arch, load_tree(config, path, w, arch))))
     return out
+
+
+def tree_name(path: str) -> str:
+    """A dataflow file's structure name in the study: its file name."""
+    return Path(path).name
+
+
+def load_tree(config: ExploreConfig, path: str, w: Workload, arch: Architecture):
+    """A dataflow file of `structures`, checked against the workload and accelerator; an
+    error names the config's line and what is wrong with the file."""
+    from tileflow.analysis.prepare import prepare
+    from tileflow.interop.files import load_dataflow_any
+    from tileflow.specs.dataflow import check_operators
+
+    where = config.places.get(path, "structures")
+    try:
+        flow = load_dataflow_any(path, w, arch)
+        check_operators(flow, [op.name for op in w.ops])
+        prepare(w, arch, flow)
+    except InputError as exc:
+        raise InputError(f"structures: the tree of '{path}' does not fit workload "
+                         f"'{w.name}' on '{arch.name}': {exc.render()}", config.source,
+                         where) from None
+    return flow

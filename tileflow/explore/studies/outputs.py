@@ -100,10 +100,14 @@ def summary(outcome: Outcome) -> dict:
         "study": cfg.name, "accelerator": outcome.arch.name, "workload": outcome.workload.name,
         "sizes": dict(outcome.workload.sizes), "objective": cfg.objective,
         "objectives": list(cfg.objectives), "structures": _mode(cfg.structures),
+        "trees": list(cfg.trees),
+        "tie_break": {"objective": cfg.tie_break.objective,
+                      "tolerance": cfg.tie_break.tolerance},
         "method": cfg.method, "evaluations": int(len(outcome.points)),
         "valid_points": int(outcome.points["valid"].sum()) if len(outcome.points) else 0,
         "seconds": outcome.seconds, "interrupted": outcome.interrupted,
-        "model_version": MODEL_VERSION, "found": None, "baselines": []}
+        "model_version": MODEL_VERSION, "found_for": found_for(outcome), "found": None,
+        "baselines": []}
     if outcome.workers is not None:
         data["workers"] = outcome.workers
     if best is not None:
@@ -130,6 +134,25 @@ def summary(outcome: Outcome) -> dict:
         keep = ["structure", "factors", "cycles", "energy_pj", "dram_words", "edp"]
         data["front"] = table[[k for k in keep if k in table]].to_dict("records")
     return data
+
+
+def found_for(outcome: Outcome) -> dict:
+    """The run the study's dataflows are for, as `tileflow evaluate` reads it from best.yaml:
+    the accelerator and workload (a file as an absolute path), the preset, every size and
+    the objective."""
+    cfg = outcome.config
+
+    def source(value: str) -> str:
+        path = Path(value)
+        return str(path.resolve()) if path.suffix in (".yaml", ".yml") and path.is_file() \
+            else value
+
+    out: dict = {"accelerator": source(cfg.accelerator), "workload": source(cfg.workload)}
+    if cfg.preset:
+        out["preset"] = cfg.preset
+    out["sizes"] = {str(k): int(v) for k, v in outcome.workload.sizes.items()}
+    out["objective"] = "+".join(cfg.objectives) if len(cfg.objectives) > 1 else cfg.objective
+    return out
 
 
 def _mode(structures) -> str | list[str]:
@@ -258,7 +281,7 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
             yaml = YAML()
             yaml.default_flow_style = None
             with p.open("w") as handle:
-                yaml.dump(to_dict(outcome.best), handle)
+                yaml.dump({**to_dict(outcome.best), "found_for": found_for(outcome)}, handle)
 
         atomic_write(out / "best.yaml", dump_yaml)
         evs = timeline.events(outcome.workload, outcome.arch, outcome.best, outcome.best_result)

@@ -13,9 +13,16 @@ import numpy as np
 import pandas as pd
 
 from tileflow.cost.model import Result, evaluate
-from tileflow.explore.factors.space import Space
+from tileflow.explore.factors.space import COLUMNS, Space
 from tileflow.explore.studies import study as studies
-from tileflow.explore.studies.config import ExploreConfig, candidate_structures, check_against
+from tileflow.explore.studies.config import (
+    ExploreConfig,
+    TieBreak,
+    candidate_structures,
+    check_against,
+    load_tree,
+    tree_name,
+)
 from tileflow.explore.studies.workers import Pool, usable_workers, watch_parent
 from tileflow.explore.tilesearch.fit import closed_form_tiles, fit_baseline, warm_rows
 from tileflow.specs.arch import Architecture
@@ -84,10 +91,11 @@ def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
 
 
 def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dataflow],
-              found) -> dict[str, list[np.ndarray]]:
+              found, users: tuple[str, ...] = ()) -> dict[str, list[np.ndarray]]:
     """Points every study holds: each baseline's own factors (where its fitted tree has its
-    candidate's shape) and the structure search's best factors of each structure it found
-    (so the found dataflow is never worse than them)."""
+    candidate's shape), the structure search's best factors of each structure it found and
+    the factors of the users' trees named `users` (so the found dataflow is never worse
+    than them)."""
     from tileflow.evaluator.structure import structure_of
     from tileflow.explore.studies.structure_study import structures_of
 
@@ -99,6 +107,9 @@ def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dat
             rows[name] = [own.default_factors]
     for name, _, factors in structures_of(found, w, arch) if found is not None else []:
         rows.setdefault(name, []).append(factors)
+    for c in candidates:  # a user's tree: its own factors are a point of the study
+        if c.name in users:
+            rows.setdefault(c.name, []).append(c.structure.default_factors)
     return rows
 
 
@@ -109,7 +120,13 @@ def search_structures(config: ExploreConfig, w: Workload, arch: Architecture, st
 
     return run_search(w, arch, storage, objectives=config.objectives,
                       objective=config.objective, limits=config.limits, method=config.method,
-                      ga=config.genetic_config, top=config.top, resume=resume, restart=restart)
+                      ga=config.genetic_config, top=config.top, resume=resume, restart=restart,
+                      seeds=user_trees(config, w, arch))
+
+
+def user_trees(config: ExploreConfig, w: Workload, arch: Architecture) -> dict[str, Dataflow]:
+    """The dataflow files of `structures`, by their structure names."""
+    return {tree_name(p): load_tree(config, p, w, arch) for p in config.trees}
 
 
 def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
@@ -162,7 +179,8 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     own = fitted if seed_fitted else {}
     candidates = candidates_for(config, w, arch, own, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
-                        seed_rows(w, arch, candidates, own, found))
+                        seed_rows(w, arch, candidates, own, found,
+                                  tuple(tree_name(p) for p in config.trees)))
     bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
                desc=f"explore {config.name}", leave=False)
 
@@ -237,8 +255,11 @@ def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> 
         factors = [int(x) for x in str(row["factors"]).split()]
         searched[name] = by_name[name].dataflow(factors)
     if searched:
-        row = valid.loc[valid["cost"].astype(float).idxmin()]
+        single = len(config.objectives) == 1  # two objectives: the front is the answer
+        row = valid.loc[pick_best(valid, config.tie_break if single else TieBreak(None))]
         best_name = str(row["structure"])
+        factors = [int(x) for x in str(row["factors"]).split()]
+        searched[best_name] = by_name[best_name].dataflow(factors)
         best_flow = searched[best_name]
         best_result = evaluate(w, arch, best_flow)
     compared = []
@@ -249,6 +270,18 @@ def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> 
     slots = {c.name: slot_labels(c.structure) for c in candidates}
     return Outcome(config, w, arch, best_name, best_flow, best_result, tuple(compared), points,
                    slots, seconds, interrupted, structures=by_name)
+
+
+def pick_best(valid: pd.DataFrame, tie_break: TieBreak):
+    """The index of the study's best point among `valid` (finite cost): the least cost or,
+    with a tie-break objective, the point least by it among those whose cost is within
+    `tolerance` (a fraction) of the least; equal values go to the earlier point."""
+    cost = valid["cost"].astype(float)
+    column = COLUMNS.get(tie_break.objective or "")
+    if column is None or column not in valid:
+        return cost.idxmin()
+    near = valid[cost <= cost.min() * (1.0 + tie_break.tolerance)]
+    return near[column].astype(float).idxmin()
 
 
 def objective_value(result: Result, objective: str) -> float:

@@ -130,10 +130,12 @@ class StoredSearch(GeneticSearch):
 
 
 def fingerprint(w: Workload, arch: Architecture, objectives, limits: Limits, method: str,
-                ga: GAConfig, top: int) -> dict[str, str]:
+                ga: GAConfig, top: int, seeds: list | None = None) -> dict[str, str]:
     """What the structure search was started from (see `provenance.marks`)."""
     settings = [list(objectives), sorted(limits.footprint_words.items()), limits.dram_words,
                 method, sorted(ga.__dict__.items()), top]
+    if seeds:  # users' trees: a run without them keeps its earlier mark
+        settings.append(seeds)
     return provenance.marks(arch, w, settings)
 
 
@@ -160,15 +162,19 @@ def _ranked(result: SearchResult, objectives, top: int):
 
 def run_search(w: Workload, arch: Architecture, storage, *, objectives, objective: str,
                limits: Limits, method: str, ga: GAConfig, top: int,
-               resume: bool, restart: bool = False) -> StructureSearch:
+               resume: bool, restart: bool = False,
+               seeds: dict[str, Dataflow] | None = None) -> StructureSearch:
     """Run (or, with `resume`, replay from the storage) the structure search and record what
-    it found in the storage for the workers (`restart`: a search already there is deleted)."""
-    study = _open(storage, fingerprint(w, arch, objectives, limits, method, ga, top), resume,
-                  restart)
+    it found in the storage for the workers (`restart`: a search already there is deleted).
+    `seeds`: users' trees that join the baselines in the first generation."""
+    seeds = seeds or {}
+    mark = fingerprint(w, arch, objectives, limits, method, ga, top,
+                       [(name, to_dict(flow)) for name, flow in seeds.items()])
+    study = _open(storage, mark, resume, restart)
     if "found" in study.user_attrs:
         return load_found(study, w, arch)
     start = time.perf_counter()
-    space = StructureSpace(w, arch)
+    space = StructureSpace(w, arch, seeds=seeds)
     searcher = StoredSearch(space, ga, tile_fit(objective, limits, method), study)
     result = searcher.run()
     found = []
@@ -183,6 +189,7 @@ def run_search(w: Workload, arch: Architecture, storage, *, objectives, objectiv
                "repairs": {k: int(v) for k, v in result.repairs.items()},
                "rejected": result.rejected, "history": result.history,
                "baseline_seeds": sorted(space.baselines()),
+               "seeds_not_expressible": dict(space.skipped),
                "settings": {**ga.__dict__, "objectives": list(ga.objectives), "top": top}}
     study.set_user_attr("found", json.dumps(found))
     study.set_user_attr("summary", json.dumps(summary, default=float))
