@@ -49,12 +49,17 @@ def test_every_output_file_is_written(explored):
 
 
 def test_points_table_holds_each_point_once_and_the_best_is_its_minimum(explored):
+    """The best is the least-energy point within the tie-break's tolerance of the fewest
+    cycles (energy after latency, 0.1 % by default)."""
     out, summary = explored
     points = pd.read_csv(out / "points.csv")
     assert len(points) == summary["evaluations"] == 80
     assert not points.duplicated(["structure", "factors"]).any()
     valid = points[points["valid"]]
-    assert summary["found"]["cycles"] == pytest.approx(valid["cycles"].min(), rel=1e-12)
+    fewest = valid["cycles"].min()
+    near = valid[valid["cycles"] <= fewest * (1 + 0.001)]
+    assert fewest <= summary["found"]["cycles"] <= fewest * (1 + 0.001)
+    assert summary["found"]["energy_pj"] == pytest.approx(near["energy_pj"].min(), rel=1e-12)
     assert set(points["structure"]) <= {"tileflow-pipe", "chimera"}
     assert ((points["cost"] == points["cycles"]) | ~points["valid"]).all()
 
