@@ -21,6 +21,7 @@ from tileflow.cli import main
 from tileflow.explore.factors.space import Limits
 from tileflow.explore.studies import study as studies
 from tileflow.explore.studies import workers as pool
+from tileflow.explore.studies.session import worker_entry
 
 TINY = """\
 name: tiny
@@ -165,14 +166,14 @@ def test_the_pool_starts_workers_only_when_the_rest_outlasts_their_start_up():
         completed_rows = 100
 
     started = []
-    p = pool.Pool(Config(), None, 2)
+    p = pool.Pool(Config(), None, 2, worker_entry)
     p._start = lambda: started.append(True)
     p.tend(Main(), pool.MEASURE_S / 2)  # too early to know the rate
     assert not p.decided
     # 100 points in 1 s, 900 left: 9 s of search, more than a worker's start-up
     p.tend(Main(), 1.0)
     assert p.decided and started == [True]
-    q = pool.Pool(Config(), None, 2)
+    q = pool.Pool(Config(), None, 2, worker_entry)
     q._start = lambda: started.append(False)
     Main.completed_rows = 1000 - 100 * int(pool.STARTUP_S) + 100  # under STARTUP_S left
     q.tend(Main(), 1.0)
