@@ -174,3 +174,12 @@ def test_a_storage_name_too_long_is_refused(tmp_path, capsys, no_search):
     code, err = explore(capsys, tmp_path, CONFIG, "--out", str(tmp_path / "o"), "--storage",
                         "sqlite:///" + "d" * 300 + "/s.db")
     assert code == 2 and "--storage" in err and "too long" in err, err
+
+
+def test_a_sweep_with_an_unknown_accelerator_names_the_config_line(tmp_path, capsys):
+    config = CONFIG.replace("accelerator: edge", "accelerator: 'false'") + (
+        "sweep:\n  parameters:\n    L1.capacity_bytes: [512, 4096]\n")
+    (tmp_path / "s.yaml").write_text(config)
+    code = main(["sweep", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "s.yaml, line 1 (accelerator)" in err, err
