@@ -157,8 +157,8 @@ def _explore_flags(rng: random.Random, n: int) -> Case:
         if flag == "--budget-seconds":
             del args[4:6]  # the two budget flags are exclusive
         must_fail = value not in ("1", "0") or flag in ("--budget-evals", "--budget-seconds")
-        if flag == "--seed" and value == "0":
-            must_fail = False
+        if flag == "--seed" and value in ("0", str(2**70)):
+            must_fail = False  # any seed >= 0 is a seed
     if rng.random() < 0.1:
         args.append("--resume")  # nothing to resume without a storage
         must_fail = True
