@@ -161,7 +161,8 @@ def test_outputs_have_the_usual_mode_and_stale_files_are_not_listed(tmp_path, ca
 
 
 @pytest.mark.parametrize("edit, line", [("accelerator: edgy", 1),
-                                        ('workload: "st1 * 0"', 2)])
+                                        ('workload: "st1 * 0"', 2),
+                                        ("accelerator: edge " + "x" * 5000, 1)])
 def test_an_unknown_name_in_the_config_is_named_by_its_line(edit, line, tmp_path, capsys,
                                                             no_search):
     key = edit.split(":")[0]
