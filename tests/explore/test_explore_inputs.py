@@ -184,3 +184,10 @@ def test_a_sweep_with_an_unknown_accelerator_names_the_config_line(tmp_path, cap
     code = main(["sweep", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "s.yaml, line 1 (accelerator)" in err, err
+
+
+def test_a_storage_that_cannot_be_opened_names_the_flag(tmp_path, capsys):
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+    code, err = explore(capsys, tmp_path, CONFIG, "--out", str(tmp_path / "o"), "--storage",
+                        f"sqlite:///{tmp_path / 'junk.db'}")
+    assert code == 2 and err.startswith("tileflow: error: --storage:"), err
