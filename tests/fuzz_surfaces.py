@@ -205,7 +205,7 @@ def _import(rng: random.Random, n: int) -> Case:
     if rng.random() < 0.1:  # the same name from two folders
         files[f"other/{names[0]}"] = files[names[0]]
         args.append(f"other/{names[0]}")
-        must_fail = True
+        must_fail = must_fail or out != ""  # with --out "", each beside its own file
     args += ["--out", out]
     return Case(f"{n:05d}-import-{'+'.join(names)}-{victim}-{what}"[:120], "import", args,
                 files, [f"{x}, line " for x in names] + [*names, "--out", "other/"],
