@@ -38,6 +38,11 @@ DAMAGES = {
     "fractional tile": (GEMM.replace("16,16,16,702", "16,16,1.5,702").encode(),
                         ["line 2", "tile_K", "integer"]),
     "empty value": (GEMM.replace(",702", ",").encode(), ["line 2", "rtl_cycles", "empty"]),
+    # headers swapped: a cycle count read as a size would take the analysis hours
+    "swapped header": (GEMM.replace("M,N,K,tile_M,tile_N,tile_K,rtl_cycles",
+                                    "rtl_cycles,N,K,tile_M,tile_N,tile_K,M")
+                       .replace("702", "54297").encode(),
+                       ["line 2", "'M'", "16,384"]),
 }
 
 

@@ -688,8 +688,13 @@ def cmd_explore(args) -> int:
     else:
         check_out(config.out, config.source, config.places["out"])
     progress = not args.quiet and sys.stderr.isatty()
-    outcome = explore(config, args.storage, args.workers, args.resume, progress,
-                      restart=args.restart)
+    try:
+        outcome = explore(config, args.storage, args.workers, args.resume, progress,
+                          restart=args.restart)
+    except InputError as exc:  # a storage that cannot be opened: say which flag gave it
+        if args.storage and not exc.source and not exc.where and "storage" in exc.message:
+            raise exc.located(where="--storage") from None
+        raise
     data = write_all(outcome, config.out)
     measured = None
     if args.measure_top is not None and not outcome.interrupted:

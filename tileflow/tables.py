@@ -20,13 +20,14 @@ from tileflow.errors import InputError
 @dataclass(frozen=True)
 class Column:
     """What a column must hold: `kind` 'text', 'json' (an object), 'integer' or 'number';
-    numbers at least `minimum` (above it when `strict`), always finite; `required`: the
-    column must exist and no row may leave it empty."""
+    numbers at least `minimum` (above it when `strict`) and at most `maximum`, always
+    finite; `required`: the column must exist and no row may leave it empty."""
 
     kind: str = "number"
     minimum: float = 0.0
     strict: bool = False
     required: bool = True
+    maximum: float = math.inf
 
     def expected(self) -> str:
         if self.kind == "text":
@@ -34,7 +35,8 @@ class Column:
         if self.kind == "json":
             return "a JSON object (the dataflow tree)"
         what = "an integer" if self.kind == "integer" else "a finite number"
-        return f"{what} {'>' if self.strict else '>='} {self.minimum:g}"
+        top = f" and <= {self.maximum:,g}" if math.isfinite(self.maximum) else ""
+        return f"{what} {'>' if self.strict else '>='} {self.minimum:g}{top}"
 
 
 def _text(path: Path) -> str:
@@ -76,7 +78,7 @@ def _check(value: str, column: Column, name: str, path: Path, line: int) -> None
     except ValueError:
         raise InputError(f"{value[:40]!r} is not a number; expected {column.expected()}",
                          str(path), where) from None
-    bad = not math.isfinite(number) or number < column.minimum or (
+    bad = not math.isfinite(number) or number < column.minimum or number > column.maximum or (
         column.strict and number <= column.minimum) or (
         column.kind == "integer" and not number.is_integer())
     if bad:

@@ -161,7 +161,8 @@ def test_outputs_have_the_usual_mode_and_stale_files_are_not_listed(tmp_path, ca
 
 
 @pytest.mark.parametrize("edit, line", [("accelerator: edgy", 1),
-                                        ('workload: "st1 * 0"', 2)])
+                                        ('workload: "st1 * 0"', 2),
+                                        ("accelerator: edge " + "x" * 5000, 1)])
 def test_an_unknown_name_in_the_config_is_named_by_its_line(edit, line, tmp_path, capsys,
                                                             no_search):
     key = edit.split(":")[0]
@@ -174,3 +175,19 @@ def test_a_storage_name_too_long_is_refused(tmp_path, capsys, no_search):
     code, err = explore(capsys, tmp_path, CONFIG, "--out", str(tmp_path / "o"), "--storage",
                         "sqlite:///" + "d" * 300 + "/s.db")
     assert code == 2 and "--storage" in err and "too long" in err, err
+
+
+def test_a_sweep_with_an_unknown_accelerator_names_the_config_line(tmp_path, capsys):
+    config = CONFIG.replace("accelerator: edge", "accelerator: 'false'") + (
+        "sweep:\n  parameters:\n    L1.capacity_bytes: [512, 4096]\n")
+    (tmp_path / "s.yaml").write_text(config)
+    code = main(["sweep", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "s.yaml, line 1 (accelerator)" in err, err
+
+
+def test_a_storage_that_cannot_be_opened_names_the_flag(tmp_path, capsys):
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 100)
+    code, err = explore(capsys, tmp_path, CONFIG, "--out", str(tmp_path / "o"), "--storage",
+                        f"sqlite:///{tmp_path / 'junk.db'}")
+    assert code == 2 and err.startswith("tileflow: error: --storage:"), err

@@ -74,6 +74,7 @@ def cmd_sweep(args) -> int:
         explore = dataclasses.replace(explore, seed=args.seed)
     config = dataclasses.replace(config, explore=explore, out=args.out or config.out,
                                  bound_level=None if args.no_bound else config.bound_level)
+    config.explore.load()  # unknown names, sizes, preset: the config's line, before the work
     check_output_folder(config.out, "--out")
     progress = not args.quiet and sys.stderr.isatty()
     state = run_sweep(config, args.resume, progress, write=write_all)

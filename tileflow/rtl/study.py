@@ -75,14 +75,18 @@ def load_dataset(data: str | Path | None = None) -> dict[str, pd.DataFrame]:
     return {key: read_table(folder / name, _schema(key)) for key, name in FILES.items()}
 
 
+MAX_SIZE = 16_384  # 16 x the dataset's largest size: a row's analysis stays in seconds
+
+
 def _schema(key: str) -> dict[str, Column]:
-    """Sizes and tiles are integers >= 1, cycles a positive number, transfers >= 0 bits."""
+    """Sizes and tiles are integers from 1 to MAX_SIZE, cycles a positive number, transfers
+    >= 0 bits."""
     def column(name: str) -> Column:
         if name == "rtl_cycles":
             return Column("number", 0, strict=True)
         if name.endswith("_bits"):
             return Column("number", 0)
-        return Column("integer", 1)
+        return Column("integer", 1, maximum=MAX_SIZE)
 
     return {name: column(name) for name in COLUMNS[key]}
 

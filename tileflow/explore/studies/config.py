@@ -69,8 +69,12 @@ class ExploreConfig:
         w = self.load_workload()
         try:
             return w, load_arch(self.accelerator)
-        except InputError as exc:  # an unknown name: the config's line says where
-            raise exc.located(self.source, self.places.get("accelerator")) from None
+        except InputError as exc:
+            if _is_file(self.accelerator):  # the file's own errors name the file
+                raise
+            # an unknown name, or one no file can have: the config's line says where
+            raise InputError(exc.message, self.source, self.places.get("accelerator")) \
+                from None
 
     def load_workload(self) -> Workload:
         """The workload with the config's preset and sizes; an error about those names the
@@ -82,7 +86,9 @@ class ExploreConfig:
         try:
             load_workload(self.workload)  # the workload itself: a file's errors as they are
         except InputError as exc:
-            raise exc.located(self.source, self.places.get("workload")) from None
+            if _is_file(self.workload):
+                raise
+            raise InputError(exc.message, self.source, self.places.get("workload")) from None
         if not self.sizes and not self.preset:
             raise failed
         key = "preset"
@@ -108,6 +114,13 @@ class ExploreConfig:
         if evals is None and seconds is None:
             return self
         return replace(self, budget_evals=evals, budget_seconds=seconds)
+
+
+def _is_file(name: str) -> bool:
+    try:
+        return Path(name).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _path_or_name(f: Field, key: str, base: Path) -> str:
