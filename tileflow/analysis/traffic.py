@@ -218,7 +218,8 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
             continue
         owner = path.tiles[j][0]
         if last:
-            out.append((j, owner, None, {a.tensor: _source(path, j, a.tensor)
+            out.append((j, owner, None, {a.tensor: _source(path, j, a.tensor,
+                                                              plan.homes.get(a.tensor))
                                          for a, _ in accesses}))
             continue
         y = levels[j + 1]
@@ -226,9 +227,9 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
         links = []
         for access, is_out in accesses:
             t = access.tensor
-            if bypassed(path, j + 1, t):
+            if bypassed(path, j + 1, t, plan.homes.get(t)):
                 continue  # the tensor skips level y: counted at the boundary below it
-            run_start = _source(path, j, t)
+            run_start = _source(path, j, t, plan.homes.get(t))
             x = levels[run_start]
             if t in plan.homes and x < plan.homes[t]:
                 continue
@@ -239,7 +240,7 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
     return out
 
 
-def _source(path: OpPath, j: int, tensor: str) -> int:
+def _source(path: OpPath, j: int, tensor: str, home: int | None = None) -> int:
     """Start of the run of same-level tiles that sends `tensor` down across the boundary
     below position j: the run ending at j, or the nearest one above it that the tensor does
     not bypass (the outermost level is never bypassed)."""
@@ -248,7 +249,7 @@ def _source(path: OpPath, j: int, tensor: str) -> int:
     while True:
         while start > 0 and levels[start - 1] == levels[start]:
             start -= 1
-        if start == 0 or not bypassed(path, start, tensor):
+        if start == 0 or not bypassed(path, start, tensor, home):
             return start
         start -= 1
 
