@@ -54,7 +54,7 @@ def _signatures(plan: Plan, op: str, j: int):
         t = access.tensor
         if t in plan.lca:  # intermediates are shared through their home already
             continue
-        if bypassed(path, j + 1, t, plan.homes.get(t)):  # no copy in the level below: it crosses a lower link
+        if bypassed(path, j + 1, t):  # no copy in the level below: it crosses a lower link
             continue
         dims = sorted({d for axis in access.axes for d, _ in axis.terms})
         box = tuple(_clipped(d, extents[d], path.shift.get(d, 0), path.size_of[d])
