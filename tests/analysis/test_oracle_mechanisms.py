@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from reference_checks import violations
 from reference_sim import Oracle
-from reference_timing import OVERLAPS, Timing, energy, port_contention
+from reference_timing import OVERLAPS, Timing, energy
 from trees import ARCH, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
@@ -96,8 +96,6 @@ def _agree(w: Workload, flow: Dataflow, arch: Architecture, double: bool, tally:
     assert got == violations(oracle, arch), shown
     assert math.isclose(result.energy_pj, energy(oracle, arch)[0], rel_tol=1e-9), shown
     tally["counts"] += 1
-    if port_contention(oracle, arch):
-        return
     for overlap in OVERLAPS:
         timing = Timing(oracle, arch, overlap, double)
         cycles = evaluate(w, arch, flow, overlap=overlap, double_buffer=double).cycles
