@@ -148,30 +148,20 @@ def _together(o: Oracle, arch: Architecture) -> set[tuple]:
 
 
 def _coverage(o: Oracle) -> set[tuple]:
+    """docs/concepts.md: an operator's loops of a dimension, each stepping by the extent the
+    loops inside it cover (a loop shared by children stepping by the smallest), cover
+    1 + sum((factor - 1) x step) of it; that must reach the size (a producer grown by a
+    window's halo: the size from the window's offset on, halo rows included)."""
     out = set()
     for op in o.paths:
         for d in o.w.op_by_name[op].dims:
-            covered = math.prod(lp.factor for _, _, _, lp in o.loops(op) if lp.dim == d)
-            if covered < o.w.sizes[d]:
-                path, tile = o.paths[op][-1]
-                out.add(("coverage", path, tile.level, o.w.sizes[d], covered))
-    return out
-
-
-def strided_coverage_differs(o: Oracle) -> bool:
-    """Whether an operator's extent of a dimension (its loops at their strides, a shared
-    loop stepping by the smallest extent below it; a producer grown by a window's halo from
-    the window's offset) falls short of its size where the product of its factors does
-    not: docs/concepts.md checks the product."""
-    for op in o.paths:
-        for d in o.w.op_by_name[op].dims:
             loops = [(p, i, lp) for _, p, i, lp in o.loops(op) if lp.dim == d]
-            product = math.prod(lp.factor for _, _, lp in loops)
-            extent = 1 + sum((lp.factor - 1) * o.stride[(p, i)] for p, i, lp in loops)
-            extent += o.shift.get(op, {}).get(d, 0)  # a windowed producer starts before 0
-            if product >= o.w.sizes[d] > extent:
-                return True
-    return False
+            covered = 1 + sum((lp.factor - 1) * o.stride[(p, i)] for p, i, lp in loops)
+            needed = o.w.sizes[d] - o.shift.get(op, {}).get(d, 0)  # from the offset on
+            if covered < needed:
+                path, tile = o.paths[op][-1]
+                out.add(("coverage", path, tile.level, needed, covered))
+    return out
 
 
 def _dependency(o: Oracle) -> set[tuple]:

@@ -433,28 +433,6 @@ class Oracle:
         return level > 0 and level != home and any(
             tensor in t.bypass for _, t in self.paths[op] if self.index[t.level] == level)
 
-    def home_bypassed(self) -> bool:
-        """Whether a tile at an intermediate's home level lists it in `bypass` (the oracle
-        keeps it at its home: mechanisms.md, "Intermediates keep their homes rule")."""
-        return any(t in tile.bypass and self.index[tile.level] == self.home.get(t)
-                   for chain in self.paths.values() for _, tile in chain for t in self.lca)
-
-    def sibling_bypasses(self) -> bool:
-        """Whether, under a `Shar`, `Para` or `Pipe` tile, a child bypasses an input another
-        child also reads (where the model's sibling sharing and bypass disagree with the
-        docs: see test_oracle_mechanisms)."""
-        for node in self.tiles.values():
-            if node.primitive not in ("Shar", "Para", "Pipe") or len(node.children) < 2:
-                continue
-            for i, child in enumerate(node.children):
-                skipped = {t for o in self._ops_below(child) for _, x in self.paths[o]
-                           for t in x.bypass}
-                others = {t for j, c in enumerate(node.children) if j != i
-                          for o in self._ops_below(c) for t in self.w.op_by_name[o].tensors}
-                if skipped & others & set(self.w.inputs):
-                    return True
-        return False
-
     def _share(self) -> None:
         """Children of a Shar, Para or Pipe tile that load an input into the same level with
         exactly the slices (element sets, step by step) an earlier child loaded do not load

@@ -51,10 +51,21 @@ class Timing:
         self.double_buffer = double_buffer
         self.levels = arch.levels
         self.tiles: dict[str, tuple[float, float, float, float]] = {}
-        # lock step: a read port with a step overhead idle on some of a tile's steps (the
-        # docs charge the overhead on the steps that read only)
-        self.idle_overhead = False
-        self.cycles = self._tile("root", oracle.flow.root, 1)
+        self.cycles = max(self._tile("root", oracle.flow.root, 1), self._one_port_bound())
+
+    def _one_port_bound(self) -> float:
+        """docs/latency.md: a level with one instance has one read and one write port for
+        the whole tree (one port under `ports: shared`), so everything the tree moves
+        through such a port, over its bandwidth, is a lower bound on the cycles."""
+        busy: dict = defaultdict(float)
+        for moves in self.o.moves.values():
+            for (lv, port), words in moves.items():
+                level = self.levels[lv]
+                if words and level.instances == 1:
+                    bw = level.read_words_per_cycle if port == "r" else \
+                        level.write_words_per_cycle
+                    busy[(lv, "shared" if level.ports == "shared" else port)] += words / bw
+        return max(busy.values(), default=0.0)
 
     # ---- one tile -----------------------------------------------------------------------
 
@@ -165,10 +176,6 @@ class Timing:
                     at = stage[name + ("1" if single else "")]
                     for k in range(periods):
                         at[k * p if first else k * p + p - 1][port] += cycles / periods
-        for at in stage.values():
-            ports = {k for a in at for k, v in a.items() if v and self._overhead(k)}
-            if any(not a.get(k) for k in ports for a in at):
-                self.idle_overhead = True
 
         def busiest(name: str, s: int) -> float:
             return max((v + self._overhead(k) for k, v in stage[name][s].items() if v),
@@ -228,26 +235,3 @@ def energy(oracle: Oracle, arch: Architecture) -> tuple[float, dict, float]:
                   for op, n in oracle.ops.items())
     total = sum(v for d in by_level.values() for v in d.values()) + compute
     return total, dict(by_level), compute
-
-
-def port_contention(oracle: Oracle, arch: Architecture) -> bool:
-    """Whether two tiles whose transfers can overlap in time move words through the same
-    port of a level with a single instance: the children of a `Para` or `Pipe` tile (they
-    run at once), or a tile and a tile below it (its loads and stores overlap its children).
-    docs/latency.md gives each tile its own busiest port and says nothing of such sharing."""
-    users: dict = defaultdict(set)  # (level, port) -> tile paths moving words through it
-    for key, moves in oracle.moves.items():
-        for (lv, port), words in moves.items():
-            if words and arch.levels[lv].instances == 1:
-                users[(lv, port)].add(oracle.links[key][0])
-    for paths in users.values():
-        for a in paths:
-            if any(b.startswith(a + ".") for b in paths):
-                return True
-        for path, node in oracle.tiles.items():
-            if node.primitive in ("Para", "Pipe"):
-                kids = {b[len(path) + 1:].split(".")[0] for b in paths
-                        if b.startswith(path + ".")}
-                if len(kids) > 1:
-                    return True
-    return False

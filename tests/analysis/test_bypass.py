@@ -126,3 +126,30 @@ def test_a_window_read_through_the_skipped_registers_sends_the_union_of_the_taps
     r = evaluate(w, small_arch(cores=1, pes=6), tree)
     assert r.ops["conv"] == 12
     assert moves(r, "L1", "X")[1] == 2 * 4 and moves(r, "L1", "F")[1] == 2 * 3
+
+
+CHAIN_2 = """
+name: chain
+dims: {m: 4, l: 2, k: 1, n: 1}
+ops:
+  - {name: g1, expr: "C[m,l] += A[m,k] * B[k,l]"}
+  - {name: g2, expr: "E[m,n] += C[m,l] * D[l,n]"}
+"""
+
+
+def test_an_intermediate_bypassed_at_its_home_stays_there():
+    """C (4 x 2) lives in L1, its home under the DRAM root. g2's L1 tile lists it in
+    `bypass`: the homes rule wins, so g1 updates its 8 elements in L1 once each (k = 1),
+    g2's 8 MACs read them there (n = 1), and C never reaches DRAM (it was never written
+    there). Everything, footprints included, is as without the bypass."""
+    w = workload(CHAIN_2)
+
+    def chain(bypass: tuple[str, ...]) -> Dataflow:
+        return Dataflow(tile("DRAM", "", tile("L1", "m:4 l:2", "g1"),
+                             tile("L1", "m:4 l:2", "g2", bypass=bypass)))
+    skip = evaluate(w, small_arch(), chain(("C",)))
+    assert moves(skip, "L1", "C") == (0, 8, 8)
+    assert "C" not in skip.traffic.get("DRAM", {})
+    kept = evaluate(w, small_arch(), chain(()))
+    assert skip.traffic == kept.traffic
+    assert skip.peak_footprint("L1") == kept.peak_footprint("L1")

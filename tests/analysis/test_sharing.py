@@ -71,3 +71,15 @@ def test_random_trees_exercise_sharing():
     check()
     assert found
 
+
+
+def test_a_sibling_that_bypasses_the_level_neither_serves_nor_is_served():
+    """g1 bypasses A at L1: its 4 x 3 x 3 MACs read A from DRAM one by one (36); g2 holds A
+    in L1 on its own: 2 root steps x 6 words filled (12 DRAM reads) and read by its
+    4 x 2 x 3 MACs (24). DRAM sends A 36 + 12 = 48 times, not 36 with g2's load taken as
+    served by g1's (absent) copy."""
+    flow = Dataflow(tile("DRAM", "m:2", tile("L1", "m:2 n:3 k:3", "g1", bypass=("A",)),
+                         tile("L1", "m:2 j:2 k:3", "g2"), primitive="Shar"))
+    r = evaluate(W, small_arch(), flow)
+    assert r.traffic["DRAM"]["A"].read == 36 + 12
+    assert (r.traffic["L1"]["A"].fill, r.traffic["L1"]["A"].read) == (12, 24)

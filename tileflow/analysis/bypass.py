@@ -8,10 +8,13 @@ from __future__ import annotations
 from tileflow.analysis.prepare import OpPath
 
 
-def bypassed(path: OpPath, position: int, tensor: str) -> bool:
+def bypassed(path: OpPath, position: int, tensor: str, home: int | None = None) -> bool:
     """`tensor` skips the level of the tile at `position` on an operator's path: some tile
-    of the run of same-level tiles there lists it in `bypass` (Timeloop's bypass)."""
+    of the run of same-level tiles there lists it in `bypass` (Timeloop's bypass). An
+    intermediate is never bypassed at its home level `home` (it keeps its homes rule)."""
     levels = path.levels
+    if home is not None and levels[position] == home:
+        return False
     start = end = position
     while start > 0 and levels[start - 1] == levels[position]:
         start -= 1

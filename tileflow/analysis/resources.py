@@ -246,7 +246,7 @@ def _held(plan: Plan, path: str, node: Tile, level: int,
                 home, lca_depth = plan.homes[t], plan.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue  # lives above this level, or counted at its common ancestor
-            if bypassed(plan.paths[o], depth, t):
+            if bypassed(plan.paths[o], depth, t, plan.homes.get(t)):
                 continue
             scale = footprint_scale(buffer_depth(plan.arch, level, t, [node]), double_buffer)
             found.append((o, t, scale))

@@ -5,6 +5,7 @@ it pays; a later sibling whose slice is identical loads nothing over that link."
 
 from __future__ import annotations
 
+from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.prepare import Plan
 from tileflow.tree import ops_under
 
@@ -52,6 +53,8 @@ def _signatures(plan: Plan, op: str, j: int):
     for access in path.op.inputs:
         t = access.tensor
         if t in plan.lca:  # intermediates are shared through their home already
+            continue
+        if bypassed(path, j + 1, t):  # no copy in the level below: it crosses a lower link
             continue
         dims = sorted({d for axis in access.axes for d, _ in axis.terms})
         box = tuple(_clipped(d, extents[d], path.shift.get(d, 0), path.size_of[d])

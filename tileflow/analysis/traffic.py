@@ -178,6 +178,8 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
                 geometry[run_start] = _geometry(plan, path, j, run_start, extents)
             union_sp, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
+            if is_out:
+                epoch = _resident_epochs(path, j, access, drops, no_reuse, epoch)
             level = plan.arch.levels[y]
             first = is_out and level.first_touch_fills
             moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
@@ -218,7 +220,8 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
             continue
         owner = path.tiles[j][0]
         if last:
-            out.append((j, owner, None, {a.tensor: _source(path, j, a.tensor)
+            out.append((j, owner, None, {a.tensor: _source(path, j, a.tensor,
+                                                              plan.homes.get(a.tensor))
                                          for a, _ in accesses}))
             continue
         y = levels[j + 1]
@@ -226,9 +229,9 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
         links = []
         for access, is_out in accesses:
             t = access.tensor
-            if bypassed(path, j + 1, t):
+            if bypassed(path, j + 1, t, plan.homes.get(t)):
                 continue  # the tensor skips level y: counted at the boundary below it
-            run_start = _source(path, j, t)
+            run_start = _source(path, j, t, plan.homes.get(t))
             x = levels[run_start]
             if t in plan.homes and x < plan.homes[t]:
                 continue
@@ -239,7 +242,7 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
     return out
 
 
-def _source(path: OpPath, j: int, tensor: str) -> int:
+def _source(path: OpPath, j: int, tensor: str, home: int | None = None) -> int:
     """Start of the run of same-level tiles that sends `tensor` down across the boundary
     below position j: the run ending at j, or the nearest one above it that the tensor does
     not bypass (the outermost level is never bypassed)."""
@@ -248,7 +251,7 @@ def _source(path: OpPath, j: int, tensor: str) -> int:
     while True:
         while start > 0 and levels[start - 1] == levels[start]:
             start -= 1
-        if start == 0 or not bypassed(path, start, tensor):
+        if start == 0 or not bypassed(path, start, tensor, home):
             return start
         start -= 1
 
@@ -312,6 +315,27 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
         refill_y -= first_touches(axes, dims_y, loops_y, epoch_y)
         refill_x -= first_touches(axes, dims_y, loops_x, epoch_x, union=union)
     return moved_y, moved_x, refill_y, refill_x
+
+
+def _resident_epochs(path: OpPath, j: int, access: Access, drops: list[int],
+                     no_reuse: set[int], epoch: list[bool]) -> list[bool]:
+    """The epoch flags at the link below path position j: an epoch loop with no loop at or
+    inside it (above the link) that moves the tensor's slice leaves the slice resident in
+    the buffer, so its new epochs start with the elements already there: none enters, none
+    is filled (counting.md: an output element is filled when it enters, if touched before
+    in its epoch). Such a loop starts no entry here; the compute still sees its epochs."""
+    names = {d for axis in access.axes for d, _ in axis.terms}
+    out = list(epoch)
+    moving_inside = False
+    for i in reversed(range(len(path.loops))):
+        lp = path.loops[i]
+        if lp.node > j or lp.spatial or lp.n <= 1:
+            continue
+        if lp.dim in names or _drops(lp, j, drops, no_reuse):
+            moving_inside = True
+        elif out[i] and not moving_inside:
+            out[i] = False
+    return out
 
 
 def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:
