@@ -64,14 +64,14 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth, an overlap
-    convention other than fill-drain, first-touch fills that read nothing above, tensors with
+    that bypass, set buffering depths or keep a halo, levels with a default depth, the
+    `lockstep` overlap convention, first-touch fills that read nothing above, tensors with
     their own precision, outputs written through a summed index, state carried across a
     reduction loop (its rescaling and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
-    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
-        return "the accelerator sets an overlap convention or a buffering depth"
+    if arch.overlap == "lockstep" or any(lv.buffering for lv in arch.levels):
+        return "the accelerator runs its steps in lock step or sets a buffering depth"
     if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
         return "first-touch fills read nothing from the level above"
     if w.precision_bits:
@@ -172,9 +172,12 @@ def _transfer_time(arch, table, steps):
 
 
 def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
-    """`cost._latency` with fill and drain, for every row."""
+    """`cost.model._latency` for every row, under the accelerator's overlap convention:
+    `fill-drain` adds each tile's first load and last store (one step's worth) to its
+    slowest phase; `perfect` hides them, a tile takes its slowest phase."""
     c = r.c
     arch = c.arch
+    fill_drain = arch.overlap == "fill-drain"
 
     def leaf(op: str) -> np.ndarray:
         ops, steps, reads, inst = leaves[op]
@@ -205,6 +208,8 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
         load, latency = _transfer_time(arch, tally.loads.get(path), steps)
         store, _ = _transfer_time(arch, tally.stores.get(path), steps)
         cycles = np.maximum(np.maximum(inner, load), store)
+        if not fill_drain:
+            return cycles
         overlap = (load + inner + store - cycles) / steps + latency
         return np.where((load != 0) | (store != 0), cycles + overlap, cycles)
 
