@@ -374,3 +374,101 @@ def test_an_output_resident_across_epochs_per_row() -> None:
     ref = evaluate(w, ARCH, structure.dataflow(rows[0]))
     assert (ref.traffic["DRAM"]["E"].read, ref.traffic["DRAM"]["E"].update) == (0, 2)
     assert evaluate_batch(structure, rows[:1]).dram_words[0] == ref.dram_words
+
+
+def _overlap_trees(arch, case: str, examples: int, rows: int) -> tuple[int, int]:
+    """Random trees of `case` on `arch`: the batch models them (no row by row) and equals the
+    scalar model on random rows; returns the rows compared and how many of them take other
+    cycles than under fill-drain (so that the convention is exercised)."""
+    from tileflow.evaluator.batch import scalar_only
+
+    w = workload(CASES[case])
+    rng = np.random.default_rng(13)
+    totals = [0, 0]
+    drained = replace(arch, overlap="fill-drain")
+
+    @settings(max_examples=examples, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            evaluate(w, arch, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, arch, flow)
+        assert scalar_only(structure) == ""
+        factors = random_rows(structure, rows, rng)
+        totals[0] += assert_rows_equal(structure, factors)[0]
+        batch = evaluate_batch(structure, factors)
+        other = evaluate_batch(structure_of(w, drained, flow), factors)
+        totals[1] += int((batch.valid & (batch.cycles != other.cycles)).sum())
+
+    check()
+    return totals[0], totals[1]
+
+
+# perfect overlap (the published model's): a tile takes its slowest phase, no fill or drain;
+# on the timed accelerator, with shared ports and free write-backs, and first-touch fills
+PERFECT = {"timed": replace(TIMED, overlap="perfect"),
+           "ported": replace(PORTED, overlap="perfect"),
+           "filling": replace(FILLING, overlap="perfect")}
+
+
+@pytest.mark.parametrize("arch", PERFECT)
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo", "strided",
+                                  "independent twins"])
+def test_perfect_overlap_in_the_batch(arch: str, case: str) -> None:
+    compared, changed = _overlap_trees(PERFECT[arch], case, 15, 10)
+    assert compared >= 40 and changed > 0
+
+
+def test_perfect_overlap_hides_fill_and_drain() -> None:
+    """Per row, perfect overlap never takes longer than fill-drain on the same tree and
+    factors, and is shorter on some rows (a tile with loads or stores saves its first load
+    and last store); words and energy do not depend on the convention."""
+    from tileflow.tree import Dataflow, tile
+
+    w = workload(CHAIN)
+    flow = Dataflow(tile("DRAM", "m:2",
+                         tile("L1", "l:2", tile("Reg", "m:2 l:2 k:3", "g1")),
+                         tile("L1", "", tile("Reg", "m:2 n:3 l:4", "g2"))))
+    rows = random_rows(structure_of(w, TIMED, flow), 30, np.random.default_rng(2))
+    drained = evaluate_batch(structure_of(w, TIMED, flow), rows)
+    perfect = evaluate_batch(structure_of(w, PERFECT["timed"], flow), rows)
+    np.testing.assert_array_equal(perfect.dram_words, drained.dram_words)
+    np.testing.assert_array_equal(perfect.energy_pj, drained.energy_pj)
+    assert (perfect.cycles <= drained.cycles).all()
+    assert (perfect.cycles < drained.cycles).any()
+
+
+# lock step (the RTL chips' convention): each transfer on the steps where its slice changes
+LOCKSTEP = {"timed": replace(TIMED, overlap="lockstep"),
+            "ported": replace(PORTED, overlap="lockstep"),
+            "filling": replace(FILLING, overlap="lockstep")}
+
+
+@pytest.mark.parametrize("arch", LOCKSTEP)
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo", "strided",
+                                  "independent twins"])
+def test_lockstep_overlap_in_the_batch(arch: str, case: str) -> None:
+    compared, changed = _overlap_trees(LOCKSTEP[arch], case, 15, 10)
+    assert compared >= 40 and changed > 0
+
+
+RTL = ("accelerators/rtl-systolic-chain.yaml", "accelerators/rtl-systolic-gemm.yaml")
+
+
+@pytest.mark.parametrize("arch", RTL)
+@pytest.mark.parametrize("name", ["layerwise", "chimera", "tileflow-pipe"])
+def test_rtl_chips_in_the_batch(arch: str, name: str) -> None:
+    """The RTL-validated chips (lock step, first-touch fills) at GEMM-chain structures: the
+    batch models them (no row by row) and equals the scalar model on rows around the
+    structure's factors."""
+    from tileflow.evaluator.batch import scalar_only
+
+    w, a = load_workload("gemm-chain", SMALL["gemm-chain"]), load_arch(arch)
+    structure = structure_of(w, a, build(name, w, a))
+    assert a.overlap == "lockstep" and scalar_only(structure) == ""
+    rows = random_rows(structure, 40, np.random.default_rng(zlib.crc32(name.encode())))
+    compared, _ = assert_rows_equal(structure, rows)
+    assert compared >= 5

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tileflow.cost.model import evaluate
+from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints
 from tileflow.evaluator.shared_inputs import served_masks
+from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
 from tileflow.tree import Op, Tile, walk
 
@@ -64,14 +66,14 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth, an overlap
-    convention other than fill-drain, first-touch fills that read nothing above, tensors with
-    their own precision, outputs written through a summed index, state carried across a
-    reduction loop (its rescaling and epochs). Such structures are evaluated row by row with
+    that bypass, set buffering depths or keep a halo, levels with a default depth,
+    first-touch fills that read nothing above, tensors with their own precision, outputs
+    written through a summed index, state carried across a reduction loop (its rescaling
+    and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
-    if arch.overlap != "fill-drain" or any(lv.buffering for lv in arch.levels):
-        return "the accelerator sets an overlap convention or a buffering depth"
+    if any(lv.buffering for lv in arch.levels):
+        return "the accelerator sets a buffering depth"
     if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
         return "first-touch fills read nothing from the level above"
     if w.precision_bits:
@@ -154,27 +156,16 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
                        dict(violations.amounts))
 
 
-def _transfer_time(arch, table, steps):
-    """`cost._transfer_time`: the busiest (level, port), with per-step overheads; and the
-    latency before the first word."""
-    if not table:
-        return 0.0, 0.0
-    latency = 0.0
-    time = None
-    for (index, kind), busy in table.items():
-        lv = arch.levels[index]
-        if kind != "write":  # the read port, or the one shared port
-            moving = busy > 0
-            busy = np.where(moving, busy + lv.step_overhead_cycles * steps, busy)
-            latency = np.where(moving, np.maximum(latency, lv.latency_cycles), latency)
-        time = busy if time is None else np.maximum(time, busy)
-    return time, latency
-
-
 def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
-    """`cost._latency` with fill and drain, for every row."""
+    """`cost.model._latency` for every row, under the accelerator's overlap convention:
+    `fill-drain` adds each tile's first load and last store (one step's worth) to its
+    slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
+    the tile's steps slot by slot, each transfer on the steps where its slice changes
+    (`tileflow.evaluator.step_pipeline`)."""
     c = r.c
     arch = c.arch
+    fill_drain = arch.overlap == "fill-drain"
+    dims = tensor_dims(c.workload) if arch.overlap == "lockstep" else {}
 
     def leaf(op: str) -> np.ndarray:
         ops, steps, reads, inst = leaves[op]
@@ -202,11 +193,23 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
         else:
             stages = [k / steps for k in kids]
             inner = sum(stages[1:], stages[0]) + (steps - 1) * np.maximum.reduce(stages)
-        load, latency = _transfer_time(arch, tally.loads.get(path), steps)
-        store, _ = _transfer_time(arch, tally.stores.get(path), steps)
+        load, latency = transfer_time(arch, tally.loads.get(path), steps)
+        store, _ = transfer_time(arch, tally.stores.get(path), steps)
         cycles = np.maximum(np.maximum(inner, load), store)
+        moving = (load != 0) | (store != 0)
+        if dims:
+            def factor(i: int) -> np.ndarray:
+                return r.n[c.slot_of[(path, i)]]
+
+            steps_run = np.broadcast_to(steps, (r.count,))
+            lock = lockstep_cycles(arch, tile, dims, tally.tensor_loads.get(path, {}),
+                                   tally.tensor_stores.get(path, {}),
+                                   np.broadcast_to(inner, (r.count,)), steps_run, factor)
+            return np.where(moving, np.maximum(lock, cycles) + latency, cycles)
+        if not fill_drain:
+            return cycles
         overlap = (load + inner + store - cycles) / steps + latency
-        return np.where((load != 0) | (store != 0), cycles + overlap, cycles)
+        return np.where(moving, cycles + overlap, cycles)
 
     cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
     # children running at once share a one-instance level's port: its total bounds the cycles

@@ -123,30 +123,49 @@ def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
     return ok, span
 
 
+Busy = dict[tuple[int, str], np.ndarray]  # (level, port): cycles the port is busy, per row
+
+
 class Tally:
     """Words per (level, kind) summed over tensors, and per tile the time its loads and its
-    stores keep each (level, port) busy."""
+    stores keep each (level, port) busy; under `overlap: lockstep` also per tensor
+    (`tensor_loads`, `tensor_stores`: a tensor moves on the steps where its slice changes)."""
 
     def __init__(self, rows: int, arch):
         self.rows = rows
         self.arch = arch
         self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
-        self.loads: dict[str, dict[tuple[int, str], np.ndarray]] = defaultdict(dict)
-        self.stores: dict[str, dict[tuple[int, str], np.ndarray]] = defaultdict(dict)
+        self.loads: dict[str, Busy] = defaultdict(dict)
+        self.stores: dict[str, Busy] = defaultdict(dict)
+        per_tensor = arch.overlap == "lockstep"
+        self.tensor_loads: dict[str, dict[str, Busy]] | None = \
+            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+        self.tensor_stores: dict[str, dict[str, Busy]] | None = \
+            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
         # per (level, port) of a one-instance level, the time all of the tree's transfers
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
 
-    def transfer(self, table, owner: str, level: int, words, instances, kind: str) -> None:
+    def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
+                 kind: str) -> None:
+        """Book one transfer of `tensor` by tile `owner`: a load, or a store (`store`)."""
         lv = self.arch.levels[level]
         rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
         time = words / (np.maximum(instances, 1) * rate)
         key = (level, lv.port(kind))
-        mine = table[owner]
-        mine[key] = mine[key] + time if key in mine else time
+        for mine in self._tables(store, owner, tensor):
+            mine[key] = mine[key] + time if key in mine else time
         if lv.instances == 1:
             alone = words / rate
             self.shared[key] = self.shared[key] + alone if key in self.shared else alone
+
+    def _tables(self, store: bool, owner: str, tensor: str) -> list[Busy]:
+        """The busy tables one transfer adds to: the tile's, and its tensor's if kept."""
+        table, per_tensor = (self.stores, self.tensor_stores) if store else \
+            (self.loads, self.tensor_loads)
+        if per_tensor is None:
+            return [table[owner]]
+        return [table[owner], per_tensor[owner][tensor]]
 
 
 def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
@@ -325,21 +344,21 @@ def _general_counts_of(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: 
 
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
             refill_y, refill_x) -> None:
-    x, y, owner = b.x, b.y, b.owner
+    x, y, owner, t = b.x, b.y, b.owner, cross.tensor
     if cross.is_out:
         tally.traffic[(y, FILL)] += refill_y
         tally.traffic[(x, READ)] += refill_x
         tally.traffic[(x, UPDATE)] += moved_x
-        tally.transfer(tally.loads, owner, x, refill_x, inst_x, "read")
-        tally.transfer(tally.loads, owner, y, refill_y, inst_y, "write")
-        tally.transfer(tally.stores, owner, x, moved_x, inst_x, "write")
+        tally.transfer(False, owner, t, x, refill_x, inst_x, "read")
+        tally.transfer(False, owner, t, y, refill_y, inst_y, "write")
+        tally.transfer(True, owner, t, x, moved_x, inst_x, "write")
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
-            tally.transfer(tally.stores, owner, y, moved_y, inst_y, "read")
+            tally.transfer(True, owner, t, y, moved_y, inst_y, "read")
     else:
         tally.traffic[(y, FILL)] += moved_y
         tally.traffic[(x, READ)] += moved_x
-        tally.transfer(tally.loads, owner, x, moved_x, inst_x, "read")
-        tally.transfer(tally.loads, owner, y, moved_y, inst_y, "write")
+        tally.transfer(False, owner, t, x, moved_x, inst_x, "read")
+        tally.transfer(False, owner, t, y, moved_y, inst_y, "write")
 
 
 def leaf_counts(r: Rows, path: Path, tally: Tally):
