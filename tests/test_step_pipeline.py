@@ -96,21 +96,3 @@ def test_lock_step_is_never_faster_than_its_stages_nor_than_perfect_overlap(mo, 
     root = lock.latency_frame().set_index("path").loc["root"]
     if mo * no * ko == 1:
         assert lock.cycles == root.load_cycles + root.inner_cycles + root.store_cycles
-
-
-def test_a_levels_step_overhead_is_paid_on_the_steps_that_read_from_it():
-    """GEMM m = n = k = 2, 20 cycles of request overhead on Reg: an L1 tile k:2 over a Reg
-    tile m:2 n:2 (4 MACs, 4 cycles per step). Each step loads A and B (4 words at 3 per
-    cycle: 4/3); C (period 2) is read out of Reg after the second step only: 4/3 + 20.
-    Slots 4/3, max(4/3, 4), 4 (nothing stored), 4/3 + 20: 30 2/3; the root adds its load
-    (8 words at 4 per cycle: 2) and its store (4 words at 4: 1): 33 2/3, not 20 cycles more
-    for the step that reads nothing from Reg."""
-    w = workload(GEMM, m=2, n=2, k=2)
-    arch = small_arch()
-    arch = replace(arch, levels=(*arch.levels[:2],
-                                 replace(arch.levels[2], step_overhead_cycles=20.0)))
-    flow = Dataflow(tile("DRAM", "", tile("L1", "k:2", tile("Reg", "m:2 n:2", "mm"))))
-    r = evaluate(w, arch, flow, overlap="lockstep")
-    assert abs(r.cycles - (2 + 4 / 3 + 4 + 4 + 4 / 3 + 20 + 1)) < 1e-9
-    tile_l1 = next(n for n in r.latency_breakdown if n.path == "root.0")
-    assert abs(tile_l1.store_cycles - (4 / 3 + 20)) < 1e-9

@@ -310,39 +310,3 @@ def test_a_fused_conv_chain_with_rows_spread_and_stepped_reads_its_input_half_ag
     r = evaluate(w, edge, build("isos", w, edge, {"p": 1}))
     assert r.valid
     assert r.traffic["DRAM"]["X"].read == (5 + 12 * 6 + 5) * 64 * 56
-
-
-TWINS_EPOCHS = """
-name: twins
-dims: {m: 2, n: 2, k: 2, j: 1}
-ops:
-  - {name: g1, expr: "C[m,n] += A[m,k] * B[k,n]"}
-  - {name: g2, expr: "E[m,j] += A[m,k] * D[k,j]"}
-"""
-
-
-def twins_epochs(root: str, leaf: str) -> Dataflow:
-    return Dataflow(tile("DRAM", root, tile("L1", leaf, "g1"), tile("L1", leaf, "g2"),
-                         primitive="Shar"))
-
-
-def test_an_output_resident_across_new_epochs_is_not_refilled():
-    """g2 does not use n: the root's n loop repeats its work (a new epoch of E at each n).
-    Root k:2 n:2 over L1 tiles m:2: E (2 words) never leaves L1, so nothing of it enters
-    again: 0 fills, 2 write-backs at the end. Its 2 x 2 x 2 MACs update it 8 times in L1
-    and read it 8 - 2 x 2 = 4 times (no read on the first touch of each element per epoch)."""
-    r = evaluate(workload(TWINS_EPOCHS), ARCH, twins_epochs("k:2 n:2", "m:2"))
-    e = r.traffic["L1"]["E"]
-    assert (e.fill, e.read, e.update) == (0, 4, 8)
-    assert (r.traffic["DRAM"]["E"].read, r.traffic["DRAM"]["E"].update) == (0, 2)
-
-
-def test_an_output_moving_inside_its_epochs_enters_afresh_each_epoch():
-    """Root n:2 m:2 over L1 tiles without loops: m moves E's one-word slice inside each
-    epoch, so each of the 2 x 2 steps brings an element in, each the first touch in its
-    epoch (k = 1): 4 entries, 0 fills, 4 write-backs; g2's 4 MACs update E 4 times and
-    read it never (each is a first touch in its epoch)."""
-    w = workload(TWINS_EPOCHS.replace("k: 2", "k: 1"))
-    r = evaluate(w, ARCH, twins_epochs("n:2 m:2", ""))
-    assert (r.traffic["L1"]["E"].fill, r.traffic["L1"]["E"].read) == (0, 0)
-    assert (r.traffic["DRAM"]["E"].read, r.traffic["DRAM"]["E"].update) == (0, 4)

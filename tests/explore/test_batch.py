@@ -26,7 +26,7 @@ from tileflow.evaluator.batch import evaluate_batch, footprint_words
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
-from tileflow.tree import Dataflow, Op, render, tile
+from tileflow.tree import Op, render
 
 REJECTED = ("coverage", "dependency", "window")
 
@@ -356,24 +356,6 @@ def test_a_loop_of_one_iteration_claims_no_array_axis_row_by_row() -> None:
     over = batch.violations.get("array", np.zeros(len(rows)))
     assert list(over) == list(cases.values())
     assert assert_rows_equal(structure, rows) == (len(rows), 0)
-
-
-
-def test_an_output_resident_across_epochs_per_row() -> None:
-    """TWINS under a Shar root k:2 n:2 m over L1 tiles m: g2's E is resident across the
-    root's n epochs in the rows where m stays in the tiles (no refill), and moves inside
-    them in the others; the batch agrees with the model row by row, and at the first row
-    (m:2 in the tiles) sends E to DRAM twice and never brings it back."""
-    w = workload(TWINS, m=2, n=2, k=2, j=1)
-    flow = Dataflow(tile("DRAM", "k:2 n:2 m:1", tile("L1", "m:2", "g1"),
-                         tile("L1", "m:2", "g2"), primitive="Shar"))
-    structure = structure_of(w, ARCH, flow)
-    rows = np.array([[2, 2, 1, 2, 2], [2, 2, 2, 1, 1], [2, 2, 2, 2, 1], [1, 2, 1, 2, 2]])
-    compared, _ = assert_rows_equal(structure, rows)
-    assert compared >= 3
-    ref = evaluate(w, ARCH, structure.dataflow(rows[0]))
-    assert (ref.traffic["DRAM"]["E"].read, ref.traffic["DRAM"]["E"].update) == (0, 2)
-    assert evaluate_batch(structure, rows[:1]).dram_words[0] == ref.dram_words
 
 
 def _overlap_trees(arch, case: str, examples: int, rows: int) -> tuple[int, int]:

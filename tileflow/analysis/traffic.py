@@ -178,8 +178,6 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
                 geometry[run_start] = _geometry(plan, path, j, run_start, extents)
             union_sp, fast, inst_x, inst_y = geometry[run_start]
             axes, drops, no_reuse, epoch = tensor_info[t]
-            if is_out:
-                epoch = _resident_epochs(path, j, access, drops, no_reuse, epoch)
             level = plan.arch.levels[y]
             first = is_out and level.first_touch_fills
             moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
@@ -315,27 +313,6 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
         refill_y -= first_touches(axes, dims_y, loops_y, epoch_y)
         refill_x -= first_touches(axes, dims_y, loops_x, epoch_x, union=union)
     return moved_y, moved_x, refill_y, refill_x
-
-
-def _resident_epochs(path: OpPath, j: int, access: Access, drops: list[int],
-                     no_reuse: set[int], epoch: list[bool]) -> list[bool]:
-    """The epoch flags at the link below path position j: an epoch loop with no loop at or
-    inside it (above the link) that moves the tensor's slice leaves the slice resident in
-    the buffer, so its new epochs start with the elements already there: none enters, none
-    is filled (counting.md: an output element is filled when it enters, if touched before
-    in its epoch). Such a loop starts no entry here; the compute still sees its epochs."""
-    names = {d for axis in access.axes for d, _ in axis.terms}
-    out = list(epoch)
-    moving_inside = False
-    for i in reversed(range(len(path.loops))):
-        lp = path.loops[i]
-        if lp.node > j or lp.spatial or lp.n <= 1:
-            continue
-        if lp.dim in names or _drops(lp, j, drops, no_reuse):
-            moving_inside = True
-        elif out[i] and not moving_inside:
-            out[i] = False
-    return out
 
 
 def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:

@@ -18,7 +18,7 @@ from tileflow.analysis.resources import (
 )
 from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.cost.components import ComponentCost, component_costs
-from tileflow.cost.step_pipeline import lockstep_cycles, period, tensor_dims
+from tileflow.cost.step_pipeline import lockstep_cycles, tensor_dims
 from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Op, Tile, label
@@ -233,29 +233,23 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
     )
 
 
-def _transfer_time(arch: Architecture, transfers: list[Transfer], steps: int,
-                   periods: Mapping[str, int] | None = None) -> tuple[float, int, float]:
+def _transfer_time(arch: Architecture, transfers: list[Transfer],
+                   steps: int) -> tuple[float, int, float]:
     """Time of a tile's transfers: each (level, port) is a resource; the busiest one wins.
-    A level read at every step adds its per-step overhead; with `periods` (lockstep: a
-    tensor moves once per period of steps) only on the steps that read from it. Returns
-    the time, the busiest level's index and the latency before the first word arrives."""
+    A level read at every step adds its per-step overhead. Returns the time, the busiest
+    level's index and the latency before the first word arrives."""
     if not transfers:
         return 0.0, 0, 0.0
     busy: dict[tuple[int, str], float] = defaultdict(float)
-    every: dict[tuple[int, str], int] = {}  # the shortest period of a port's transfers
     for tr in transfers:
         lv = arch.levels[tr.level]
         rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
-        key = (tr.level, lv.port(tr.kind))
-        busy[key] += tr.words / (max(tr.instances, 1) * rate)
-        p = periods.get(tr.tensor, 1) if periods else 1
-        every[key] = min(every.get(key, p), p)
+        busy[(tr.level, lv.port(tr.kind))] += tr.words / (max(tr.instances, 1) * rate)
     latency = 0.0
     for (index, kind), time in list(busy.items()):
         lv = arch.levels[index]
         if kind != "write" and time > 0:  # the read port, or the one shared port
-            reading = steps // every[(index, kind)]
-            busy[(index, kind)] = time + lv.step_overhead_cycles * reading
+            busy[(index, kind)] = time + lv.step_overhead_cycles * steps
             latency = max(latency, lv.latency_cycles)
     (index, _kind), time = max(busy.items(), key=lambda kv: kv[1])
     return time, index, latency
@@ -270,15 +264,15 @@ def charged_stores(arch: Architecture, stores: list[Transfer] | None) -> list[Tr
 
 
 def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfer],
-                 steps: int, periods: Mapping[str, int] | None = None) -> float:
+                 steps: int) -> float:
     """Cycles the single-buffered tensors' loads and stores add in series with the compute:
     the buffer they use is busy while the children compute, so they cannot overlap them."""
     serial_loads = [tr for tr in loads if tr.serial]
     serial_stores = [tr for tr in stores if tr.serial]
     if not serial_loads and not serial_stores:
         return 0.0
-    load = _transfer_time(arch, serial_loads, steps, periods)[0]
-    return load + _transfer_time(arch, serial_stores, steps, periods)[0]
+    load = _transfer_time(arch, serial_loads, steps)[0]
+    return load + _transfer_time(arch, serial_stores, steps)[0]
 
 
 def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
@@ -338,12 +332,9 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             inner = sum(stages) + (steps - 1) * max(stages)
         slowest = max(kids, key=lambda k: k[0])[1]
         loads, stores = counts.loads.get(path, []), charged_stores(arch, counts.stores.get(path))
-        # lockstep charges a level's step overhead on the steps that read from it only
-        periods = {tr.tensor: period(tile, tr.tensor, dims.get(tr.tensor, frozenset()))
-                   for tr in (*loads, *stores)} if convention == "lockstep" else None
-        load, load_level, latency = _transfer_time(arch, loads, steps, periods)
-        store, store_level, _ = _transfer_time(arch, stores, steps, periods)
-        serial = _serial_time(arch, loads, stores, steps, periods)
+        load, load_level, latency = _transfer_time(arch, loads, steps)
+        store, store_level, _ = _transfer_time(arch, stores, steps)
+        serial = _serial_time(arch, loads, stores, steps)
         if serial:
             note = f" with single-buffered transfers of {label(path, tile)} in series"
             slowest = (*slowest[:5], note)

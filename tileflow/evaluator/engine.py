@@ -238,24 +238,6 @@ def _steps(r: Rows, path: Path, cross: Crossing, dims, fresh: bool) -> np.ndarra
     return result
 
 
-def _resident(r: Rows, path: Path, cross: Crossing, names) -> list[np.ndarray | None]:
-    """Per loop of `cross.temporal`: None where it is no epoch loop of the output (or moves
-    its slice), else the rows in which no loop inside it moves the slice, so that its
-    epochs start with the slice resident (`traffic._resident_epochs`)."""
-    out: list[np.ndarray | None] = [None] * len(cross.temporal)
-    if not cross.is_out:
-        return out
-    inside = np.zeros(r.count, dtype=bool)
-    for k in reversed(range(len(cross.temporal))):
-        i, drop, epoch = cross.temporal[k]
-        lp = path.loops[i]
-        if lp.dim in names or drop:
-            inside = inside | (r.n[lp.slot] > 1)
-        elif epoch:
-            out[k] = ~inside
-    return out
-
-
 def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent_x,
                   inst_x, inst_y, first: bool = False):
     """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly);
@@ -274,16 +256,13 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     moved_x = slice_x * inst_x * moved
     if not cross.is_out:
         return [moved_y, moved_x, 0, 0]
-    # an epoch loop with no moving loop inside it leaves the slice resident: no entry
-    # (`traffic._resident_epochs`), so the entries restart only where the slice moves
-    restarts = moved
+    restarts = _steps(r, path, cross, dims, fresh=True)
     if first:  # every entry is filled, first touches included
         return [moved_y, moved_x, slice_y * inst_y * restarts, slice_x * inst_x * restarts]
     epochs = np.ones(r.count, dtype=I64)
-    for (i, _, _), resident in zip(cross.temporal, _resident(r, path, cross, dims),
-                                   strict=True):
-        if resident is not None:
-            epochs = epochs * np.where(resident, 1, r.n[path.loops[i].slot])
+    for i, _, epoch in cross.temporal:
+        if epoch and path.loops[i].dim not in dims:
+            epochs = epochs * r.n[path.loops[i].slot]
     words = int(np.prod([w.sizes[d] for d in dims], dtype=np.int64)) * epochs
     others = [i for i, lp in enumerate(path.loops) if lp.node <= b.j and lp.dim not in dims
               and lp.spatial]
@@ -298,30 +277,8 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
                     first: bool = False):
     """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`."""
     k = len(rows)
-    names = {d for axis in cross.axes for d, _ in axis.terms}
-    resident = [None if m is None else m[rows]
-                for m in _resident(r, path, cross, names)]
-    if any(m is not None and m.any() for m in resident):  # per pattern of resident loops
-        pattern = np.stack([np.zeros(k, dtype=bool) if m is None else m for m in resident])
-        out = [np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)]
-        for key in np.unique(pattern, axis=1).T:
-            mine = np.flatnonzero((pattern == key[:, None]).all(axis=0))
-            part = _general_counts_of(r, path, b, cross, rows[mine], first, key)
-            for o, g in zip(out, part, strict=True):
-                o[mine] = g
-        return tuple(out)
-    return _general_counts_of(r, path, b, cross, rows, first, None)
-
-
-def _general_counts_of(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
-                       first: bool, resident) -> tuple:
-    """`_general_counts` on rows sharing one pattern of resident epoch loops (`resident`,
-    per loop of `cross.temporal`, or None for none): those loops start no epoch here."""
-    k = len(rows)
     dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
-    temporal = [(r.vloop(path, i, drop).take(rows),
-                 epoch and not (resident is not None and resident[n]))
-                for n, (i, drop, epoch) in enumerate(cross.temporal)]
+    temporal = [(r.vloop(path, i, drop).take(rows), epoch) for i, drop, epoch in cross.temporal]
     inst_y = [(r.vloop(path, i, True).take(rows), True) for i in b.inst_y]
     inst_x = [(r.vloop(path, i, True).take(rows), True) for i in b.inst_x]
     union = [r.vloop(path, i, False).take(rows) for i in b.union]
