@@ -159,6 +159,7 @@ def test_explore_prints_progress_lines_and_quiet_silences_them(tmp_path, capsys,
     assert code == 0
     assert "study: structure search, " in err and "study: tile-factor search, " in err
     assert "s elapsed" in err
+    (tmp_path / "q").mkdir()
     code, *_ = run(tmp_path / "q", "{evaluations: 80}", "--quiet")
     assert code == 0 and "elapsed" not in capsys.readouterr().err
 
