@@ -338,7 +338,8 @@ EXPLORE_LIMITS = Section("limits", "`limits` of an exploration config", (
 EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
     Key("evaluations", "integer from 1 to 100,000,000", "stop after this many evaluated "
         "points, structure search included (the structure search counts every tile-factor "
-        "evaluation it asks for)", "2000"),
+        "evaluation it asks for; the baselines' own factors are always evaluated, even past "
+        "it)", "2000"),
     Key("seconds", "number > 0", "stop after this many seconds of the whole run (writing "
         "the outputs after it takes a few seconds more)", "none", "s"),
     Key("structure_share", "number between 0 and 1", "with `structures: search`, the "

@@ -130,19 +130,6 @@ def _left(cap, used):
     return None if cap is None else max(cap - used, 0)
 
 
-def _trim(rows: dict[str, list[np.ndarray]], room: int | None) -> dict[str, list[np.ndarray]]:
-    """The seed rows, cut to the first `room` of them (in order) when the budget is short."""
-    if room is None:
-        return rows
-    out = {}
-    for name, items in rows.items():
-        if room <= 0:
-            break
-        out[name] = items[:room]
-        room -= len(out[name])
-    return out
-
-
 def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
     """Several workers need a storage they can share: a SQLite file in the output folder
     where none is given."""
@@ -214,7 +201,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     own = fitted if seed_fitted else {}
     candidates = candidates_for(config, w, arch, own, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
-                        _trim(seed_rows(w, arch, candidates, own, found), tile_evals))
+                        seed_rows(w, arch, candidates, own, found))
     tile_config = replace(config, budget_evals=tile_evals, budget_seconds=_left(
         config.budget_seconds, time.perf_counter() - start))
     bar = tqdm(total=tile_evals, disable=not progress, unit="eval",
