@@ -613,7 +613,8 @@ def add_explore_parser(sub) -> None:
                     help="discard the study in --storage and start a new one")
     ex.add_argument("--out", metavar="DIR", help="output folder (overrides the config's)")
     ex.add_argument("--json", action="store_true", help="print summary.json on stdout")
-    ex.add_argument("--quiet", action="store_true", help="no progress bar")
+    ex.add_argument("--quiet", action="store_true",
+                    help="no progress bar, and no progress lines when stderr is not a terminal")
     ex.add_argument("--measure-top", type=int, metavar="K",
                     help="accelerator host: compile, check and time the study's K best points "
                          "on this CPU (re-ranked by the learned cost model where one exists "
@@ -688,9 +689,11 @@ def cmd_explore(args) -> int:
     else:
         check_out(config.out, config.source, config.places["out"])
     progress = not args.quiet and sys.stderr.isatty()
+    from tileflow.explore.studies.heartbeat import interval_for
+
     try:
         outcome = explore(config, args.storage, args.workers, args.resume, progress,
-                          restart=args.restart)
+                          restart=args.restart, heartbeat_s=interval_for(args.quiet))
     except InputError as exc:  # a storage that cannot be opened: say which flag gave it
         if args.storage and not exc.source and not exc.where and "storage" in exc.message:
             raise exc.located(where="--storage") from None

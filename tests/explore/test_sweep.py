@@ -272,3 +272,21 @@ def test_plots_and_summaries_are_written_before_any_point_is_valid(tmp_path):
     assert data["points_done"] == 1
     assert (tmp_path / "o" / "sweep.png").stat().st_size > 0
     assert "| p000 |" in (tmp_path / "o" / "summary.md").read_text()
+
+
+def test_a_sweep_says_its_work_before_it_starts_and_quiet_silences_it(tmp_path, capsys,
+                                                                       monkeypatch):
+    from tileflow.explore.studies import heartbeat
+
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_INTERVAL_S", 0.0)  # a progress line per beat
+    config = write(tmp_path, CONFIG)
+    code, _, err = run(capsys, "sweep", str(config), "--out", str(tmp_path / "out"))
+    assert code == 0
+    points = len(CAPACITIES)  # 3 points of 40 evaluations each
+    first = err.splitlines()[0]
+    assert first.startswith(f"sweep sweep: {points} of {points} points to run, each within "
+                            f"40 evaluations: at most {points * 40} evaluations in all")
+    assert "tile-factor search, " in err and "s elapsed" in err  # each point's progress
+    code, _, err = run(capsys, "sweep", str(config), "--out", str(tmp_path / "quiet"),
+                       "--quiet")
+    assert code == 0 and "points to run" not in err and "elapsed" not in err

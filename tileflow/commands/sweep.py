@@ -50,7 +50,8 @@ def add_sweep_parser(sub) -> None:
     sw.add_argument("--out", metavar="DIR", help="output folder (overrides the config's)")
     sw.add_argument("--no-bound", action="store_true", help="skip the data-movement bound")
     sw.add_argument("--json", action="store_true", help="print summary.json on stdout")
-    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--quiet", action="store_true",
+                    help="no progress bar, estimate or progress lines")
 
 
 def cmd_sweep(args) -> int:
@@ -77,7 +78,10 @@ def cmd_sweep(args) -> int:
     config.explore.load()  # unknown names, sizes, preset: the config's line, before the work
     check_output_folder(config.out, "--out")
     progress = not args.quiet and sys.stderr.isatty()
-    state = run_sweep(config, args.resume, progress, write=write_all)
+    from tileflow.explore.studies.heartbeat import interval_for
+
+    state = run_sweep(config, args.resume, progress, write=write_all,
+                      heartbeat_s=interval_for(args.quiet))
     data = write_all(state)
     if args.json:
         print(json.dumps(data, indent=2))

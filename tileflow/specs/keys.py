@@ -317,8 +317,8 @@ EXPLORE = Section("explore", "top level of an exploration config (`tileflow expl
         "`genetic`"),
     Key("method", "`mcts`, `random` or `tpe`", "the tile-factor search (also the structure "
         "search's fitness)", "`mcts`"),
-    Key("budget", "mapping", "when the tile-factor study (after the structure search) stops "
-        "(see `budget`); `--budget-evals` and `--budget-seconds` override it",
+    Key("budget", "mapping", "when the whole run stops, structure search included (see "
+        "`budget`); `--budget-evals` and `--budget-seconds` override it",
         "`evaluations: 2000`"),
     Key("batch", "integer from 1 to 65,536", "evaluations per trial", "64"),
     Key("seed", "integer >= 0", "random seed of both searches", "0"),
@@ -347,8 +347,14 @@ EXPLORE_LIMITS = Section("limits", "`limits` of an exploration config", (
 
 EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
     Key("evaluations", "integer from 1 to 100,000,000", "stop after this many evaluated "
-        "points", "2000"),
-    Key("seconds", "number > 0", "stop after this many seconds", "none", "s"),
+        "points, structure search included (the structure search counts every tile-factor "
+        "evaluation it asks for; the baselines' own factors are always evaluated, even past "
+        "it)", "2000"),
+    Key("seconds", "number > 0", "stop after this many seconds of the whole run (writing "
+        "the outputs after it takes a few seconds more)", "none", "s"),
+    Key("structure_share", "number between 0 and 1", "with `structures: search`, the "
+        "structure search's part of both budgets; it stops at its share and the tile-factor "
+        "study gets the rest (what the structure search left unused included)", "0.5"),
 ))
 
 EXPLORE_TIE_BREAK = Section("tie_break", "`tie_break` of an exploration config", (

@@ -97,10 +97,23 @@ def _scalar(objectives: tuple[str, ...], weight: float) -> Callable[[Metrics], n
     return cost
 
 
+class OutOfBudget(Exception):
+    """The structure search's share of the run's budget is spent."""
+
+
 class GeneticSearch:
+    """`max_evaluations` and `deadline` (a `time.perf_counter()` instant) cap the search:
+    a fitness search gets at most what is left, and none starts once either is spent; the
+    search then ends with what it has (`stopped` says why). `on_fit(search)` is called
+    after every fitness search (progress lines)."""
+
     def __init__(self, space: StructureSpace, config: GAConfig | None = None,
-                 fit_for: Callable[[Callable[[Metrics], np.ndarray]], Fit] | None = None):
+                 fit_for: Callable[[Callable[[Metrics], np.ndarray]], Fit] | None = None,
+                 max_evaluations: int | None = None, deadline: float | None = None,
+                 on_fit: Callable[[GeneticSearch], None] | None = None):
         self.space, self.config = space, config or GAConfig()
+        self.max_evaluations, self.deadline, self.on_fit = max_evaluations, deadline, on_fit
+        self.stopped: str | None = None  # "evaluations" or "seconds": the cap that ended it
         self.fit_for = fit_for or random_fit
         self.rng = np.random.default_rng(self.config.seed)
         self.points: dict[tuple[Encoding, float], Point] = {}
@@ -134,6 +147,14 @@ class GeneticSearch:
         if point is not None and point.rung >= rung and not again:
             return
         budget = self.config.budget * self.config.eta ** rung
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.stopped = "seconds"
+            raise OutOfBudget
+        if self.max_evaluations is not None:
+            budget = min(budget, self.max_evaluations - self.evaluations)
+            if budget <= 0:
+                self.stopped = "evaluations"
+                raise OutOfBudget
         enc, weight = key
         fits = point.fits if point else 0
         cost, factors = self._fit(weight)(self.space.structure(enc), budget,
@@ -144,6 +165,8 @@ class GeneticSearch:
         point.rung = max(point.rung, rung)
         point.budget_spent += budget
         point.fits += 1
+        if self.on_fit:
+            self.on_fit(self)
 
     def _evaluate(self, population: list, revisit: tuple = ()) -> None:
         """Successive halving over a generation; structures the search produces again
@@ -202,6 +225,7 @@ class GeneticSearch:
                 if own.shape != structure.default_factors.shape:  # slots in another order
                     own = structure.default_factors
                 m = measure(structure, own)
+                self.evaluations += 1  # a point of the run's budget like any other
                 cost = float(_scalar(self.config.objectives, key[1])(m)[0])
                 self._record(key, cost if m.valid[0] else math.inf, own)
         while len(population) < self.config.population:
@@ -215,14 +239,17 @@ class GeneticSearch:
         history = []
         revisit: list = []
         for generation in range(cfg.generations + 1):
-            self._evaluate(population, tuple(revisit))
+            try:
+                self._evaluate(population, tuple(revisit))
+            except OutOfBudget:
+                pass
             ranked = self._ranked(population)
             best = self.points.get(ranked[0])
             history.append({"generation": generation, "evaluations": self.evaluations,
                             "seconds": time.perf_counter() - start,
                             "best_cost": best.cost if best else math.inf,
                             "structures": len(self.points)})
-            if generation == cfg.generations:
+            if generation == cfg.generations or self.stopped:
                 break
             children = ranked[:cfg.elite]
             revisit = []

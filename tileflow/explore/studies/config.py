@@ -21,7 +21,8 @@ from tileflow.specs.yamlfile import Field, load_yaml
 CONFIG_KEYS = {k.name: k.meaning for k in keys.EXPLORE.keys}
 LIMIT_KEYS = ("footprint_words", "dram_words")
 STRUCTURE_MODES = ("search", "baselines")
-BUDGET_KEYS = ("evaluations", "seconds")
+BUDGET_KEYS = ("evaluations", "seconds", "structure_share")
+STRUCTURE_SHARE = 0.5  # of the run's budget, for the structure search (`structures: search`)
 TREE_SUFFIXES = (".yaml", ".yml")
 # Bounds on the work a config asks for (not on each number): the tile-factor budget, the
 # rows one batch evaluates at once (memory: rows x loops), and the genetic search's total
@@ -59,6 +60,7 @@ class ExploreConfig:
     method: str = "mcts"
     budget_evals: int | None = 2000
     budget_seconds: float | None = None
+    structure_share: float = STRUCTURE_SHARE  # the structure search's part of the budget
     batch: int = 64
     seed: int = 0
     out: str = ""
@@ -146,7 +148,7 @@ def parse_config(data: Field) -> ExploreConfig:
         raise data.error(f"'method' must be one of {', '.join(METHODS)}, got {method!r}",
                          "method")
     limits = _limits(data.child("limits")) if data.has("limits") else Limits()
-    evals, seconds = 2000, None
+    evals, seconds, share = 2000, None, STRUCTURE_SHARE
     if data.has("budget"):
         budget = data.child("budget").require_mapping()
         budget.check_keys(BUDGET_KEYS)
@@ -157,6 +159,7 @@ def parse_config(data: Field) -> ExploreConfig:
         seconds = budget.number("seconds") if budget.has("seconds") else None
         if seconds is not None and not math.isfinite(seconds):
             raise budget.error("'seconds' must be finite", "seconds")
+        share = _share(budget)
     structures, trees = _structures(data, base)
     tie_break = _tie_break(data, objectives)
     seed = data.integer("seed", 0, minimum=0)
@@ -178,9 +181,21 @@ def parse_config(data: Field) -> ExploreConfig:
         objective=_scalar(objectives), objectives=objectives, limits=limits,
         structures=structures, trees=trees, tie_break=tie_break, genetic=genetic, top=top,
         method=method,
-        budget_evals=evals, budget_seconds=seconds,
+        budget_evals=evals, budget_seconds=seconds, structure_share=share,
         batch=data.integer("batch", 64, minimum=1, maximum=MAX_BATCH), seed=seed,
         out=out or f"explore-{name}", places=places)
+
+
+def _share(budget: Field) -> float:
+    """`budget.structure_share`: a fraction strictly between 0 and 1."""
+    if not budget.has("structure_share"):
+        return STRUCTURE_SHARE
+    share = budget.number("structure_share")
+    if not (math.isfinite(share) and 0 < share < 1):
+        raise budget.error(f"'structure_share' must be a number between 0 and 1 (the "
+                           f"structure search's part of the budget), got {share}",
+                           "structure_share")
+    return share
 
 
 def _objectives(data: Field) -> tuple[str, ...]:

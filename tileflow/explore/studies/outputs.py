@@ -129,6 +129,8 @@ def summary(outcome: Outcome) -> dict:
         data["found"]["speedup_over_best_baseline"] = min(valid) / best.cycles
     if outcome.structure_search is not None:
         data["structure_search"] = outcome.structure_search
+    if outcome.budget is not None:
+        data["budget"] = outcome.budget
     if len(cfg.objectives) == 2:
         table = pareto.front(outcome.points, cfg.objectives)
         keep = ["structure", "factors", "cycles", "energy_pj", "dram_words", "edp"]
@@ -153,6 +155,31 @@ def found_for(outcome: Outcome) -> dict:
     out["sizes"] = {str(k): int(v) for k, v in outcome.workload.sizes.items()}
     out["objective"] = "+".join(cfg.objectives) if len(cfg.objectives) > 1 else cfg.objective
     return out
+
+
+def budget_lines(budget: dict | None) -> list[str]:
+    """summary.md's paragraph on the budget: the caps, their split and what each phase
+    used."""
+    if not budget:
+        return []
+
+    def cap(evals, seconds) -> str:
+        parts = ([f"{evals:,} evaluations"] if evals is not None else []) + \
+            ([f"{seconds:,.1f} s"] if seconds is not None else [])
+        return " and ".join(parts) or "no cap"
+
+    s, t = budget["phases"]["structure_search"], budget["phases"]["tile_search"]
+    text = f"Budget: {cap(budget['evaluations'], budget['seconds'])} for the whole run"
+    if budget["structure_share"]:
+        text += (f", split {budget['structure_share']:.0%} to the structure search "
+                 f"({cap(s['evaluations_cap'], s['seconds_cap'])}; it used "
+                 f"{s['evaluations']:,} evaluations in {s['seconds']:,.1f} s"
+                 + (f", stopped by its {s['stopped_by']} cap" if s["stopped_by"] else "")
+                 + ") and the rest to the tile-factor search")
+    text += (f" ({cap(t['evaluations_cap'], t['seconds_cap'])}; it used "
+             f"{t['evaluations']:,} evaluations in {t['seconds']:,.1f} s). Used in all: "
+             f"{budget['evaluations_used']:,} evaluations in {budget['seconds_used']:,.1f} s.")
+    return [text, ""]
 
 
 def _mode(structures) -> str | list[str]:
@@ -203,6 +230,7 @@ def summary_markdown(outcome: Outcome, data: dict) -> str:
                  "", *found["description"], ""]
     else:
         text += ["No valid dataflow was found within the budget.", ""]
+    text += budget_lines(data.get("budget"))
     search = data.get("structure_search")
     if search:
         text += [f"Structures: a genetic search over tree structures (seeded with the "

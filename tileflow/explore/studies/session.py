@@ -58,6 +58,7 @@ class Outcome:
     structure_search: dict | None = None  # what the genetic search did (structures: search)
     workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
     structures: dict | None = None  # name -> structure: rebuilds any point's dataflow
+    budget: dict | None = None  # the caps, their split between phases, what each used
 
 
 def slot_labels(structure) -> list[str]:
@@ -114,19 +115,36 @@ def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dat
 
 
 def search_structures(config: ExploreConfig, w: Workload, arch: Architecture, storage,
-                      resume: bool, restart: bool = False):
-    """The genetic search over structures (`structures: search`), kept in `storage`."""
+                      resume: bool, restart: bool = False, max_evaluations: int | None = None,
+                      deadline: float | None = None, on_fit=None):
+    """The genetic search over structures (`structures: search`), kept in `storage`, within
+    its share of the budget (`max_evaluations`, a `time.perf_counter()` `deadline`)."""
     from tileflow.explore.studies.structure_study import run_search
 
     return run_search(w, arch, storage, objectives=config.objectives,
                       objective=config.objective, limits=config.limits, method=config.method,
                       ga=config.genetic_config, top=config.top, resume=resume, restart=restart,
-                      seeds=user_trees(config, w, arch))
+                      seeds=user_trees(config, w, arch), max_evaluations=max_evaluations,
+                      deadline=deadline, on_fit=on_fit)
 
 
 def user_trees(config: ExploreConfig, w: Workload, arch: Architecture) -> dict[str, Dataflow]:
     """The dataflow files of `structures`, by their structure names."""
     return {tree_name(p): load_tree(config, p, w, arch) for p in config.trees}
+
+
+def structure_caps(config: ExploreConfig) -> tuple[int | None, float | None]:
+    """The structure search's share of the run's budget: `structure_share` of the
+    evaluations (rounded down) and of the seconds; none without `structures: search`."""
+    if config.structures != "search":
+        return 0, 0.0
+    share = config.structure_share
+    return (None if config.budget_evals is None else int(config.budget_evals * share),
+            None if config.budget_seconds is None else config.budget_seconds * share)
+
+
+def _left(cap, used):
+    return None if cap is None else max(cap - used, 0)
 
 
 def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str | None:
@@ -140,20 +158,27 @@ def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str
 
 def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
             resume: bool = False, progress: bool = True, seed_fitted: bool = True,
-            restart: bool = False) -> Outcome:
+            restart: bool = False, heartbeat_s: float | None = None) -> Outcome:
     """Run the study the config describes and gather its points and best dataflow.
     `seed_fitted=False`: the baselines' fitted factors are neither study points nor warm
     starts (they are still fitted and compared), so the points are the search's own.
-    `restart`: a study already in the storage is discarded and a new one started."""
+    `restart`: a study already in the storage is discarded and a new one started.
+    The budget caps the whole run: the structure search stops at its share
+    (`structure_caps`), the tile-factor study gets the rest. `heartbeat_s`: a progress line
+    on stderr that often (see `heartbeat`)."""
     workers = usable_workers(workers)
     url = storage_url(config, storage, workers)
     with studies.storage_errors(url):
-        return _explore(config, url, workers, resume, progress, seed_fitted, restart)
+        return _explore(config, url, workers, resume, progress, seed_fitted, restart,
+                        heartbeat_s)
 
 
 def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
-             progress: bool, seed_fitted: bool, restart: bool) -> Outcome:
+             progress: bool, seed_fitted: bool, restart: bool,
+             heartbeat_s: float | None = None) -> Outcome:
     from tqdm import tqdm
+
+    from tileflow.explore.studies.heartbeat import ProgressLine
 
     w, arch = config.load()
     check_against(config, w, arch)
@@ -162,11 +187,25 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     store = studies.open_storage(url)
     shared = hasattr(store, "record_heartbeat")  # a database: other processes may join
     start = time.perf_counter()
+    line = ProgressLine(f"explore {config.name}", heartbeat_s, clock=time.perf_counter)
+    line.start = line.last = start
     found = None
+    struct_evals, struct_seconds = structure_caps(config)
     if config.structures == "search":
         if progress:
             print(f"explore {config.name}: searching structures", file=sys.stderr)
-        found = search_structures(config, w, arch, store, resume, restart)
+
+        def on_fit(search) -> None:
+            best = min((p.cost for p in search.points.values()), default=None)
+            line.beat("structure search", search.evaluations, best, "evaluations")
+
+        found = search_structures(
+            config, w, arch, store, resume, restart, max_evaluations=struct_evals,
+            deadline=None if struct_seconds is None else start + struct_seconds,
+            on_fit=on_fit)
+    struct_used = int(found.summary.get("evaluations", 0)) if found is not None else 0
+    struct_used_s = time.perf_counter() - start
+    tile_evals = _left(config.budget_evals, struct_used)
     candidates = candidates_for(config, w, arch, {}, config.seed, found)
     bare = [studies.Candidate(c.name, c.structure) for c in candidates]
     if found is not None and resume:  # a run stopped during the structure search resumes
@@ -181,7 +220,9 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     studies.seed_points(study, candidates, config.objective, config.limits,
                         seed_rows(w, arch, candidates, own, found,
                                   tuple(tree_name(p) for p in config.trees)))
-    bar = tqdm(total=config.budget_evals, disable=not progress, unit="eval",
+    tile_config = replace(config, budget_evals=tile_evals, budget_seconds=_left(
+        config.budget_seconds, time.perf_counter() - start))
+    bar = tqdm(total=tile_evals, disable=not progress, unit="eval",
                desc=f"explore {config.name}", leave=False)
 
     def show(worker: studies.Worker) -> None:
@@ -191,14 +232,16 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
         rate = worker.completed_rows / max(time.perf_counter() - start, 1e-9)
         bar.set_postfix_str(f"{rate:,.0f} evals/s, best {best[2]:,.0f}" if best else
                             f"{rate:,.0f} evals/s")
+        line.beat("tile-factor search", struct_used + worker.completed_rows,
+                  best[2] if best else None)
 
     interrupted = False
-    pool = Pool(config, url, workers, worker_entry)
+    pool = Pool(tile_config, url, workers, worker_entry)
     searching = time.perf_counter()
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
                     seed=config.seed, worker=0, batch=config.batch, shared=shared,
-                    budget_evals=config.budget_evals, budget_seconds=config.budget_seconds,
+                    budget_evals=tile_evals, budget_seconds=tile_config.budget_seconds,
                     progress=show)
         pool.finish()
     except KeyboardInterrupt:
@@ -211,7 +254,20 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     outcome = replace(outcome, workers=pool.report(outcome.points, interrupted))
     if found is not None:
         outcome = replace(outcome, structure_search=found.summary)
-    return outcome
+    phases = {"structure_search": {"evaluations_cap": struct_evals,
+                                   "seconds_cap": struct_seconds,
+                                   "evaluations": struct_used, "seconds": struct_used_s,
+                                   "stopped_by": found.summary.get("stopped_by")
+                                   if found is not None else None},
+              "tile_search": {"evaluations_cap": tile_evals,
+                              "seconds_cap": tile_config.budget_seconds,
+                              "evaluations": int(len(outcome.points)),
+                              "seconds": outcome.seconds - struct_used_s}}
+    budget = {"evaluations": config.budget_evals, "seconds": config.budget_seconds,
+              "structure_share": config.structure_share if found is not None else 0.0,
+              "evaluations_used": struct_used + int(len(outcome.points)),
+              "seconds_used": outcome.seconds, "phases": phases}
+    return replace(outcome, budget=budget)
 
 
 def points_frame(study, candidates) -> pd.DataFrame:

@@ -54,18 +54,22 @@ class StructureSearch:
     summary: dict  # evaluations, seconds, structures, repairs, rejected, history
 
 
-def tile_fit(objective: str, limits: Limits, method: str = "mcts", non_divisors: bool = True):
+def tile_fit(objective: str, limits: Limits, method: str = "mcts", non_divisors: bool = True,
+             deadline: float | None = None):
     """`fit_for(cost)` for the genetic search: the tile-factor search (`method`, guided by
     the study's `objective`, within the user's `limits`) over a structure's factors, warm
     started from its default factors; the best point under `cost` (a weighted scalarisation
     when there are two objectives) is the structure's fitness. `non_divisors=False` keeps
-    to exact divisor tilings."""
+    to exact divisor tilings; `deadline` (a `time.perf_counter()` instant) ends a fitness
+    search early."""
     from tileflow.explore.tilesearch.search import search
 
     def fit_for(cost_of):
         def fit(structure: Structure, budget: int, seed: int) -> tuple[float, np.ndarray]:
             space = Space(structure, non_divisors=non_divisors)
-            cache = search(space, method, objective, limits, budget_evals=budget, seed=seed,
+            seconds = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+            cache = search(space, method, objective, limits, budget_evals=budget,
+                           budget_seconds=seconds, seed=seed,
                            batch=min(budget, 64), warm=(structure.default_factors,))
             if not cache.rows:
                 return math.inf, structure.default_factors
@@ -91,8 +95,8 @@ class StoredSearch(GeneticSearch):
     """The genetic search with every fitness search kept as a trial of `study`: a fitness
     already in the study (same structure, weight, budget and seed) is read back."""
 
-    def __init__(self, space: StructureSpace, config: GAConfig, fit_for, study):
-        super().__init__(space, config, fit_for)
+    def __init__(self, space: StructureSpace, config: GAConfig, fit_for, study, **caps):
+        super().__init__(space, config, fit_for, **caps)
         self.study = study
         self.known: dict[str, tuple[float, np.ndarray]] = {}
         self.replayed = 0
@@ -163,10 +167,13 @@ def _ranked(result: SearchResult, objectives, top: int):
 def run_search(w: Workload, arch: Architecture, storage, *, objectives, objective: str,
                limits: Limits, method: str, ga: GAConfig, top: int,
                resume: bool, restart: bool = False,
-               seeds: dict[str, Dataflow] | None = None) -> StructureSearch:
+               seeds: dict[str, Dataflow] | None = None, max_evaluations: int | None = None,
+               deadline: float | None = None, on_fit=None) -> StructureSearch:
     """Run (or, with `resume`, replay from the storage) the structure search and record what
     it found in the storage for the workers (`restart`: a search already there is deleted).
-    `seeds`: users' trees that join the baselines in the first generation."""
+    `seeds`: users' trees that join the baselines in the first generation.
+    `max_evaluations` and `deadline` (a `time.perf_counter()` instant) are its share of the
+    run's budget; `on_fit(search)` follows its progress."""
     seeds = seeds or {}
     mark = fingerprint(w, arch, objectives, limits, method, ga, top,
                        [(name, to_dict(flow)) for name, flow in seeds.items()])
@@ -175,7 +182,9 @@ def run_search(w: Workload, arch: Architecture, storage, *, objectives, objectiv
         return load_found(study, w, arch)
     start = time.perf_counter()
     space = StructureSpace(w, arch, seeds=seeds)
-    searcher = StoredSearch(space, ga, tile_fit(objective, limits, method), study)
+    searcher = StoredSearch(space, ga, tile_fit(objective, limits, method, deadline=deadline),
+                            study, max_evaluations=max_evaluations, deadline=deadline,
+                            on_fit=on_fit)
     result = searcher.run()
     found = []
     for k, p in enumerate(_ranked(result, objectives, top)):
@@ -188,6 +197,7 @@ def run_search(w: Workload, arch: Architecture, storage, *, objectives, objectiv
                "seconds": time.perf_counter() - start, "replayed_fits": searcher.replayed,
                "repairs": {k: int(v) for k, v in result.repairs.items()},
                "rejected": result.rejected, "history": result.history,
+               "stopped_by": searcher.stopped,
                "baseline_seeds": sorted(space.baselines()),
                "seeds_not_expressible": dict(space.skipped),
                "settings": {**ga.__dict__, "objectives": list(ga.objectives), "top": top}}

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,9 +144,27 @@ def _load_previous(config: SweepConfig, out: Path, resume: bool) -> SweepState:
     return state
 
 
+def estimate(config: SweepConfig, points: int, done: int) -> str:
+    """The work ahead, said before it starts: points left times each point's budget."""
+    e, left = config.explore, points - done
+    per = " and ".join(([f"{e.budget_evals:,} evaluations"] if e.budget_evals else [])
+                       + ([f"{e.budget_seconds:,.0f} s"] if e.budget_seconds else []))
+    total = " and ".join(([f"{left * e.budget_evals:,} evaluations"] if e.budget_evals else [])
+                         + ([f"{left * e.budget_seconds:,.0f} s"] if e.budget_seconds else []))
+    text = (f"sweep {e.name}: {left} of {points} points to run, each within {per or 'no cap'}"
+            f": at most {total or 'no cap'} in all")
+    if config.bound_level:
+        text += (f", plus a data-movement bound per point (at {config.bound_level}; "
+                 "not capped by the budget)")
+    return text
+
+
 def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
-              write: Callable[[SweepState], None] | None = None) -> SweepState:
-    """Run every point not finished yet; `write(state)` after each (the table and plots)."""
+              write: Callable[[SweepState], None] | None = None,
+              heartbeat_s: float | None = None) -> SweepState:
+    """Run every point not finished yet; `write(state)` after each (the table and plots).
+    It says the work ahead first (`estimate`) unless silent; `heartbeat_s`: each point's
+    progress lines on stderr that often."""
     from tqdm import tqdm
 
     from tileflow.explore.studies.outputs import write_all
@@ -160,6 +179,10 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
     state = _load_previous(config, out, resume)
     done = {r["label"] for r in state.rows}
     w = config.explore.load()[0]
+    if progress or heartbeat_s is not None:
+        print(estimate(config, len(points), len(done & {point_label(i)
+                                                        for i in range(len(points))})),
+              file=sys.stderr, flush=True)
     start = time.perf_counter()
     bar = tqdm(total=len(points), disable=not progress, unit="point",
                desc=f"sweep {config.explore.name}", initial=len(done))
@@ -175,6 +198,9 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
                        f"{describe_point(point)}\n")
             bound = None
             if config.bound_level:
+                if heartbeat_s is not None:
+                    print(f"sweep {config.explore.name} {label}: data-movement bound",
+                          file=sys.stderr, flush=True)
                 bound = _bound_for(config, state, w, arch, point, out, progress)
             db = out / "studies" / f"{label}.db"
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +208,8 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
             point_config = dataclasses.replace(
                 config.explore, accelerator=str(arch_file), name=f"{config.explore.name} "
                 f"{label}", out=str(out / "points" / label))
-            outcome = explore(point_config, url, 1, _has_study(url), progress=False)
+            outcome = explore(point_config, url, 1, _has_study(url), progress=False,
+                              heartbeat_s=heartbeat_s)
             if outcome.interrupted:
                 state.interrupted = True
                 break

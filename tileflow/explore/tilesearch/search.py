@@ -46,6 +46,35 @@ class PointCache:
                 record(fresh, result)
         return self.lookup(rows)
 
+    def evaluate_within(self, rows: np.ndarray, room: int,
+                        record: Recorder | None = None) -> Evaluated:
+        """`evaluate`, but at most `room` new points (the first ones, in order): a row
+        beyond it is answered as invalid and not kept, so a budget is never overrun."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1, self.space.size)
+        new = list(dict.fromkeys(r.tobytes() for r in rows if r.tobytes() not in self.rows))
+        if len(new) <= room:
+            return self.evaluate(rows, record)
+        if room > 0:
+            self.evaluate(np.array([np.frombuffer(k, dtype=np.int64) for k in new[:room]]),
+                          record)
+        return self.answer(rows)
+
+    def answer(self, rows: np.ndarray) -> Evaluated:
+        """Metrics of rows; a row not evaluated reads as invalid with an infinite cost."""
+        known = np.array([r.tobytes() in self.rows for r in rows], dtype=bool)
+        if known.all():
+            return self.lookup(rows)
+        cost = np.full(len(rows), math.inf)
+        valid = np.zeros(len(rows), dtype=bool)
+        metrics: dict[str, np.ndarray] = {}
+        if known.any():
+            out = self.lookup(rows[known])
+            cost[known], valid[known] = out.cost, out.valid
+            for name, values in out.metrics.items():
+                metrics[name] = np.zeros(len(rows))
+                metrics[name][known] = values
+        return Evaluated(rows, cost, valid, metrics)
+
     def lookup(self, rows: np.ndarray) -> Evaluated:
         got = [self.rows[r.tobytes()] for r in rows]
         keys = dict.fromkeys(k for _, _, m in got for k in m)
@@ -143,8 +172,12 @@ def search(space: Space, method: str = "mcts", objective: str = "latency",
         if budget_seconds is not None and time.perf_counter() - start >= budget_seconds:
             break
         before = cache.evaluations
-        left = batch if budget_evals is None else min(batch, budget_evals - cache.evaluations)
-        sampler.step(lambda rows: cache.evaluate(rows, record), left)
+        if budget_evals is None:
+            sampler.step(lambda rows: cache.evaluate(rows, record), batch)
+        else:  # a sampler may propose more rows than asked: never evaluate past the budget
+            sampler.step(lambda rows: cache.evaluate_within(
+                rows, budget_evals - cache.evaluations, record),
+                min(batch, budget_evals - cache.evaluations))
         stale = stale + 1 if cache.evaluations == before else 0
         if stale > 50:  # nothing new to propose: the space is exhausted
             break
