@@ -137,7 +137,7 @@ def test_a_killed_explore_on_postgresql_resumes_without_losing_or_repeating_a_po
 def test_a_killed_worker_hands_back_its_points_and_the_run_writes_its_outputs(tmp_path):
     """Before: the main process spent its whole budget, then exited 2 with nothing written."""
     path, out, db = config(tmp_path), tmp_path / "out", tmp_path / "study.db"
-    budget = 400
+    budget = 4000  # long enough for a worker to start and claim points on a fast search
     proc = tileflow("explore", str(path), "--out", str(out), "--quiet", "--storage",
                     f"sqlite:///{db}", "--workers", "2", "--budget-evals", str(budget),
                     eager_workers=True)
@@ -215,4 +215,4 @@ def test_a_sweep_killed_during_a_structure_search_resumes(tmp_path):
     assert code.returncode == 0, err
     data = json.loads(out_text)
     assert [r["label"] for r in data["points"]] == ["p000"]
-    assert all(r["status"] == "done" and r["evaluations"] >= 16 for r in data["points"])
+    assert all(r["status"] == "done" and 0 < r["evaluations"] <= 16 for r in data["points"])
