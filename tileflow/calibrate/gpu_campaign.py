@@ -19,17 +19,15 @@ import numpy as np
 import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.analysis.traffic import count
 from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.gpu_latency import op_threads
-from tileflow.calibrate.latency import boundaries, words_column
+from tileflow.calibrate.latency import words_column
 from tileflow.cost.model import evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
-from tileflow.kernels.boundary import boundary_words
 from tileflow.kernels.c_source import pitched
-from tileflow.kernels.campaign import tree_key
+from tileflow.kernels.campaign import model_terms, tree_key
 from tileflow.kernels.cuda_harness import HarnessFlow, harness_source, reference_file, tensor_file
 from tileflow.kernels.cuda_source import generate_cuda
 from tileflow.kernels.gpu_trees import random_valid_gpu_trees
@@ -95,17 +93,7 @@ def choose(w: Workload, arch: Architecture, points: int, seed: int,
 def model_row(w: Workload, arch: Architecture, flow: Dataflow) -> dict:
     """The model's latency, bottleneck and counts of one dataflow, and its DRAM and L2
     traffic in the kernels' bytes (float32 words)."""
-    plan = prepare(w, arch, flow)
-    counts = count(plan)
-    result = evaluate_plan(plan)
-    vector_work = sum(leaf.ops * arch.unit(leaf.unit).cycles(leaf.function)
-                      for leaf in counts.leaves.values() if leaf.unit != "matrix")
-    row = {"model_valid": result.valid, "model_s": result.cycles / (arch.clock_ghz * 1e9),
-           "model_bottleneck": result.bottleneck, "macs": result.macs,
-           "vector_work": vector_work,
-           "leaf_steps": sum(leaf.steps for leaf in counts.leaves.values())}
-    for outer, inner in boundaries(arch):
-        row[words_column(outer, inner)] = boundary_words(result, inner)
+    row, _ = model_terms(w, arch, flow)
     names = [lv.name for lv in arch.levels]
     row["model_dram_bytes"] = row[words_column(names[0], names[1])] * WORD_BYTES
     row["model_l2_bytes"] = row[words_column(names[1], names[2])] * WORD_BYTES

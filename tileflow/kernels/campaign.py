@@ -124,6 +124,13 @@ def choose_dataflows(w: Workload, arch: Architecture, points: int,
 def model_row(w: Workload, arch: Architecture, flow: Dataflow,
               config: CampaignConfig) -> dict:
     """What the model says of one dataflow: its latency and the counts calibration uses."""
+    row, result = model_terms(w, arch, flow)
+    return {**row, **model_traffic(w, arch, flow, result, config)}
+
+
+def model_terms(w: Workload, arch: Architecture, flow: Dataflow) -> tuple[dict, Result]:
+    """The model's latency, bottleneck, work and words across each boundary of one dataflow
+    (the columns every campaign, CPU or GPU, calibrates on), with the model's result."""
     plan = prepare(w, arch, flow)
     counts = count(plan)
     result = evaluate_plan(plan)
@@ -135,7 +142,7 @@ def model_row(w: Workload, arch: Architecture, flow: Dataflow,
            "leaf_steps": sum(leaf.steps for leaf in counts.leaves.values())}
     for outer, inner in boundaries(arch):
         row[words_column(outer, inner)] = boundary_words(result, inner)
-    return {**row, **model_traffic(w, arch, flow, result, config)}
+    return row, result
 
 
 def model_traffic(w: Workload, arch: Architecture, flow: Dataflow, result: Result,
