@@ -17,24 +17,12 @@ from optuna.trial import TrialState
 
 from tests.explore.study_worker import candidates
 from tests.explore.test_study import ROOT, points, worker
+from tests.explore.test_sweep import TINY  # the tiny chip of the sweep tests
 from tileflow.cli import main
 from tileflow.explore.factors.space import Limits
 from tileflow.explore.studies import study as studies
 from tileflow.explore.studies import workers as pool
 from tileflow.explore.studies.session import worker_entry
-
-TINY = """\
-name: tiny
-levels:
-  - {name: DRAM, read_words_per_cycle: 4, write_words_per_cycle: 4, energy_pj_per_word: 200}
-  - {name: L1, capacity_words: 64, read_words_per_cycle: 8, write_words_per_cycle: 8,
-     energy_pj_per_word: 10}
-  - {name: Reg, capacity_words: 4, fanout: 4, read_words_per_cycle: 2,
-     write_words_per_cycle: 2, energy_pj_per_word: 1}
-compute:
-  matrix: {rows: 2, cols: 2, level: Reg}
-  vector: {lanes: 2, level: L1}
-"""
 
 
 def _completed_points(url: str, worker_id: int) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.explore.test_sweep import TINY  # the tiny chip of the sweep tests
 from tileflow import provenance
 from tileflow.cli import main
 from tileflow.cost import evaluate
@@ -19,18 +20,6 @@ from tileflow.specs.arch import load_arch
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
 
-TINY = """\
-name: tiny
-levels:
-  - {name: DRAM, read_words_per_cycle: 4, write_words_per_cycle: 4, energy_pj_per_word: 200}
-  - {name: L1, capacity_words: 64, read_words_per_cycle: 8, write_words_per_cycle: 8,
-     energy_pj_per_word: 10}
-  - {name: Reg, capacity_words: 4, fanout: 4, read_words_per_cycle: 2,
-     write_words_per_cycle: 2, energy_pj_per_word: 1}
-compute:
-  matrix: {rows: 2, cols: 2, level: Reg}
-  vector: {lanes: 2, level: L1}
-"""
 CHAIN = """\
 name: chain
 dims: {b: 1, m: 8, l: 8, k: 4, n: 4}
