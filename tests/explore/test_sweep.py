@@ -183,10 +183,11 @@ BAD = [
     ("    L9.capacity_words: [8]\n", "names level 'L9'", 9),
     ("    DRAM.fanout: [2]\n", "outermost level has no fan-out", 9),
     ("    L1.capacity_words: [8]\n  mode: cartesian\n", "'mode' must be one of", 10),
-    ("    L1.capacity_words: [8]\n  bound: DRAM\n", "must be an on-chip level", None),
+    ("    L1.capacity_words: [8]\n  bound: DRAM\n", "must be an on-chip level", 10),
+    ("    L1.capacity_words: [8]\n  bound: 'false'\n", "must be an on-chip level", 10),
     ("    L1.capacity_words: [8]\n  colour: red\n", "unknown key 'colour'", 10),
     ("    L1.capacity_words: [8]\n    Reg.capacity_words: [2, 4]\n  mode: zip\n",
-     "as many values", None),
+     "as many values", 8),
     ("    DRAM.read_bandwidth_gbps: [1.0e-9]\n", "the accelerator rejects the point", None),
 ]
 

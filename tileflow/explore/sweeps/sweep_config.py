@@ -50,6 +50,7 @@ class SweepConfig:
     bound_max_tilings: int = DEFAULT_BOUND_MAX_TILINGS
     bound_sample_tilings: int = DEFAULT_BOUND_SAMPLE_TILINGS
     out: str = ""
+    bound_where: str = "sweep.bound"  # the line of `bound`, for errors about the level
 
     @property
     def source(self) -> str:
@@ -126,7 +127,7 @@ def parse_sweep(data: Field) -> SweepConfig:
     return SweepConfig(explore, parameters, mode, None if bound == "none" else bound,
                        s.integer("bound_max_tilings", DEFAULT_BOUND_MAX_TILINGS),
                        s.integer("bound_sample_tilings", DEFAULT_BOUND_SAMPLE_TILINGS, minimum=0),
-                       out)
+                       out, s.where("bound") if s.has("bound") else s.where())
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
@@ -172,7 +173,7 @@ def check_parameters(config: SweepConfig, document: dict) -> None:
     if config.bound_level is not None and config.bound_level not in levels[1:]:
         raise InputError(f"sweep.bound names '{config.bound_level}'; it must be an on-chip "
                          f"level: {', '.join(map(str, levels[1:]))} (or none)", config.source,
-                         "sweep.bound")
+                         config.bound_where)
 
 
 def _plain(value: float):
