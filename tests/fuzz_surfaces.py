@@ -375,8 +375,13 @@ def judge_surface(case: Case, code: int, out: str, err: str, work: Path,
     if case.kind == "import" and code == 0:
         if "Traceback" in err:
             return "traceback", err.strip().splitlines()[-1]
-        written = [line.removeprefix("wrote ") for line in out.splitlines()]
-        if not written or not all(line.startswith("wrote ") for line in out.splitlines()):
+        report, _, notes = out.partition("notes (")  # the wrote lines, then any notes
+        lines = report.splitlines()
+        written = [line.removeprefix("wrote ") for line in lines]
+        notes_ok = not notes or (notes.split("):", 1)[0].isdigit() and all(
+            line.startswith("  ") for line in notes.splitlines()[1:]))
+        if not written or not all(line.startswith("wrote ") for line in lines) \
+                or not notes_ok:
             return "wrong", f"import printed {out[:200]!r}"
         missing = [p for p in written if not (work / p).is_file()]
         if missing:

@@ -50,3 +50,7 @@ def test_the_judge_finds_silent_accepts_and_lost_files(tmp_path: Path):
     assert judge_surface(imported, 0, "wrote out/x.yaml\n", "", tmp_path)[0] == "lost"
     (tmp_path / "out" / "x.yaml").write_text("x")
     assert judge_surface(imported, 0, "wrote out/x.yaml\n", "", tmp_path)[0] == "ok"
+    notes = "wrote out/x.yaml\nnotes (1):\n  x.yaml, line 3 (meshX): not read\n"
+    assert judge_surface(imported, 0, notes, "", tmp_path)[0] == "ok"
+    assert judge_surface(imported, 0, notes + "stray\n", "", tmp_path)[0] == "wrong"
+    assert judge_surface(imported, 0, "notes (1):\n  x\n", "", tmp_path)[0] == "wrong"
