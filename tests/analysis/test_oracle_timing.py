@@ -171,9 +171,6 @@ def test_transfers_that_overlap_on_a_one_instance_port_share_it():
     assert evaluate(w, arch, flow, overlap="perfect").cycles == 32.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "under lockstep the model adds a level's step_overhead_cycles to a tile's stores at "
-    "every step, where docs/mechanisms.md charges it 'on the steps that read from it'"))
 def test_lock_step_overhead_on_a_step_that_moves_nothing_follows_the_docs():
     """GEMM m = n = k = 2 on small_arch with 20 cycles of step overhead on Reg: an L1
     tile k:2 over a Reg tile m:2 n:2. Per step 4 words enter the registers (4 / 3 cycles)

@@ -345,9 +345,11 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         extra = 0.0
         if convention == "lockstep" and (load or store):
             # the steps' transfers where they happen, slot by slot (tileflow.cost.step_pipeline)
+            # (a level's per-step overhead only on the steps that move: below the totals'
+            # bound when some steps move nothing)
             extra = lockstep_cycles(tile, dims, loads, stores, inner, steps,
                                     lambda trs, n: _transfer_time(arch, trs, n)) - cycles
-            extra = max(extra, 0.0) + latency
+            extra += latency
         elif fill_drain and (load or store):
             # double-buffered steps overlap (also across the parents' steps), but the first
             # load and the last store are hidden by nothing: sum + (n - 1) max over n steps

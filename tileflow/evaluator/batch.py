@@ -205,7 +205,7 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
             lock = lockstep_cycles(arch, tile, dims, tally.tensor_loads.get(path, {}),
                                    tally.tensor_stores.get(path, {}),
                                    np.broadcast_to(inner, (r.count,)), steps_run, factor)
-            return np.where(moving, np.maximum(lock, cycles) + latency, cycles)
+            return np.where(moving, lock + latency, cycles)
         if not fill_drain:
             return cycles
         overlap = (load + inner + store - cycles) / steps + latency
