@@ -441,6 +441,7 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
             level[f"{kind}_words_per_cycle"] = (rate if rate is not None
                                                 else UNLIMITED_WORDS_PER_CYCLE)
     level["writeback_on_read_port"] = False  # Timeloop charges a write-back to the parent
+    level["deltas"] = "timeloop"  # its window refetch and per-instance fills
     if not outermost and c.context.get("first_touch_fills"):
         level["first_touch_fills"] = True  # Timeloop 2022 (v0.3 files): fills, no reads
         level["first_touch_reads_parent"] = False
