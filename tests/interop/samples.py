@@ -413,3 +413,47 @@ architecture:
           class: reg_storage
           attributes: {depth: 1, width: 16}
 """
+
+
+# Timeloop's delta rule (`deltas: timeloop`). ARCH_ONE_PE with 16 register files and MACs
+# side by side under the Buffer (the 2020 tutorial's exercise 4 machine).
+ARCH_16_PES = ARCH_ONE_PE.replace("name: Reg\n", "name: Reg[0..15]\n").replace(
+    "name: MAC\n", "name: MAC[0..15]\n")
+
+CONV_OC_IC_PROBLEM = """
+problem:
+  shape:
+    name: conv1d-oc-ic
+    dimensions: [C, K, R, P]
+    data-spaces:
+    - {name: Weights, projection: [[[C]], [[K]], [[R]]]}
+    - {name: Inputs, projection: [[[C]], [[R], [P]]]}
+    - {name: Outputs, projection: [[[K]], [[P]]], read-write: True}
+  instance: {C: 32, K: 32, R: 3, P: 16}
+"""
+
+# Input channels across the 16 PEs (partial sums reduced in the Buffer); the Buffer runs
+# C:2 (outermost), K:32, R:3 (innermost), each register P:16.
+CONV_CP_MAPPING = """
+mapping:
+- {target: DRAM, type: temporal, factors: R=1 P=1 K=1 C=1, permutation: PRKC}
+- {target: Buffer, type: temporal, factors: R=3 P=1 K=32 C=2, permutation: PRKC}
+- {target: Buffer, type: spatial, factors: R=1 P=1 K=1 C=16, permutation: PRKC}
+- {target: Reg, type: temporal, factors: R=1 P=16 K=1 C=1, permutation: RPKC}
+"""
+
+# CONV_PROBLEM with K innermost at DRAM: the Buffer's input window stands still for a step
+# (K does not index the inputs), then moves along P.
+CONV_STATIONARY_MAPPING = """
+mapping:
+- {target: DRAM, type: temporal, factors: P=2 K=2, permutation: KP}
+- {target: Buffer, type: temporal, factors: C=2 R=3 P=2, permutation: RPC}
+"""
+
+# CONV_OC_PROBLEM with DRAM loops P:8 (outer) and R:3: the Buffer's window of 2 input
+# rows [2p + r, 2p + r + 1] slides by one row per step of either loop.
+CONV_SLIDING_MAPPING = """
+mapping:
+- {target: DRAM, type: temporal, factors: P=8 R=3, permutation: RP}
+- {target: Buffer, type: temporal, factors: K=32 P=2, permutation: PK}
+"""

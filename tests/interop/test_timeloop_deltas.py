@@ -1,0 +1,115 @@
+"""Timeloop's delta rule (`deltas: timeloop`, set by Timeloop imports): counts derived by
+hand from each mapping's loop nest, against TileFlow's own rule (`deltas: exact`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.interop.samples import (
+    ARCH_16_PES,
+    ARCH_ONE_PE,
+    ARCH_V03,
+    CONV_CP_MAPPING,
+    CONV_OC_IC_PROBLEM,
+    CONV_OC_PROBLEM,
+    CONV_PROBLEM,
+    CONV_SLIDING_MAPPING,
+    CONV_STATIONARY_MAPPING,
+    write,
+)
+from tileflow.cli import _with_overlap
+from tileflow.cost import evaluate
+from tileflow.errors import InputError
+from tileflow.interop.files import load_arch_any, load_dataflow_any, load_workload_any
+from tileflow.specs.arch import Architecture, parse_arch
+from tileflow.specs.yamlfile import Field
+
+
+def _with_deltas(arch: Architecture, deltas: str) -> Architecture:
+    return replace(arch, levels=tuple(replace(lv, deltas=deltas) for lv in arch.levels))
+
+
+def _traffic(tmp_path, arch_text: str, problem: str, mapping: str, deltas: str):
+    arch = load_arch_any(write(tmp_path, "arch.yaml", arch_text))
+    assert all(lv.deltas == "timeloop" for lv in arch.levels)  # the import's convention
+    w = load_workload_any(write(tmp_path, "prob.yaml", problem))
+    chip = _with_deltas(arch, deltas)
+    flow = load_dataflow_any(write(tmp_path, "map.yaml", mapping), w, chip)
+    return evaluate(w, chip, flow).traffic
+
+
+@pytest.mark.parametrize(("deltas", "fills"), [("timeloop", 18_432), ("exact", 4_544)])
+def test_window_that_jumps_back_is_refilled_whole(tmp_path, deltas, fills):
+    """The 2020 tutorial's exercise 4, mapping `cp`. Each PE holds one channel c and the
+    16 input rows [r, r + 15] (P:16 in its register); the Buffer runs C:2, K:32, R:3.
+    Timeloop: at each (c, k) the window starts again at r = 0, a jump back (-2 rows) after
+    two steps of +1, so it is refilled whole: 16 + 1 + 1 = 18 rows per (c, k), and
+    2 x 32 x 18 = 1,152 per PE, 18,432 over the 16 PEs (Timeloop's reference output).
+    TileFlow's own rule keeps the rows the windows share: per c, 18 at the first k, then
+    rows 0 and 1 (back to [0, 15]) and one row at each of r = 1, 2: 18 + 31 x 4 = 142, so
+    2 x 142 x 16 = 4,544. The PEs hold different channels: the Buffer reads what they are
+    filled with under both rules."""
+    t = _traffic(tmp_path, ARCH_16_PES, CONV_OC_IC_PROBLEM, CONV_CP_MAPPING, deltas)
+    assert t["Reg"]["Inputs"].fill == fills
+    assert t["Buffer"]["Inputs"].read == fills
+    assert t["Buffer"]["Inputs"].fill == 32 * 18  # every input once
+    assert t["Reg"]["Inputs"].read == 32 * 32 * 3 * 16  # one per MAC
+
+
+@pytest.mark.parametrize(("deltas", "reads"), [("timeloop", 10 + 10), ("exact", 10 + 8)])
+def test_window_that_stands_still_then_moves_is_refilled_whole(tmp_path, deltas, reads):
+    """CONV_PROBLEM (stride 2, 3 taps, 2 channels) with DRAM loops P:2 (outer) and K:2: the
+    Buffer holds both channels' rows [4p, 4p + 4], 10 words. Steps (p, k): (0, 0) fills 10;
+    (0, 1) does not move the window (K does not index the inputs), a move of zero that
+    Timeloop's releases up to 2024 take as the window's step; (1, 0) moves it by 4 rows,
+    another step: refilled whole, 10 (TileFlow's rule keeps row 4: 8 new words); (1, 1)
+    stands still again. DRAM is read what the Buffer is filled with."""
+    t = _traffic(tmp_path, ARCH_V03, CONV_PROBLEM, CONV_STATIONARY_MAPPING, deltas)
+    assert t["Buffer"]["Inputs"].fill == reads
+    assert t["DRAM"]["Inputs"].read == reads
+
+
+@pytest.mark.parametrize(("deltas", "fills"), [("timeloop", 25), ("exact", 18)])
+def test_steps_past_the_second_count_as_the_second(tmp_path, deltas, fills):
+    """CONV_OC_PROBLEM (rows p + r) with DRAM loops P:8 (outer) and R:3: the Buffer holds
+    rows [2p + r, 2p + r + 1]. Timeloop evaluates iterations 0 and 1 of each loop and
+    counts iteration 1's delta for every later one: steps (p, r) = (0, 0) fills 2 rows;
+    (0, 1) x 2 moves +1 (its first move): 1 row each; (1, 0) x 7 comes after (0, 1), so
+    the window moves +1 from [1, 2] to [2, 3], the same step: 1 row each; (1, 1) x 14:
+    +1, 1 row each. 2 + 2 + 7 + 14 = 25. TileFlow's rule keeps every row held: the 18
+    input rows once (at p > 0, r = 0 repeats the window r = 2 left)."""
+    t = _traffic(tmp_path, ARCH_ONE_PE, CONV_OC_PROBLEM, CONV_SLIDING_MAPPING, deltas)
+    assert t["Buffer"]["Inputs"].fill == fills
+    assert t["DRAM"]["Inputs"].read == fills
+
+
+def test_conventions_flag_sets_the_rule_and_the_default_keeps_it_off(tmp_path):
+    """`--conventions timeloop` sets `deltas: timeloop` on every level; an accelerator
+    written without the key counts by TileFlow's own rule."""
+    arch = _with_deltas(load_arch_any(write(tmp_path, "arch.yaml", ARCH_V03)), "exact")
+    assert {lv.deltas for lv in _with_overlap(arch, None, "timeloop").levels} == {"timeloop"}
+    assert {lv.deltas for lv in _with_overlap(arch, None, None).levels} == {"exact"}
+
+
+NATIVE_ARCH = """
+name: tiny
+levels:
+  - {name: DRAM, read_words_per_cycle: 4, write_words_per_cycle: 4}
+  - {name: L1, capacity_words: 4096, read_words_per_cycle: 16, write_words_per_cycle: 16%s}
+compute:
+  matrix: {rows: 1, cols: 1, level: L1}
+"""
+
+
+def test_the_level_key_is_read_and_checked():
+    from ruamel.yaml import YAML
+
+    def parsed(extra: str) -> Architecture:
+        return parse_arch(Field(YAML(typ="rt").load(NATIVE_ARCH % extra), "a.yaml"))
+
+    assert [lv.deltas for lv in parsed("").levels] == ["exact", "exact"]
+    assert parsed(", deltas: timeloop").levels[1].deltas == "timeloop"
+    with pytest.raises(InputError, match="'deltas' must be one of exact, timeloop"):
+        parsed(", deltas: sampled")
