@@ -457,3 +457,49 @@ mapping:
 - {target: DRAM, type: temporal, factors: P=8 R=3, permutation: RP}
 - {target: Buffer, type: temporal, factors: K=32 P=2, permutation: PK}
 """
+
+# Two fan-out stages under one buffer, as the Eyeriss-like design writes them: 2 columns
+# of 2 PEs (v0.4 containers); the mapper's inter_column_spatial and inter_PE_spatial.
+ARCH_TWO_STAGES = """
+architecture:
+  version: 0.4
+  nodes:
+  - !Container
+    name: system
+    attributes: {technology: "45nm"}
+  - !Component
+    name: DRAM
+    class: DRAM
+    attributes: {width: 64, datawidth: 16}
+  - !Component
+    name: glb
+    class: SRAM
+    attributes: {depth: 1024, width: 64, datawidth: 16}
+  - !Container
+    name: column
+    spatial: {meshX: 2}
+  - !Container
+    name: PE
+    spatial: {meshY: 2}
+  - !Component
+    name: reg
+    class: regfile
+    attributes: {depth: 16, width: 16, datawidth: 16}
+  - !Component
+    name: mac
+    class: intmac
+    attributes: {width: 16}
+"""
+
+# CONV_OC_PROBLEM's shape at K 2, R 2, P 4: the glb runs P:2 (rows 2p ...), the columns
+# take neighbouring outputs, the PEs of a column the two taps: PE (q, r) reads row
+# 2p + q + r, so PEs (0, 1) and (1, 0) read the same row, in different stages.
+CONV_TWO_STAGES_PROBLEM = CONV_OC_PROBLEM.replace("{K: 32, R: 3, P: 16}", "{K: 2, R: 2, P: 4}")
+MAPPING_TWO_STAGES = """
+mapping:
+- {target: reg, type: temporal, factors: K2 R1 P1, permutation: KRP}
+- {target: inter_PE_spatial, type: spatial, factors: K1 R2 P1, permutation: RKP}
+- {target: inter_column_spatial, type: spatial, factors: K1 R1 P2, permutation: PKR}
+- {target: glb, type: temporal, factors: K1 R1 P2, permutation: PKR}
+- {target: DRAM, type: temporal, factors: K1 R1 P1, permutation: PKR}
+"""

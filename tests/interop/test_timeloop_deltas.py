@@ -10,6 +10,7 @@ import pytest
 from tests.interop.samples import (
     ARCH_16_PES,
     ARCH_ONE_PE,
+    ARCH_TWO_STAGES,
     ARCH_V03,
     CONV_CP_MAPPING,
     CONV_OC_IC_PROBLEM,
@@ -17,11 +18,14 @@ from tests.interop.samples import (
     CONV_PROBLEM,
     CONV_SLIDING_MAPPING,
     CONV_STATIONARY_MAPPING,
+    CONV_TWO_STAGES_PROBLEM,
+    MAPPING_TWO_STAGES,
     write,
 )
 from tileflow.cli import _with_overlap
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
+from tileflow.interop.export import timeloop_mapping
 from tileflow.interop.files import load_arch_any, load_dataflow_any, load_workload_any
 from tileflow.specs.arch import Architecture, parse_arch
 from tileflow.specs.yamlfile import Field
@@ -83,6 +87,35 @@ def test_steps_past_the_second_count_as_the_second(tmp_path, deltas, fills):
     t = _traffic(tmp_path, ARCH_ONE_PE, CONV_OC_PROBLEM, CONV_SLIDING_MAPPING, deltas)
     assert t["Buffer"]["Inputs"].fill == fills
     assert t["DRAM"]["Inputs"].read == fills
+
+
+@pytest.mark.parametrize(("deltas", "reads"), [("timeloop", 2 * 2 * 2), ("exact", 3 + 3)])
+def test_each_fan_out_stage_multicasts_on_its_own(tmp_path, deltas, reads):
+    """2 columns (inter_column_spatial: P) of 2 PEs (inter_PE_spatial: R) under the glb,
+    which runs P:2: PE (q, r) holds input row 2p + q + r, one row, a new one at each of
+    the 2 glb steps: 4 PEs x 2 = 8 register fills. Timeloop multicasts within a stage
+    only what its instances share whole: the columns' windows (rows 2p + q .. 2p + q + 1)
+    differ, and so do the PEs' rows within a column, so the glb sends 2 x 2 rows per step,
+    8 in all, though PEs (0, 1) and (1, 0) take the same row. TileFlow's own rule sends the
+    union of the 4 rows, rows 2p .. 2p + 2: 3 per step (none held before by every PE
+    holding it now)."""
+    t = _traffic(tmp_path, ARCH_TWO_STAGES, CONV_TWO_STAGES_PROBLEM, MAPPING_TWO_STAGES,
+                 deltas)
+    assert t["reg"]["Inputs"].fill == 4 * 2
+    assert t["glb"]["Inputs"].read == reads
+    assert t["glb"]["Inputs"].fill == t["DRAM"]["Inputs"].read == 5  # rows 0 .. 4
+
+
+def test_fan_out_stages_export_as_the_level_spatial_directive(tmp_path):
+    """The second stage is a tile of the glb's level holding only spatial loops: exported,
+    its loops join the glb's spatial directive (R and P across the 4 PEs)."""
+    arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_TWO_STAGES))
+    w = load_workload_any(write(tmp_path, "prob.yaml", CONV_TWO_STAGES_PROBLEM))
+    flow = load_dataflow_any(write(tmp_path, "map.yaml", MAPPING_TWO_STAGES), w, arch)
+    spatial = [d for d in timeloop_mapping(flow, w, arch)["mapping"]
+               if d["type"] == "spatial"]
+    assert [(d["target"], sorted(d["factors"].split())) for d in spatial] == [
+        ("glb", ["K=1", "P=2", "R=2"])]
 
 
 def test_conventions_flag_sets_the_rule_and_the_default_keeps_it_off(tmp_path):

@@ -325,17 +325,22 @@ def _timeloop_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, Dim
     """An input's words over the boundary below path position j under Timeloop's delta
     rule (`deltas: timeloop`): each instance below is filled by the rule on its own; the
     level above sends each different slice of the instances it serves once (the same slice:
-    multicast), overlapping ones each whole."""
+    multicast), overlapping ones each whole. The spatial loops of each tile are a fan-out
+    stage that multicasts on its own (Timeloop's inter-level fan-outs): the reads are the
+    product of the stages' different slices."""
     temporal = [LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse), m)
                 for lp, m in zip(path.loops, path.marks, strict=True)
                 if lp.node <= j and not lp.spatial]
     per_instance = timeloop_words_moved(axes, dims_y, temporal)
-    union = [LoopRec(lp.dim, lp.n, lp.stride) for lp in path.loops
-             if lp.spatial and run_start <= lp.node <= j]
+    stages: dict[int, list[LoopRec]] = defaultdict(list)  # each tile's spatial loops
+    for lp in path.loops:
+        if lp.spatial and run_start <= lp.node <= j:
+            stages[lp.node].append(LoopRec(lp.dim, lp.n, lp.stride))
     inst_y = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node <= j)
     inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
     moved_y = inst_y * per_instance
-    moved_x = inst_x * distinct_slices(axes, union) * per_instance
+    moved_x = inst_x * per_instance * math.prod(distinct_slices(axes, loops)
+                                                for loops in stages.values())
     return moved_y, moved_x, 0, 0
 
 
