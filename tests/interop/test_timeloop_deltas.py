@@ -118,6 +118,30 @@ def test_fan_out_stages_export_as_the_level_spatial_directive(tmp_path):
         ("glb", ["K=1", "P=2", "R=2"])]
 
 
+def test_the_batched_evaluator_leaves_the_rule_to_the_scalar_model(tmp_path):
+    """The batch engine's per-loop sums do not express Timeloop's sampled steps: it says
+    so, and its rows are the scalar model's (the 18,432 register fills of exercise 4)."""
+    import numpy as np
+
+    from tileflow.evaluator.batch import evaluate_batch, scalar_only
+    from tileflow.evaluator.structure import structure_of
+
+    v03 = load_arch_any(write(tmp_path, "arch.yaml", ARCH_16_PES))
+    arch = replace(v03, levels=tuple(replace(lv, first_touch_fills=False,  # as v0.4 reads
+                                             first_touch_reads_parent=True)
+                                     for lv in v03.levels))
+    w = load_workload_any(write(tmp_path, "prob.yaml", CONV_OC_IC_PROBLEM))
+    flow = load_dataflow_any(write(tmp_path, "map.yaml", CONV_CP_MAPPING), w, arch)
+    structure = structure_of(w, arch, flow)
+    assert "deltas: timeloop" in scalar_only(structure)
+    assert scalar_only(structure_of(w, _with_deltas(arch, "exact"), flow)) == ""
+    batch = evaluate_batch(structure, np.array([structure.default_factors]))
+    ref = evaluate(w, arch, flow)
+    assert ref.traffic["Reg"]["Inputs"].fill == 18_432
+    assert batch.energy_pj[0] == pytest.approx(ref.energy_pj)
+    assert batch.cycles[0] == pytest.approx(ref.cycles)
+
+
 def test_conventions_flag_sets_the_rule_and_the_default_keeps_it_off(tmp_path):
     """`--conventions timeloop` sets `deltas: timeloop` on every level; an accelerator
     written without the key counts by TileFlow's own rule."""
