@@ -3,9 +3,12 @@ hand from each mapping's loop nest, against TileFlow's own rule (`deltas: exact`
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.interop.samples import (
     ARCH_16_PES,
@@ -22,7 +25,14 @@ from tests.interop.samples import (
     MAPPING_TWO_STAGES,
     write,
 )
-from tileflow.cli import _with_overlap
+from tileflow.analysis.movement import (
+    AxisRec,
+    DimRec,
+    LoopRec,
+    timeloop_words_moved,
+    words_moved,
+)
+from tileflow.cli import main
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
 from tileflow.interop.export import timeloop_mapping
@@ -142,12 +152,26 @@ def test_the_batched_evaluator_leaves_the_rule_to_the_scalar_model(tmp_path):
     assert batch.cycles[0] == pytest.approx(ref.cycles)
 
 
-def test_conventions_flag_sets_the_rule_and_the_default_keeps_it_off(tmp_path):
-    """`--conventions timeloop` sets `deltas: timeloop` on every level; an accelerator
-    written without the key counts by TileFlow's own rule."""
-    arch = _with_deltas(load_arch_any(write(tmp_path, "arch.yaml", ARCH_V03)), "exact")
-    assert {lv.deltas for lv in _with_overlap(arch, None, "timeloop").levels} == {"timeloop"}
-    assert {lv.deltas for lv in _with_overlap(arch, None, None).levels} == {"exact"}
+def test_conventions_flag_sets_the_rule_and_the_default_keeps_it_off(tmp_path, capsys):
+    """Exercise 4 `cp` imported (`tileflow import`), then written without the key: TileFlow's
+    own rule (4,544 register fills); `--conventions timeloop` gives Timeloop's 18,432."""
+    files = [write(tmp_path, "arch.yaml", ARCH_16_PES),
+             write(tmp_path, "prob.yaml", CONV_OC_IC_PROBLEM),
+             write(tmp_path, "map.yaml", CONV_CP_MAPPING)]
+    assert main(["import", *files, "--out", str(tmp_path / "out")]) == 0
+    arch = tmp_path / "out" / "arch.arch.yaml"
+    assert "deltas: timeloop" in arch.read_text()
+    arch.write_text(arch.read_text().replace("deltas: timeloop, ", ""))
+    assert "deltas" not in arch.read_text()
+    capsys.readouterr()
+    fills = []
+    for extra in ([], ["--conventions", "timeloop"]):
+        assert main(["evaluate", "--arch", str(arch), "--workload",
+                     str(tmp_path / "out" / "prob.workload.yaml"), "--dataflow",
+                     str(tmp_path / "out" / "map.dataflow.yaml"), "--json", *extra]) == 0
+        levels = json.loads(capsys.readouterr().out)["levels"]
+        fills.append(levels["Reg"]["per_tensor"]["Inputs"]["fills"])
+    assert fills == [4_544, 18_432]
 
 
 NATIVE_ARCH = """
@@ -170,3 +194,34 @@ def test_the_level_key_is_read_and_checked():
     assert parsed(", deltas: timeloop").levels[1].deltas == "timeloop"
     with pytest.raises(InputError, match="'deltas' must be one of exact, timeloop"):
         parsed(", deltas: sampled")
+
+
+@st.composite
+def _exact_nests(draw):
+    """A tensor A[m, k] under loops over m, k and n (n does not index it), each dimension
+    tiled exactly (a loop steps by the span of the loops inside it), in any interleaving."""
+    dims, per_dim = {}, []
+    for d in ("m", "k", "n"):
+        extent = draw(st.integers(1, 2))
+        span, loops = extent, []
+        for n in draw(st.lists(st.integers(2, 3), max_size=2)):
+            loops.append(LoopRec(d, n, span))
+            span *= n
+        dims[d] = DimRec(span, extent)
+        per_dim.append(loops[::-1])  # outermost first
+    nest = []
+    while any(per_dim):
+        pool = draw(st.sampled_from([p for p in per_dim if p]))
+        nest.append(pool.pop(0))
+    axes = (AxisRec((("m", 1),), 0, dims["m"].size), AxisRec((("k", 1),), 0, dims["k"].size))
+    return axes, dims, nest
+
+
+@settings(max_examples=200, deadline=None)
+@given(_exact_nests())
+def test_both_rules_agree_on_a_tensor_tiled_exactly(case):
+    """A slice of a tensor tiled exactly along whole dimensions is either the one before or
+    disjoint from it: refilling it whole changes nothing, and steps past the second move it
+    as the second did, so Timeloop's rule fills what TileFlow's does."""
+    axes, dims, nest = case
+    assert timeloop_words_moved(axes, dims, nest) == words_moved(axes, dims, nest)
