@@ -77,8 +77,9 @@ def _overlap_flag(p: argparse.ArgumentParser) -> None:
 def _conventions_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conventions", choices=["timeloop"],
                    help="count as Timeloop does: perfect overlap (unless --overlap says "
-                        "otherwise) and write-backs that take no read bandwidth "
-                        "(`writeback_on_read_port: false` on every level); Timeloop files "
+                        "otherwise), write-backs that take no read bandwidth "
+                        "(`writeback_on_read_port: false` on every level) and its delta "
+                        "rule for inputs (`deltas: timeloop`); Timeloop files "
                         "are imported with these already (docs/interop.md)")
 
 
@@ -89,7 +90,8 @@ def _with_overlap(arch, overlap: str | None, conventions: str | None = None):
 
     if conventions == "timeloop":
         arch = replace(arch, overlap="perfect", levels=tuple(
-            replace(lv, writeback_on_read_port=False) for lv in arch.levels))
+            replace(lv, writeback_on_read_port=False, deltas="timeloop")
+            for lv in arch.levels))
     return replace(arch, overlap=overlap) if overlap else arch
 
 

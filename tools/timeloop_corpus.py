@@ -132,11 +132,14 @@ def reference(stats: Path) -> dict:
     text = stats.read_text()
     cycles = re.search(r"^Cycles: (\d+)", text, re.M)
     counts: dict[tuple[str, str], list[int]] = {}
+    machine: dict[str, int] = {}  # level -> its instances in the reference's architecture
     level = tensor = None
     instances = 1
     for line in text.splitlines():
         if m := re.match(r"^=== (\S+) ===$", line):
             level = m.group(1)
+        elif m := re.match(r"^\s+Instances\s+: (\d+)", line):
+            machine.setdefault(level, int(m.group(1)))
         elif m := re.match(r"^    (\w+):$", line):
             tensor = m.group(1)
         elif m := re.match(r"^\s+Utilized instances \(max\)\s+: (\d+)", line):
@@ -146,7 +149,8 @@ def reference(stats: Path) -> dict:
             key = (level, tensor)
             slot = ("reads", "fills", "updates").index(m.group(1))
             counts.setdefault(key, [0, 0, 0])[slot] = int(m.group(2)) * instances
-    return {"cycles": int(cycles.group(1)) if cycles else None, "counts": counts}
+    return {"cycles": int(cycles.group(1)) if cycles else None, "counts": counts,
+            "instances": machine}
 
 
 def attempt(run: Run) -> None:
@@ -176,7 +180,9 @@ def attempt(run: Run) -> None:
     if run.stats and run.stats.exists():
         ref = reference(run.stats)
         same = total = 0
-        differ = []
+        differ = [f"the reference's {lv.name} has {ref['instances'][lv.name]} instances, "
+                  f"the file's {lv.instances}" for lv in arch.levels
+                  if ref["instances"].get(lv.name, lv.instances) != lv.instances]
         for (level, tensor), (reads, fills, updates) in ref["counts"].items():
             if level not in result.traffic:
                 continue

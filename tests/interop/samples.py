@@ -413,3 +413,93 @@ architecture:
           class: reg_storage
           attributes: {depth: 1, width: 16}
 """
+
+
+# Timeloop's delta rule (`deltas: timeloop`). ARCH_ONE_PE with 16 register files and MACs
+# side by side under the Buffer (the 2020 tutorial's exercise 4 machine).
+ARCH_16_PES = ARCH_ONE_PE.replace("name: Reg\n", "name: Reg[0..15]\n").replace(
+    "name: MAC\n", "name: MAC[0..15]\n")
+
+CONV_OC_IC_PROBLEM = """
+problem:
+  shape:
+    name: conv1d-oc-ic
+    dimensions: [C, K, R, P]
+    data-spaces:
+    - {name: Weights, projection: [[[C]], [[K]], [[R]]]}
+    - {name: Inputs, projection: [[[C]], [[R], [P]]]}
+    - {name: Outputs, projection: [[[K]], [[P]]], read-write: True}
+  instance: {C: 32, K: 32, R: 3, P: 16}
+"""
+
+# Input channels across the 16 PEs (partial sums reduced in the Buffer); the Buffer runs
+# C:2 (outermost), K:32, R:3 (innermost), each register P:16.
+CONV_CP_MAPPING = """
+mapping:
+- {target: DRAM, type: temporal, factors: R=1 P=1 K=1 C=1, permutation: PRKC}
+- {target: Buffer, type: temporal, factors: R=3 P=1 K=32 C=2, permutation: PRKC}
+- {target: Buffer, type: spatial, factors: R=1 P=1 K=1 C=16, permutation: PRKC}
+- {target: Reg, type: temporal, factors: R=1 P=16 K=1 C=1, permutation: RPKC}
+"""
+
+# CONV_PROBLEM with K innermost at DRAM: the Buffer's input window stands still for a step
+# (K does not index the inputs), then moves along P.
+CONV_STATIONARY_MAPPING = """
+mapping:
+- {target: DRAM, type: temporal, factors: P=2 K=2, permutation: KP}
+- {target: Buffer, type: temporal, factors: C=2 R=3 P=2, permutation: RPC}
+"""
+
+# CONV_OC_PROBLEM with DRAM loops P:8 (outer) and R:3: the Buffer's window of 2 input
+# rows [2p + r, 2p + r + 1] slides by one row per step of either loop.
+CONV_SLIDING_MAPPING = """
+mapping:
+- {target: DRAM, type: temporal, factors: P=8 R=3, permutation: RP}
+- {target: Buffer, type: temporal, factors: K=32 P=2, permutation: PK}
+"""
+
+# Two fan-out stages under one buffer, as the Eyeriss-like design writes them: 2 columns
+# of 2 PEs (v0.4 containers); the mapper's inter_column_spatial and inter_PE_spatial.
+ARCH_TWO_STAGES = """
+architecture:
+  version: 0.4
+  nodes:
+  - !Container
+    name: system
+    attributes: {technology: "45nm"}
+  - !Component
+    name: DRAM
+    class: DRAM
+    attributes: {width: 64, datawidth: 16}
+  - !Component
+    name: glb
+    class: SRAM
+    attributes: {depth: 1024, width: 64, datawidth: 16}
+  - !Container
+    name: column
+    spatial: {meshX: 2}
+  - !Container
+    name: PE
+    spatial: {meshY: 2}
+  - !Component
+    name: reg
+    class: regfile
+    attributes: {depth: 16, width: 16, datawidth: 16}
+  - !Component
+    name: mac
+    class: intmac
+    attributes: {width: 16}
+"""
+
+# CONV_OC_PROBLEM's shape at K 2, R 2, P 4: the glb runs P:2 (rows 2p ...), the columns
+# take neighbouring outputs, the PEs of a column the two taps: PE (q, r) reads row
+# 2p + q + r, so PEs (0, 1) and (1, 0) read the same row, in different stages.
+CONV_TWO_STAGES_PROBLEM = CONV_OC_PROBLEM.replace("{K: 32, R: 3, P: 16}", "{K: 2, R: 2, P: 4}")
+MAPPING_TWO_STAGES = """
+mapping:
+- {target: reg, type: temporal, factors: K2 R1 P1, permutation: KRP}
+- {target: inter_PE_spatial, type: spatial, factors: K1 R2 P1, permutation: RKP}
+- {target: inter_column_spatial, type: spatial, factors: K1 R1 P2, permutation: PKR}
+- {target: glb, type: temporal, factors: K1 R1 P2, permutation: PKR}
+- {target: DRAM, type: temporal, factors: K1 R1 P1, permutation: PKR}
+"""

@@ -92,18 +92,23 @@ def test_strided_convolution_reuses_the_window_overlap_over_time(tmp_path, arch)
     assert r.traffic["DRAM"]["Outputs"].update == 2 * 4
 
 
-def test_overlapping_windows_on_two_instances_are_read_once(tmp_path, arch):
+def test_overlapping_windows_on_two_instances(tmp_path, arch):
     """Buffer steps (c, k, po), outputs 2po and 2po + 1 on two PEs: windows [4po, 4po + 2]
     and [4po + 2, 4po + 4]. Each step moves both windows past what either PE held, so each
-    PE is filled with its 3 rows, and the Buffer reads the union of those fills once
-    (5 rows, the shared row multicast): 5 rows x 4 steps per channel. Timeloop's convention
-    (each instance's window counted separately) would read 2 PEs x 3 rows x 8 steps = 48,
-    which is what the registers are filled with."""
-    _, _, r = run(tmp_path, arch, CONV_PROBLEM, CONV_MAPPING_SPATIAL)
-    assert r.traffic["Buffer"]["Inputs"].read == 2 * (5 + 5 + 5 + 5)
-    assert r.traffic["Reg"]["Inputs"].fill == 2 * 3 * 8
-    assert r.traffic["Buffer"]["Weights"].read == 2 * 2 * 3  # multicast to both PEs
-    assert r.traffic["Reg"]["Weights"].fill == 2 * (2 * 2 * 3)
+    PE is filled with its 3 rows at each of the 8 steps: 2 x 3 x 8 = 48 register fills.
+    Timeloop's rule (the import's `deltas: timeloop`) sends each PE its own window (they
+    differ, so nothing is multicast): the Buffer reads the 48 rows the registers take.
+    TileFlow's own (`deltas: exact`) reads the union of the two windows once (5 rows, the
+    shared row multicast): 5 rows x 4 steps per channel. Weights do not depend on P: both
+    PEs take the same ones, multicast under either rule."""
+    assert all(lv.deltas == "timeloop" for lv in arch.levels)
+    for deltas, buffer_reads in (("timeloop", 2 * 3 * 8), ("exact", 2 * (5 + 5 + 5 + 5))):
+        chip = replace(arch, levels=tuple(replace(lv, deltas=deltas) for lv in arch.levels))
+        _, _, r = run(tmp_path, chip, CONV_PROBLEM, CONV_MAPPING_SPATIAL)
+        assert r.traffic["Buffer"]["Inputs"].read == buffer_reads
+        assert r.traffic["Reg"]["Inputs"].fill == 2 * 3 * 8
+        assert r.traffic["Buffer"]["Weights"].read == 2 * 2 * 3  # multicast to both PEs
+        assert r.traffic["Reg"]["Weights"].fill == 2 * (2 * 2 * 3)
 
 
 def test_convolution_with_output_channels_on_one_pe(tmp_path):

@@ -36,6 +36,18 @@ def test_synonym_attributes_together_are_refused(name, text, line, tmp_path, cap
     assert code == 2 and f"{name}, line {line}" in err and "give one" in err, err
 
 
+def test_synonym_attributes_with_one_value_are_read_once(tmp_path, capsys):
+    """Some of Timeloop's example designs give `depth` and `entries` (or `word-bits` and
+    `datawidth`) together with one value: nothing is ambiguous, the file is read."""
+    text = ARCH_V03.replace("depth: 1024", "depth: 1024, entries: 1024").replace(
+        "word-bits: 16, meshX: 2", "word-bits: 16, datawidth: 16, meshX: 2")
+    (tmp_path / "same.yaml").write_text(text)
+    code, out, err = run(capsys, "evaluate", "--arch", str(tmp_path / "same.yaml"),
+                         "--workload", "gemm", "--dataflow", "layerwise", "--json")
+    assert code == 0, err
+    assert json.loads(out)["cycles"] > 0
+
+
 def test_synonym_problem_keys_together_are_refused(tmp_path, capsys):
     (tmp_path / "arch.yaml").write_text(ARCH_V03)
     (tmp_path / "p.yaml").write_text(GEMM_PROBLEM.replace(

@@ -383,3 +383,73 @@ def _union_length(spans: list[tuple[int, int]]) -> int:
             length += hi - end
             end = hi
     return length
+
+
+def timeloop_words_moved(axes: Sequence[AxisRec], dims: Dims,
+                         loops: Sequence[LoopRec]) -> int:
+    """Words filled into one instance of the buffer as Timeloop counts them (its delta
+    rule, `deltas: timeloop`), loops outermost first.
+
+    Timeloop (releases up to 2024) evaluates two iterations of each loop of more than one
+    iteration, the first and the second, and counts the second's delta once per iteration
+    past the first. At each evaluated step the buffer receives the elements of its slice it
+    did not hold at the previous evaluated step, provided the slice moved (the shift of its
+    centre, zero included) as at its last step; a step that moves it otherwise refills it
+    whole and forgets the last move. A loop that drops the tensor (`LoopRec.drop`) refills
+    the slice whole when it or a loop above it advances."""
+    live = [lp for lp in loops if lp.n > 1]
+    total = 0
+    before: list[tuple[int, int]] | None = None
+    last_move: tuple[int, ...] | None = None
+    for values in product((0, 1), repeat=len(live)):
+        weight = math.prod(lp.n - 1 for lp, v in zip(live, values, strict=True) if v)
+        now = [_interval(axis, dims, _positions(live, values)) for axis in axes]
+        size = _box_size(now)
+        advanced = max((k for k, v in enumerate(values) if v), default=-1)
+        if before is None or (advanced >= 0 and any(lp.drop for lp in live[advanced:])):
+            delta, last_move = size, None
+        else:
+            move = _move(before, now)
+            if last_move is None or move == last_move:
+                delta = size - math.prod(max(min(a[1], b[1]) - max(a[0], b[0]), 0)
+                                         for a, b in zip(before, now, strict=True))
+                last_move = move
+            else:  # another step than the last: the whole slice again
+                delta, last_move = size, None
+        total += weight * delta
+        before = now
+    return total
+
+
+def _move(before: Sequence[tuple[int, int]], now: Sequence[tuple[int, int]]):
+    """The shift of the slice's centre, rounded (none when it held nothing before; zero
+    when it holds nothing now)."""
+    if not _box_size(before):
+        return None
+    if not _box_size(now):
+        return (0,) * len(now)
+    return tuple(_rounded(_centre(b) - _centre(a)) for a, b in zip(before, now, strict=True))
+
+
+def _box_size(box: Sequence[tuple[int, int]]) -> int:
+    return math.prod(max(hi - lo, 0) for lo, hi in box)
+
+
+def _centre(span: tuple[int, int]) -> float:
+    return span[0] + (span[1] - 1 - span[0]) / 2
+
+
+def _rounded(x: float) -> int:
+    """Rounded half away from zero (C's round)."""
+    return int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1)
+
+
+def distinct_slices(axes: Sequence[AxisRec], union: Sequence[LoopRec]) -> int:
+    """How many different slices of the tensor the spatial instances of `union` hold (their
+    offsets on the tensor's axes): instances with the same slice receive the same words,
+    sent once (multicast); the others are each sent their own."""
+    offsets = set()
+    for values in product(*(range(lp.n) for lp in union)):
+        pos = _positions(union, values)
+        offsets.add(tuple(sum(c * pos.get(d, 0) for d, c in axis.terms) for axis in axes))
+    return len(offsets)

@@ -15,8 +15,10 @@ from tileflow.analysis.movement import (
     AxisRec,
     DimRec,
     LoopRec,
+    distinct_slices,
     first_touches,
     iteration_count,
+    timeloop_words_moved,
     words_moved,
 )
 from tileflow.analysis.prepare import OpPath, PathLoop, Plan
@@ -181,6 +183,9 @@ def _count_path(plan: Plan, path: OpPath, counts: Counts,
             level = plan.arch.levels[y]
             first = is_out and level.first_touch_fills
             moved = fast.counts(access, is_out, drops, no_reuse, epoch, first)
+            if moved is None and level.deltas == "timeloop" and not is_out:
+                dims_y = dims_y or _dims(plan, path, j)
+                moved = _timeloop_counts(path, j, run_start, dims_y, axes, drops, no_reuse)
             if moved is None:
                 dims_y = dims_y or _dims(plan, path, j)
                 moved = _general_counts(path, j, run_start, dims_y, _union(path, union_sp),
@@ -313,6 +318,30 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
         refill_y -= first_touches(axes, dims_y, loops_y, epoch_y)
         refill_x -= first_touches(axes, dims_y, loops_x, epoch_x, union=union)
     return moved_y, moved_x, refill_y, refill_x
+
+
+def _timeloop_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
+                     axes: tuple[AxisRec, ...], drops: list[int], no_reuse: set[int]):
+    """An input's words over the boundary below path position j under Timeloop's delta
+    rule (`deltas: timeloop`): each instance below is filled by the rule on its own; the
+    level above sends each different slice of the instances it serves once (the same slice:
+    multicast), overlapping ones each whole. The spatial loops of each tile are a fan-out
+    stage that multicasts on its own (Timeloop's inter-level fan-outs): the reads are the
+    product of the stages' different slices."""
+    temporal = [LoopRec(lp.dim, lp.n, lp.stride, _drops(lp, j, drops, no_reuse), m)
+                for lp, m in zip(path.loops, path.marks, strict=True)
+                if lp.node <= j and not lp.spatial]
+    per_instance = timeloop_words_moved(axes, dims_y, temporal)
+    stages: dict[int, list[LoopRec]] = defaultdict(list)  # each tile's spatial loops
+    for lp in path.loops:
+        if lp.spatial and run_start <= lp.node <= j:
+            stages[lp.node].append(LoopRec(lp.dim, lp.n, lp.stride))
+    inst_y = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node <= j)
+    inst_x = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node < run_start)
+    moved_y = inst_y * per_instance
+    moved_x = inst_x * per_instance * math.prod(distinct_slices(axes, loops)
+                                                for loops in stages.values())
+    return moved_y, moved_x, 0, 0
 
 
 def _drops(lp: PathLoop, j: int, drops: list[int], no_reuse: set[int]) -> bool:

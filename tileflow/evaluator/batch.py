@@ -67,15 +67,18 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
     that bypass, set buffering depths or keep a halo, levels with a default depth,
-    first-touch fills that read nothing above, tensors with their own precision, outputs
-    written through a summed index, state carried across a reduction loop (its rescaling
-    and epochs). Such structures are evaluated row by row with
-    the scalar model, the reference."""
+    first-touch fills that read nothing above, Timeloop's delta rule (its sampled steps
+    and refills do not factor into the engine's per-loop sums), tensors with their own
+    precision, outputs written through a summed index, state carried across a reduction
+    loop (its rescaling and epochs). Such structures are evaluated row by row with the
+    scalar model, the reference."""
     w, arch = structure.workload, structure.arch
     if any(lv.buffering for lv in arch.levels):
         return "the accelerator sets a buffering depth"
     if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
         return "first-touch fills read nothing from the level above"
+    if any(lv.deltas == "timeloop" for lv in arch.levels):
+        return "a level counts an input's fills by Timeloop's delta rule (deltas: timeloop)"
     if w.precision_bits:
         return "tensors have their own precision (precision_bits)"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):

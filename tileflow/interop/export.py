@@ -5,6 +5,7 @@ when the tile has spatial loops, and a bypass of every tensor at levels the tree
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
@@ -42,6 +43,11 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
                              "dimension names", flow.source or None)
     by_level: dict[str, tuple[str, Tile]] = {}
     for p, t in chain:
+        if t.level in by_level and t.loops and all(lp.spatial for lp in t.loops) \
+                and not t.bypass:  # a further fan-out stage (imported inter_* level)
+            above_path, above = by_level[t.level]
+            by_level[t.level] = (above_path, replace(above, loops=above.loops + t.loops))
+            continue
         if t.level in by_level:
             raise InputError(f"two tiles at {t.level} on the path ({by_level[t.level][0]}, {p}):"
                              " Timeloop has one set of loops per level", flow.source or None, p)

@@ -125,7 +125,9 @@ def _count(name: str) -> tuple[str, int]:
     return base, int(high) - int(low) + 1
 
 
-# Spellings of one attribute: the importer reads one, so two given together are an error
+# Spellings of one attribute: the importer reads one, so two given together with different
+# values are an error (the same value twice, as some of Timeloop's example designs write
+# `depth` and `entries` or `word-bits` and `datawidth`, is read once)
 SYNONYMS = (("word-bits", "word_bits", "datawidth"), ("block-size", "block_size"),
             ("multiple_buffering", "multiple-buffering"), ("depth", "entries", "memory_depth"),
             ("width", "memory_width"))
@@ -137,9 +139,10 @@ def _attributes(f: Field) -> Field:
     attrs = f.child("attributes").require_mapping()
     for group in SYNONYMS:
         given = [k for k in group if attrs.has(k)]
-        if len(given) > 1:
-            raise attrs.error(f"'{given[0]}' and '{given[1]}' are one attribute: give one",
-                              given[1])
+        other = next((k for k in given[1:] if attrs.get(k) != attrs.get(given[0])), None)
+        if other is not None:
+            raise attrs.error(f"'{given[0]}' ({attrs.get(given[0])}) and '{other}' "
+                              f"({attrs.get(other)}) are one attribute: give one", other)
     return attrs
 
 
@@ -441,6 +444,7 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
             level[f"{kind}_words_per_cycle"] = (rate if rate is not None
                                                 else UNLIMITED_WORDS_PER_CYCLE)
     level["writeback_on_read_port"] = False  # Timeloop charges a write-back to the parent
+    level["deltas"] = "timeloop"  # its window refetch and per-instance fills
     if not outermost and c.context.get("first_touch_fills"):
         level["first_touch_fills"] = True  # Timeloop 2022 (v0.3 files): fills, no reads
         level["first_touch_reads_parent"] = False

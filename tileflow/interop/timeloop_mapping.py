@@ -69,8 +69,10 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
             chosen = factors(d, sizes, rest=True)
             loops = [f"{dim}:{chosen[dim]}" + (":Sp" if kind == "spatial" else "")
                      for dim in permutation(d, chosen, sizes)]
-            if kind == "spatial":
-                spatial[spatial_level] = spatial.get(spatial_level, []) + loops
+            if kind == "spatial":  # each inter_* level a fan-out stage of its own
+                stage = f"{STAGE}{target}"
+                spatial[spatial_level] = spatial.get(spatial_level, []) + [
+                    lp + stage for lp in loops]
             else:
                 inner[spatial_level] = inner.get(spatial_level, []) + loops
             continue
@@ -117,7 +119,8 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
                                    f"size {size} (Timeloop needs exact factors)")
     tile: dict | None = None
     for level in reversed([lv.name for lv in arch.levels]):
-        loops = temporal.get(level, []) + spatial.get(level, [])
+        stages = _stages(spatial.get(level, []))
+        loops = temporal.get(level, []) + stages[0]
         if level in skipped:
             if loops:
                 raise directives.error(
@@ -129,11 +132,31 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
             node["loops"] = loops
         if level in partial:
             node["bypass"] = partial[level]
-        node["children"] = [tile if tile is not None else {"op": op}]
+        child = tile if tile is not None else {"op": op}
+        for more in reversed(stages[1:]):  # further stages: tiles of the same level
+            child = {"level": level, "loops": more, "children": [child]}
+        node["children"] = [child]
         tile = node
     if tile is None:
         raise directives.error("every level bypasses every tensor")
     return {"name": Path(doc.source).stem, "root": tile}
+
+
+STAGE = "@"  # marks a spatial loop of an inter_* level with the level's name
+
+
+def _stages(loops: list[str]) -> list[list[str]]:
+    """A level's spatial loops as Timeloop's fan-out stages: its own directive's (first),
+    then one per inter_* level whose loops it holds, when there are several. Timeloop
+    multicasts within each stage on its own (docs/interop.md), so each further stage
+    becomes a tile of the same level below the level's tile."""
+    groups: dict[str, list[str]] = {}
+    for lp in loops:
+        loop, _, stage = lp.partition(STAGE)
+        groups.setdefault(stage, []).append(loop)
+    own = groups.pop("", [])
+    rest = [g for g in groups.values() if g]
+    return [own, *rest] if own else rest or [[]]
 
 
 def _rest(loop: str, sizes: dict[str, int], temporal: dict, spatial: dict,

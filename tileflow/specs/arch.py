@@ -44,6 +44,7 @@ class Level:
     first_touch_reads_parent: bool = True  # those fills are read from the level above
     ports: str = "separate"  # PORTS: a read port and a write port, or one port for both
     writeback_on_read_port: bool = True  # a write-back to the level above reads this level
+    deltas: str = "exact"  # DELTAS: how an input's fills between steps are counted
 
     def port(self, kind: str) -> str:
         """The port a 'read' or 'write' transfer takes: its own, or the one shared port."""
@@ -120,6 +121,8 @@ def sram_energy_pj(capacity_bytes: float) -> float:
 OVERLAPS = ("perfect", "fill-drain", "lockstep")
 BUFFERINGS = (1, 2)  # buffering depths: single, double
 PORTS = ("separate", "shared")  # a level's read and write ports: two, or one for both
+DELTAS = ("exact", "timeloop")  # an input's fills: every element held is kept, or
+# Timeloop's rule (a slice that changes its step is refilled whole; docs/interop.md)
 
 DRAM_ENERGY_PJ_PER_16BIT = 200.0
 MAX_FANOUT = 2**20  # instances of a level per parent instance; rows, columns, lanes
@@ -206,7 +209,8 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
                  first_touch_fills=f.boolean("first_touch_fills", False),
                  first_touch_reads_parent=f.boolean("first_touch_reads_parent", True),
                  ports=choice(f, "ports", PORTS, "separate"),
-                 writeback_on_read_port=f.boolean("writeback_on_read_port", True))
+                 writeback_on_read_port=f.boolean("writeback_on_read_port", True),
+                 deltas=choice(f, "deltas", DELTAS, "exact"))
 
 
 def _mesh(f: Field, fanout: int) -> tuple[int, ...]:

@@ -135,6 +135,14 @@ LEVEL = Section("level", "each item of `levels`", (
         "is read for those fills (true), or they are counted here only (false: Timeloop's "
         "2022 releases, which count a fill of every output's first touch at each level "
         "below the outermost and no read above; imports of v0.3 files set it)", "true"),
+    Key("deltas", "exact or timeloop", "how the fills of an input into this level are "
+        "counted from step to step: `exact` (every element it still holds is kept; the "
+        "level above sends the union of its instances' new elements) or `timeloop` "
+        "(Timeloop's rule: a slice that moves by another step than its last move, as a "
+        "convolution window jumping back when an outer loop advances, is refilled whole; "
+        "each loop's iterations past the second count as the second; instances holding "
+        "different, overlapping slices are each sent their own; Timeloop imports and "
+        "`--conventions timeloop` set it; docs/interop.md)", "exact"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
         "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
