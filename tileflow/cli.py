@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
                                              "architecture among them)")
     im.add_argument("--out", metavar="DIR", help="output folder (default: beside each file)")
+    im.add_argument("--ert", metavar="FILE", help="an Accelergy energy reference table (the "
+                    "ERT.yaml of a Timeloop run): the architecture's energies per level and "
+                    "action are taken from it (an 'ERT:' file among FILES does the same)")
     ex = sub.add_parser("export-timeloop", help="write a single-operator dataflow as a "
                         "Timeloop mapping")
     _common(ex)
@@ -562,7 +565,7 @@ def cmd_import(args) -> int:
     from tileflow.interop.report import collecting
 
     with collecting() as found:
-        written = import_files(args.files, args.out)
+        written = import_files(args.files, args.out, args.ert)
     for path in written:
         print(f"wrote {path}")
     if found.notes:  # read, and without effect on TileFlow's numbers
