@@ -30,6 +30,7 @@ class Table:
     component: str
     actions: dict[str, float]
     where: Field
+    places: dict[str, Field]  # each action's first entry, for the report's notes
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,17 @@ def read_ert(doc: Field) -> Ert:
         name = entry.string("name")
         component = component_name(name)
         actions: dict[str, float] = {}
+        places: dict[str, Field] = {}
         for action in entry.child("actions").elements():
             action.require_mapping()
             action_name = action.string("name")
             energy = action.number("energy", positive=False)
             actions[action_name] = max(energy, actions.get(action_name, 0.0))
+            places.setdefault(action_name, action)
         if component in tables:
             raise entry.error(f"component '{component}' has two tables (as Timeloop names "
                               "them, by the last part of the path)", "name")
-        tables[component] = Table(component, actions, entry)
+        tables[component] = Table(component, actions, entry, places)
     return Ert(doc.source, version, tables)
 
 
@@ -131,12 +134,12 @@ def _note_unused(table: Table, used: set[str], what: str) -> None:
         if name in used:
             continue
         if name in LEAK_ACTIONS:
-            note(table.where, f"ERT action 'leak' of '{table.component}' "
+            note(table.places[name], f"ERT action 'leak' of '{table.component}' "
                  f"({table.actions[name]:g} pJ per cycle and instance) not modelled: "
-                 "leakage is not in TileFlow's energy", "actions")
+                 "leakage is not in TileFlow's energy", "name")
         else:
-            note(table.where, f"ERT action '{name}' of '{table.component}' has no use for "
-                 f"{what}: not read", "actions")
+            note(table.places[name], f"ERT action '{name}' of '{table.component}' has no "
+                 f"use for {what}: not read", "name")
 
 
 def note_unmatched(ert: Ert, used: set[str]) -> None:
