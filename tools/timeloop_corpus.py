@@ -1,7 +1,8 @@
 """Run the Timeloop importer over the public Timeloop/Accelergy exercises and example designs
 (github.com/Accelergy-Project/timeloop-accelergy-exercises) and write two tables into
 docs/interop.md: which files are accepted unchanged, and, for every run with a reference
-output, how TileFlow's cycles and per-level, per-tensor counts compare with Timeloop's.
+output, how TileFlow's cycles, per-level, per-tensor counts and energy (with the ERT Timeloop
+wrote beside the reference) compare with Timeloop's.
 
     git clone https://github.com/Accelergy-Project/timeloop-accelergy-exercises CORPUS
     python tools/timeloop_corpus.py CORPUS [--write docs/interop.md]
@@ -308,7 +309,8 @@ def tables(corpus: list[Run], commit: str) -> str:
               "of each tensor at each level, summed over the utilised instances):", "",
               "| run | cycles (TileFlow / Timeloop) | counts equal | energy pJ (TileFlow / "
               "Timeloop) | energy error | of which counts / whole accesses / leakage | "
-              "first differences |", "|---|---|---|---|---|---|---|"]
+              "error on the levels whose counts are equal | first differences |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in corpus:
         if not r.compare:
             continue
@@ -316,18 +318,42 @@ def tables(corpus: list[Run], commit: str) -> str:
         if "sparse" in c:
             continue
         cyc = f"{c['cycles']:g} / {c['ref_cycles']}"
-        energy, error, parts = _energy_cells(c.get("energy"))
+        energy, error, parts, equal = _energy_cells(c.get("energy"))
         lines.append(f"| {r.name} | {cyc} | {c['same']} of {c['total']} | {energy} | {error} "
-                     f"| {parts} | {_cell('; '.join(c['differ'][:2]))} |")
-    return "\n".join(lines)
+                     f"| {parts} | {equal} | {_cell('; '.join(c['differ'][:2]))} |")
+    return "\n".join(lines + [""] + _energy_summary(corpus))
 
 
-def _energy_cells(e: dict | None) -> tuple[str, str, str]:
+def _energy_summary(corpus: list[Run]) -> list[str]:
+    """How many runs are within 1 %, and the ERT actions that were read without use."""
+    compared = [r.compare["energy"] for r in corpus if r.compare.get("energy")]
+    close = sum(abs(_error(e)) <= 0.01 for e in compared)
+    same = [r.compare["energy"] for r in corpus
+            if r.compare.get("energy") and not r.compare["differ"]]
+    close_same = sum(abs(_error(e)) <= 0.01 for e in same)
+    unused = sorted({re.sub(r".*ERT action '([^']+)'.*", r"\1", n)
+                     for r in corpus for n in r.ert_notes if "ERT action '" in n})
+    return [f"Energy, with each run's ERT (the one Timeloop wrote beside its stats): "
+            f"{close} of {len(compared)} runs within 1 % of Timeloop's total; of the "
+            f"{len(same)} runs whose counts are all equal, {close_same}. ERT actions read "
+            f"and not used (noted by the import): {', '.join(unused) or 'none'}."]
+
+
+def _error(e: dict) -> float:
+    mine, theirs = e["total"]
+    return (mine - theirs) / theirs
+
+
+def _energy_cells(e: dict | None) -> tuple[str, str, str, str]:
     if not e:
-        return "no ERT", "", ""
+        return "no ERT", "", "", ""
     mine, theirs = e["total"]
     parts = " / ".join(f"{v / theirs:+.2%}" for v in e["parts"].values())
-    return f"{mine:,.0f} / {theirs:,.0f}", f"{(mine - theirs) / theirs:+.2%}", parts
+    levels = [(m, t) for m, t, equal in e["levels"].values() if equal]
+    m_sum, t_sum = sum(m for m, _ in levels), sum(t for _, t in levels)
+    equal = (f"{(m_sum - t_sum) / t_sum:+.2%} ({len(levels)} of {len(e['levels'])})"
+             if t_sum else "")
+    return f"{mine:,.0f} / {theirs:,.0f}", f"{(mine - theirs) / theirs:+.2%}", parts, equal
 
 
 def _cell(text: str, limit: int = 160) -> str:
