@@ -465,3 +465,61 @@ ERT:
     - {name: mac_random, arguments: null, energy: 0.75}
     - {name: mac_gated, arguments: null, energy: 0.0625}
 """
+
+# The parts of a Timeloop stats.txt the corpus tool reads (current releases): per level the
+# tensors' energies and the leakage, the computes and the fJ/Compute total. Buffer: 60 +
+# 12.5 + 2.5 = 75 pJ; mac 25 pJ; total 1000 fJ x 100 computes = 100 pJ. The network's
+# energy comes after the levels and is not a level's.
+STATS_V04 = """
+Buffer and Arithmetic Levels
+----------------------------
+Level 0
+-------
+=== mac ===
+
+    STATS
+    -----
+    Computes (total)        : 100
+    Energy (total)          : 25.00 pJ
+
+Level 1
+-------
+=== Buffer ===
+
+    SPECS
+    -----
+        Leakage energy (total)          : 2.50 pJ
+
+    STATS
+    -----
+    Weights:
+        Utilized instances (max)                 : 2
+        Scalar reads (per-instance)              : 50
+        Scalar fills (per-instance)              : 10
+        Scalar updates (per-instance)            : 0
+        Energy (total)                           : 60.00 pJ
+        Temporal Reduction Energy (total)        : 0.00 pJ
+    Outputs:
+        Utilized instances (max)                 : 2
+        Scalar reads (per-instance)              : 0
+        Scalar fills (per-instance)              : 0
+        Scalar updates (per-instance)            : 5
+        Energy (total)                           : 12.50 pJ
+
+Networks
+--------
+Network 0
+---------
+        Energy (total)                          : 99.00 pJ
+
+Summary Stats
+-------------
+Cycles: 50
+Energy: 0.00 uJ
+
+Computes = 100
+fJ/Compute
+    mac                                           = 250.00
+    Buffer                                        = 750.00
+    Total                                         = 1000.00
+"""
