@@ -27,6 +27,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from tests.interop.samples import (
     ARCH_V04,
     CHAIN_PROBLEM,
     CONV_PROBLEM,
+    ERT_ONE_PE,
     GEMM_MAPPING,
     GEMM_PROBLEM,
 )
@@ -182,7 +184,7 @@ def _sweep(rng: random.Random, n: int) -> Case:
 
 IMPORT_SOURCES = {"arch.yaml": ARCH_V03, "arch4.yaml": ARCH_V04, "prob.yaml": GEMM_PROBLEM,
                   "conv.yaml": CONV_PROBLEM, "chain.yaml": CHAIN_PROBLEM,
-                  "map.yaml": GEMM_MAPPING}
+                  "map.yaml": GEMM_MAPPING, "ert.yaml": ERT_ONE_PE}
 
 
 def _import(rng: random.Random, n: int) -> Case:
@@ -375,8 +377,10 @@ def judge_surface(case: Case, code: int, out: str, err: str, work: Path,
     if case.kind == "import" and code == 0:
         if "Traceback" in err:
             return "traceback", err.strip().splitlines()[-1]
-        written = [line.removeprefix("wrote ") for line in out.splitlines()]
-        if not written or not all(line.startswith("wrote ") for line in out.splitlines()):
+        files, _, notes = out.partition("notes (")  # the report's notes follow the files
+        written = [line.removeprefix("wrote ") for line in files.splitlines()]
+        if not written or not all(line.startswith("wrote ") for line in files.splitlines()) \
+                or (notes and not re.match(r"\d+\):\n(  .+\n)+$", notes)):
             return "wrong", f"import printed {out[:200]!r}"
         missing = [p for p in written if not (work / p).is_file()]
         if missing:

@@ -86,11 +86,13 @@ def test_import_writes_the_energies_and_notes_what_it_does_not_use(tmp_path, cap
     (ERT_ONE_PE.replace("version: '0.4'", "version: '0.9'"), "line 3 (ERT.version)",
      "version '0.9' is not supported"),
     (ERT_ONE_PE.replace("  - name: System.Chip.NoC[1..1]\n", "  - nom: NoC\n"),
-     "(ERT.tables[4])", "'name'"),
+     "(ERT.tables[4].nom)", "unknown key 'nom'"),
+    (ERT_ONE_PE.replace("{name: transfer, arguments: {}, energy: 1.0}", "{name: transfer}"),
+     "(ERT.tables[4].actions[0])", "missing required key 'energy'"),
     (ERT_ONE_PE.replace("System.Chip.NoC", "Other.Reg"), "(ERT.tables[4].name)",
      "two tables"),
     (ERT_ONE_PE.replace("ERT:", "ERTS:"), "", "no 'ERT:' at the top"),
-])
+], ids=["energy", "version", "key", "no-energy", "twice", "not-ert"])
 def test_a_table_that_cannot_be_read_is_an_error_naming_file_and_place(text, place, words,
                                                                       tmp_path, capsys):
     arch = write(tmp_path, "arch.yaml", ARCH_ONE_PE)

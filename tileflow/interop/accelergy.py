@@ -69,13 +69,13 @@ def read_ert(doc: Field) -> Ert:
                         "a list of tables)", "version")
     tables: dict[str, Table] = {}
     for entry in ert.child("tables").elements():
-        entry.require_mapping()
+        entry.check_keys({"name", "actions"}, required={"name", "actions"})
         name = entry.string("name")
         component = component_name(name)
         actions: dict[str, float] = {}
         places: dict[str, Field] = {}
         for action in entry.child("actions").elements():
-            action.require_mapping()
+            action.check_keys({"name", "arguments", "energy"}, required={"name", "energy"})
             action_name = action.string("name")
             energy = action.number("energy", positive=False)
             actions[action_name] = max(energy, actions.get(action_name, 0.0))
