@@ -92,6 +92,13 @@ def _tutorial_2020(root: Path, folder: str, prefix: str) -> list[Run]:
         base = root / folder / ex
         out.append(Run(f"{prefix}{ex[:2]} (mapper)", "", base / "arch" / f"{arch}.yaml",
                        base / "prob" / f"{prob}.yaml", None, None))
+        # the mappings the mapper found, where its reference output keeps them (v0.4)
+        for found in sorted((base / "ref-output").glob("**/timeloop-mapper.map.yaml")):
+            ref = found.parent.relative_to(base / "ref-output")
+            name = f"{prefix}{ex[:2]} mapper's mapping{f' ({ref})' if str(ref) != '.' else ''}"
+            out.append(Run(name, "", base / "arch" / f"{arch}.yaml",
+                           base / "prob" / f"{prob}.yaml", found,
+                           found.with_name("timeloop-mapper.stats.txt")))
     return out
 
 
@@ -317,7 +324,7 @@ def tables(corpus: list[Run], commit: str) -> str:
         c = r.compare
         if "sparse" in c:
             continue
-        cyc = f"{c['cycles']:g} / {c['ref_cycles']}"
+        cyc = f"{c['cycles']:.12g} / {c['ref_cycles']}"
         energy, error, parts, equal = _energy_cells(c.get("energy"))
         lines.append(f"| {r.name} | {cyc} | {c['same']} of {c['total']} | {energy} | {error} "
                      f"| {parts} | {equal} | {_cell('; '.join(c['differ'][:2]))} |")
