@@ -80,6 +80,10 @@ def _conventions_flag(p: argparse.ArgumentParser) -> None:
                         "otherwise) and write-backs that take no read bandwidth "
                         "(`writeback_on_read_port: false` on every level); Timeloop files "
                         "are imported with these already (docs/interop.md)")
+    p.add_argument("--ert", metavar="FILE",
+                   help="an Accelergy energy reference table for a Timeloop --arch: its "
+                        "energies per level and action, as `tileflow import --ert` writes "
+                        "them (docs/interop.md)")
 
 
 def _with_overlap(arch, overlap: str | None, conventions: str | None = None):
@@ -213,7 +217,8 @@ def _load(args):
     from tileflow.interop.files import load_arch_any, load_workload_any
 
     overrides = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
-    return load_workload_any(args.workload, overrides, args.preset), load_arch_any(args.arch)
+    return (load_workload_any(args.workload, overrides, args.preset),
+            load_arch_any(args.arch, getattr(args, "ert", None)))
 
 
 def _run_title(args, workload, arch) -> str:

@@ -6,6 +6,8 @@ read is an exit-2 error naming the file and the place."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -113,3 +115,18 @@ def test_an_ert_needs_its_architecture_and_an_existing_file(tmp_path, capsys):
     missing = str(tmp_path / "nowhere.yaml")
     assert main(["import", arch, "--ert", missing, "--out", str(tmp_path / "out")]) == 2
     assert f"{missing}: no such file" in capsys.readouterr().err
+
+
+def test_evaluate_takes_the_table_beside_a_timeloop_architecture(tmp_path, capsys):
+    """`evaluate --ert` gives the same energy as the import (58,195 pJ, derived above);
+    beside a TileFlow accelerator it is refused."""
+    files = ["--arch", write(tmp_path, "arch.yaml", ARCH_ONE_PE),
+             "--workload", write(tmp_path, "prob.yaml", CONV_OC_PROBLEM),
+             "--dataflow", write(tmp_path, "map.yaml", CONV_OC_MAPPING)]
+    ert = write(tmp_path, "ert.yaml", ERT_ONE_PE)
+    assert main(["evaluate", *files, "--ert", ert, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["energy_pj"] == 58195
+    files[1] = "edge"
+    assert main(["evaluate", *files, "--ert", ert]) == 2
+    assert "edge: an Accelergy ERT goes with a Timeloop architecture" in \
+        capsys.readouterr().err
