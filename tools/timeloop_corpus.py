@@ -340,10 +340,19 @@ def _energy_summary(corpus: list[Run]) -> list[str]:
     close_same = sum(abs(_error(e)) <= 0.01 for e in same)
     unused = sorted({re.sub(r".*ERT action '([^']+)'.*", r"\1", n)
                      for r in corpus for n in r.ert_notes if "ERT action '" in n})
+    theirs = [e["total"][1] for e in compared]
+    energies = [e["parts"] for e in compared]
+    at_counts = sum(abs(p["whole accesses"] + p["leakage"]) <= 0.01 * t
+                    for p, t in zip(energies, theirs, strict=True))
+    leak_only = sum(abs(p["leakage"]) <= 0.01 * t for p, t in zip(energies, theirs,
+                                                                    strict=True))
     return [f"Energy, with each run's ERT (the one Timeloop wrote beside its stats): "
             f"{close} of {len(compared)} runs within 1 % of Timeloop's total; of the "
-            f"{len(same)} runs whose counts are all equal, {close_same}. ERT actions read "
-            f"and not used (noted by the import): {', '.join(unused) or 'none'}."]
+            f"{len(same)} runs whose counts are all equal, {close_same}. At Timeloop's "
+            f"counts (the counts part set aside) {at_counts} of {len(compared)} are within "
+            f"1 %, and {leak_only} once whole accesses are set aside too (leakage alone). "
+            f"ERT actions read and not used (noted by the import): "
+            f"{', '.join(unused) or 'none'}."]
 
 
 def _error(e: dict) -> float:
