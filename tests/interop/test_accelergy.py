@@ -130,3 +130,18 @@ def test_evaluate_takes_the_table_beside_a_timeloop_architecture(tmp_path, capsy
     assert main(["evaluate", *files, "--ert", ert]) == 2
     assert "edge: an Accelergy ERT goes with a Timeloop architecture" in \
         capsys.readouterr().err
+
+
+def test_a_missing_action_takes_a_stand_in_and_says_so(tmp_path, capsys):
+    """The register's table without write and update: fills and updates cost its read
+    (0.5 pJ), and the report says so for each."""
+    text = ERT_ONE_PE.replace("    - {name: write, arguments: {}, energy: 0.25}\n", "") \
+        .replace("    - {name: update, arguments: {}, energy: 0.125}\n", "")
+    arch = write(tmp_path, "arch.yaml", ARCH_ONE_PE)
+    ert = write(tmp_path, "ert.yaml", text)
+    assert main(["import", arch, "--ert", ert, "--out", str(tmp_path / "out")]) == 0
+    said = capsys.readouterr().out
+    levels = yaml.safe_load((tmp_path / "out" / "arch.arch.yaml").read_text())["levels"]
+    assert levels[2]["energy_pj_per_word"] == {"read": 0.5, "write": 0.5, "update": 0.5}
+    assert "'Reg' has no write action: taken as its 'read'" in said
+    assert "'Reg' has no update action: taken as its 'read'" in said

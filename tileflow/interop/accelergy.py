@@ -112,6 +112,10 @@ def storage_energies(table: Table, block_words: int,
         write = found.get("write", read)
         energies = {"read": read[1], "write": write[1],
                     "update": found.get("update", write)[1]}
+        for key in sorted(set(picks) - set(found)):
+            stand_in = {"read": read, "write": read, "update": write}[key]
+            note(table.where, f"ERT table of '{table.component}' has no {key} action: "
+                 f"taken as its '{stand_in[0]}' ({stand_in[1]:g} pJ)", "actions")
     used = {name for name, _ in found.values()}
     _note_unused(table, used, "a storage (dense reads, fills and updates)")
     return {key: value / block_words for key, value in energies.items()}
