@@ -27,6 +27,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,7 @@ from tests.interop.samples import (
     ARCH_V04,
     CHAIN_PROBLEM,
     CONV_PROBLEM,
+    ERT_ONE_PE,
     GEMM_MAPPING,
     GEMM_PROBLEM,
 )
@@ -182,7 +184,7 @@ def _sweep(rng: random.Random, n: int) -> Case:
 
 IMPORT_SOURCES = {"arch.yaml": ARCH_V03, "arch4.yaml": ARCH_V04, "prob.yaml": GEMM_PROBLEM,
                   "conv.yaml": CONV_PROBLEM, "chain.yaml": CHAIN_PROBLEM,
-                  "map.yaml": GEMM_MAPPING}
+                  "map.yaml": GEMM_MAPPING, "ert.yaml": ERT_ONE_PE}
 
 
 def _import(rng: random.Random, n: int) -> Case:

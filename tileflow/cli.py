@@ -81,6 +81,10 @@ def _conventions_flag(p: argparse.ArgumentParser) -> None:
                         "(`writeback_on_read_port: false` on every level) and its delta "
                         "rule for inputs (`deltas: timeloop`); Timeloop files "
                         "are imported with these already (docs/interop.md)")
+    p.add_argument("--ert", metavar="FILE",
+                   help="an Accelergy energy reference table for a Timeloop --arch: its "
+                        "energies per level and action, as `tileflow import --ert` writes "
+                        "them (docs/interop.md)")
 
 
 def _with_overlap(arch, overlap: str | None, conventions: str | None = None):
@@ -170,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("files", nargs="+", help="YAML files (a mapping needs its problem and "
                                              "architecture among them)")
     im.add_argument("--out", metavar="DIR", help="output folder (default: beside each file)")
+    im.add_argument("--ert", metavar="FILE", help="an Accelergy energy reference table (the "
+                    "ERT.yaml of a Timeloop run): the architecture's energies per level and "
+                    "action are taken from it (an 'ERT:' file among FILES does the same)")
     ex = sub.add_parser("export-timeloop", help="write a single-operator dataflow as a "
                         "Timeloop mapping")
     _common(ex)
@@ -212,7 +219,8 @@ def _load(args):
     from tileflow.interop.files import load_arch_any, load_workload_any
 
     overrides = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
-    return load_workload_any(args.workload, overrides, args.preset), load_arch_any(args.arch)
+    return (load_workload_any(args.workload, overrides, args.preset),
+            load_arch_any(args.arch, getattr(args, "ert", None)))
 
 
 def _run_title(args, workload, arch) -> str:
@@ -564,7 +572,7 @@ def cmd_import(args) -> int:
     from tileflow.interop.report import collecting
 
     with collecting() as found:
-        written = import_files(args.files, args.out)
+        written = import_files(args.files, args.out, args.ert)
     for path in written:
         print(f"wrote {path}")
     if found.notes:  # read, and without effect on TileFlow's numbers

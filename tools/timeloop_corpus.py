@@ -1,7 +1,8 @@
 """Run the Timeloop importer over the public Timeloop/Accelergy exercises and example designs
 (github.com/Accelergy-Project/timeloop-accelergy-exercises) and write two tables into
 docs/interop.md: which files are accepted unchanged, and, for every run with a reference
-output, how TileFlow's cycles and per-level, per-tensor counts compare with Timeloop's.
+output, how TileFlow's cycles, per-level, per-tensor counts and energy (with the ERT Timeloop
+wrote beside the reference) compare with Timeloop's.
 
     git clone https://github.com/Accelergy-Project/timeloop-accelergy-exercises CORPUS
     python tools/timeloop_corpus.py CORPUS [--write docs/interop.md]
@@ -61,6 +62,7 @@ class Run:
     outcome: str = ""
     refused: Path | None = None  # the file a refusal names
     notes: list[str] = field(default_factory=list)
+    ert_notes: list[str] = field(default_factory=list)
     compare: dict = field(default_factory=dict)
 
 
@@ -90,6 +92,13 @@ def _tutorial_2020(root: Path, folder: str, prefix: str) -> list[Run]:
         base = root / folder / ex
         out.append(Run(f"{prefix}{ex[:2]} (mapper)", "", base / "arch" / f"{arch}.yaml",
                        base / "prob" / f"{prob}.yaml", None, None))
+        # the mappings the mapper found, where its reference output keeps them (v0.4)
+        for found in sorted((base / "ref-output").glob("**/timeloop-mapper.map.yaml")):
+            ref = found.parent.relative_to(base / "ref-output")
+            name = f"{prefix}{ex[:2]} mapper's mapping{f' ({ref})' if str(ref) != '.' else ''}"
+            out.append(Run(name, "", base / "arch" / f"{arch}.yaml",
+                           base / "prob" / f"{prob}.yaml", found,
+                           found.with_name("timeloop-mapper.stats.txt")))
     return out
 
 
@@ -153,11 +162,48 @@ def reference(stats: Path) -> dict:
             "instances": machine}
 
 
+def reference_energy(stats: Path) -> dict:
+    """Timeloop's energy in pJ: per level (its tensors' energies, plus its leakage, as
+    Timeloop's per-level summary adds them; the compute unit's by its name), the leakage per
+    level, the total, and the computes."""
+    text = stats.read_text().split("\nNetworks\n", 1)[0]
+    level = None
+    by_level: dict[str, float] = {}
+    leak: dict[str, float] = {}
+    for line in text.splitlines():
+        if m := re.match(r"^=== (\S+) ===$", line):
+            level = m.group(1)
+            by_level[level] = 0.0
+        elif m := re.match(r"^\s+Leakage energy \(total\)\s+: ([\d.]+) pJ", line):
+            leak[level] = float(m.group(1))
+            by_level[level] += float(m.group(1))
+        elif m := re.match(r"^\s+Energy \(total\)\s+: ([\d.]+) pJ", line):
+            by_level[level] += float(m.group(1))
+    full = stats.read_text()
+    computes = re.search(r"^(?:Computes|MACCs) = (\d+)", full, re.M)
+    total = re.search(r"^Total topology energy: ([\d.]+) pJ", full, re.M)
+    if total:
+        total_pj = float(total.group(1))
+    else:  # fJ per compute, over the computes
+        per = re.search(r"^fJ/Compute\n(?:.*\n)*?\s+Total\s+= ([\d.]+)", full, re.M)
+        total_pj = float(per.group(1)) * int(computes.group(1)) / 1000 if per else None
+    return {"levels": by_level, "leak": leak, "total": total_pj,
+            "computes": int(computes.group(1)) if computes else 0}
+
+
+def ert_beside(stats: Path) -> Path | None:
+    """The ERT Timeloop wrote beside its stats (timeloop-model.ERT.yaml, ...)."""
+    ert = stats.with_name(stats.name.replace("stats.txt", "ERT.yaml"))
+    return ert if ert.exists() else None
+
+
 def attempt(run: Run) -> None:
-    """Import the run's files as a user would (unchanged); record the outcome."""
+    """Import the run's files as a user would (unchanged); record the outcome. Where the run
+    has a reference output, its ERT gives the architecture its energies."""
+    ert = ert_beside(run.stats) if run.stats and run.stats.exists() else None
     with collecting() as found:
         try:
-            arch = load_arch_any(str(run.arch))
+            arch = load_arch_any(str(run.arch), ert)
             if run.problem is None:
                 run.outcome = "accepted"
                 return
@@ -172,7 +218,8 @@ def attempt(run: Run) -> None:
             run.refused = Path(exc.source) if exc.source else None
             return
         finally:
-            run.notes = list(found.notes)
+            run.notes = [n for n in found.notes if not (ert and n.startswith(str(ert)))]
+            run.ert_notes = [n for n in found.notes if ert and n.startswith(str(ert))]
     run.outcome = "accepted"
     if any("dense" in n for n in run.notes):
         run.compare = {"sparse": True}
@@ -196,6 +243,44 @@ def attempt(run: Run) -> None:
                               f"{(reads, fills, updates)}")
         run.compare = {"cycles": result.cycles, "ref_cycles": ref["cycles"], "same": same,
                        "total": total, "differ": differ}
+        if ert is not None:
+            run.compare["energy"] = _energy(result, reference_energy(run.stats), differ,
+                                            arch, ref["counts"])
+
+
+def _per_word(arch, counts: dict, computes: int) -> float:
+    """Timeloop's counts at the imported energies per word and per operation: what TileFlow
+    would give with every count equal to Timeloop's."""
+    total = computes * arch.matrix.energy_pj_per_op
+    for (level, _), (reads, fills, updates) in counts.items():
+        if level in arch.level_index:
+            lv = arch.level(level)
+            total += (reads * lv.read_energy_pj + fills * lv.write_energy_pj
+                      + updates * lv.update_energy_pj)
+    return total
+
+
+def _energy(result, ref: dict, differ: list[str], arch, counts: dict) -> dict:
+    """TileFlow's energy against Timeloop's: the total, and per level (the compute unit
+    under the name Timeloop gives it) with whether that level's counts are all equal; and
+    the parts of the difference: counts (TileFlow's against Timeloop's counts, both at the
+    energies per word), whole accesses (Timeloop charges whole vector accesses per instance,
+    and splits a cluster's access among the instances it serves) and leakage."""
+    mine = {lv: sum(parts.values()) for lv, parts in result.energy_by_level_pj.items()}
+    storage = set(arch.level_index)
+    compute = [name for name in ref["levels"] if name not in storage]
+    for name in compute:
+        mine[name] = result.compute_energy_pj
+    levels = {}
+    for name, theirs in ref["levels"].items():
+        counts_equal = not any(d.startswith(f"{name}.") for d in differ)
+        levels[name] = (mine.get(name, 0.0), theirs, counts_equal)
+    leak = sum(ref["leak"].values())
+    per_word = _per_word(arch, counts, ref["computes"])
+    return {"total": (result.energy_pj, ref["total"]), "levels": levels, "leak": leak,
+            "parts": {"counts": result.energy_pj - per_word,
+                      "whole accesses": per_word - (ref["total"] - leak),
+                      "leakage": -leak}}
 
 
 def tables(corpus: list[Run], commit: str) -> str:
@@ -235,18 +320,62 @@ def tables(corpus: list[Run], commit: str) -> str:
         lines.append(f"| {r.name} | {r.version} | {r.outcome} | {_cell(notes)} |")
     lines += ["", "Exactness (runs with a reference output; counts are reads, fills and updates "
               "of each tensor at each level, summed over the utilised instances):", "",
-              "| run | cycles (TileFlow / Timeloop) | counts equal | first differences |",
-              "|---|---|---|---|"]
+              "| run | cycles (TileFlow / Timeloop) | counts equal | energy pJ (TileFlow / "
+              "Timeloop) | energy error | of which counts / whole accesses / leakage | "
+              "error on the levels whose counts are equal | first differences |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in corpus:
         if not r.compare:
             continue
         c = r.compare
         if "sparse" in c:
             continue
-        cyc = f"{c['cycles']:g} / {c['ref_cycles']}"
-        lines.append(f"| {r.name} | {cyc} | {c['same']} of {c['total']} | "
-                     f"{_cell('; '.join(c['differ'][:2]))} |")
-    return "\n".join(lines)
+        cyc = f"{c['cycles']:.12g} / {c['ref_cycles']}"
+        energy, error, parts, equal = _energy_cells(c.get("energy"))
+        lines.append(f"| {r.name} | {cyc} | {c['same']} of {c['total']} | {energy} | {error} "
+                     f"| {parts} | {equal} | {_cell('; '.join(c['differ'][:2]))} |")
+    return "\n".join(lines + [""] + _energy_summary(corpus))
+
+
+def _energy_summary(corpus: list[Run]) -> list[str]:
+    """How many runs are within 1 %, and the ERT actions that were read without use."""
+    compared = [r.compare["energy"] for r in corpus if r.compare.get("energy")]
+    close = sum(abs(_error(e)) <= 0.01 for e in compared)
+    same = [r.compare["energy"] for r in corpus
+            if r.compare.get("energy") and not r.compare["differ"]]
+    close_same = sum(abs(_error(e)) <= 0.01 for e in same)
+    unused = sorted({re.sub(r".*ERT action '([^']+)'.*", r"\1", n)
+                     for r in corpus for n in r.ert_notes if "ERT action '" in n})
+    theirs = [e["total"][1] for e in compared]
+    energies = [e["parts"] for e in compared]
+    at_counts = sum(abs(p["whole accesses"] + p["leakage"]) <= 0.01 * t
+                    for p, t in zip(energies, theirs, strict=True))
+    leak_only = sum(abs(p["leakage"]) <= 0.01 * t for p, t in zip(energies, theirs,
+                                                                    strict=True))
+    return [f"Energy, with each run's ERT (the one Timeloop wrote beside its stats): "
+            f"{close} of {len(compared)} runs within 1 % of Timeloop's total; of the "
+            f"{len(same)} runs whose counts are all equal, {close_same}. At Timeloop's "
+            f"counts (the counts part set aside) {at_counts} of {len(compared)} are within "
+            f"1 %, and {leak_only} once whole accesses are set aside too (leakage alone). "
+            f"ERT actions read and not used (noted by the import): "
+            f"{', '.join(unused) or 'none'}."]
+
+
+def _error(e: dict) -> float:
+    mine, theirs = e["total"]
+    return (mine - theirs) / theirs
+
+
+def _energy_cells(e: dict | None) -> tuple[str, str, str, str]:
+    if not e:
+        return "no ERT", "", "", ""
+    mine, theirs = e["total"]
+    parts = " / ".join(f"{v / theirs:+.2%}" for v in e["parts"].values())
+    levels = [(m, t) for m, t, equal in e["levels"].values() if equal]
+    m_sum, t_sum = sum(m for m, _ in levels), sum(t for _, t in levels)
+    equal = (f"{(m_sum - t_sum) / t_sum:+.2%} ({len(levels)} of {len(e['levels'])})"
+             if t_sum else "")
+    return f"{mine:,.0f} / {theirs:,.0f}", f"{(mine - theirs) / theirs:+.2%}", parts, equal
 
 
 def _cell(text: str, limit: int = 160) -> str:

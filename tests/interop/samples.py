@@ -503,3 +503,113 @@ mapping:
 - {target: glb, type: temporal, factors: K1 R1 P2, permutation: PKR}
 - {target: DRAM, type: temporal, factors: K1 R1 P1, permutation: PKR}
 """
+
+
+# Accelergy's energy reference table for ARCH_ONE_PE (its v0.4 layout: one table per
+# component, named by its path, each action's energy per access; DRAM and Buffer accesses
+# move a 32-word block, the register one word). Buffer's leak, Reg's gated_read and the
+# NoC's table have no use in TileFlow: notes of the import's report.
+ERT_ONE_PE = """
+ERT:
+  version: '0.4'
+  tables:
+  - name: System.DRAM[1..1]
+    actions:
+    - {name: read, arguments: {global_cycle_seconds: 1e-09}, energy: 3200.0}
+    - {name: write, arguments: {global_cycle_seconds: 1e-09}, energy: 2880.0}
+    - {name: update, arguments: {global_cycle_seconds: 1e-09}, energy: 2560.0}
+  - name: System.Chip.Buffer[1..1]
+    actions:
+    - {name: write, arguments: {}, energy: 48.0}
+    - {name: read, arguments: {}, energy: 64.0}
+    - {name: leak, arguments: {}, energy: 0.01}
+    - {name: update, arguments: {}, energy: 32.0}
+  - name: System.Chip.PE.Reg[1..1]
+    actions:
+    - {name: read, arguments: {}, energy: 0.5}
+    - {name: gated_read, arguments: {}, energy: 0.01}
+    - {name: write, arguments: {}, energy: 0.25}
+    - {name: update, arguments: {}, energy: 0.125}
+  - name: System.Chip.PE.MAC[1..1]
+    actions:
+    - {name: compute, arguments: {}, energy: 0.75}
+  - name: System.Chip.NoC[1..1]
+    actions:
+    - {name: transfer, arguments: {}, energy: 1.0}
+"""
+
+# The 2020-2022 layout (version 0.3): an action per argument variant (Timeloop takes the
+# largest), and no update action.
+ERT_ONE_PE_V03 = """
+ERT:
+  version: 0.3
+  tables:
+  - name: System.Chip.PE.Reg
+    actions:
+    - {name: read, arguments: {address_delta: 0, data_delta: 0}, energy: 0.125}
+    - {name: read, arguments: {address_delta: 1, data_delta: 1}, energy: 0.5}
+    - {name: write, arguments: {address_delta: 1, data_delta: 1}, energy: 0.25}
+    - {name: idle, arguments: null, energy: 0.01}
+  - name: System.Chip.PE.MAC
+    actions:
+    - {name: mac_random, arguments: null, energy: 0.75}
+    - {name: mac_gated, arguments: null, energy: 0.0625}
+"""
+
+# The parts of a Timeloop stats.txt the corpus tool reads (current releases): per level the
+# tensors' energies and the leakage, the computes and the fJ/Compute total. Buffer: 60 +
+# 12.5 + 2.5 = 75 pJ; mac 25 pJ; total 1000 fJ x 100 computes = 100 pJ. The network's
+# energy comes after the levels and is not a level's.
+STATS_V04 = """
+Buffer and Arithmetic Levels
+----------------------------
+Level 0
+-------
+=== mac ===
+
+    STATS
+    -----
+    Computes (total)        : 100
+    Energy (total)          : 25.00 pJ
+
+Level 1
+-------
+=== Buffer ===
+
+    SPECS
+    -----
+        Leakage energy (total)          : 2.50 pJ
+
+    STATS
+    -----
+    Weights:
+        Utilized instances (max)                 : 2
+        Scalar reads (per-instance)              : 50
+        Scalar fills (per-instance)              : 10
+        Scalar updates (per-instance)            : 0
+        Energy (total)                           : 60.00 pJ
+        Temporal Reduction Energy (total)        : 0.00 pJ
+    Outputs:
+        Utilized instances (max)                 : 2
+        Scalar reads (per-instance)              : 0
+        Scalar fills (per-instance)              : 0
+        Scalar updates (per-instance)            : 5
+        Energy (total)                           : 12.50 pJ
+
+Networks
+--------
+Network 0
+---------
+        Energy (total)                          : 99.00 pJ
+
+Summary Stats
+-------------
+Cycles: 50
+Energy: 0.00 uJ
+
+Computes = 100
+fJ/Compute
+    mac                                           = 250.00
+    Buffer                                        = 750.00
+    Total                                         = 1000.00
+"""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tileflow.analysis.prepare import prepare
 from tileflow.errors import InputError
@@ -16,6 +17,9 @@ from tileflow.specs.dataflow import load_dataflow_file, parse_dataflow
 from tileflow.specs.workload import Workload, load_workload, parse_workload
 from tileflow.specs.yamlfile import Field, load_yaml
 from tileflow.tree import Dataflow
+
+if TYPE_CHECKING:
+    from tileflow.interop.accelergy import Ert
 
 
 def _foreign(name_or_path: str | Path) -> Field | None:
@@ -33,12 +37,13 @@ def _foreign(name_or_path: str | Path) -> Field | None:
                          "Timeloop's front end does (timeloopfe), and give the rendered file",
                          str(path))
     data = load_yaml(path)
+    from tileflow.interop.accelergy import is_ert
     from tileflow.interop.problems import is_tileflow_problem, is_timeloop_problem
     from tileflow.interop.tileflow_mapping import is_tileflow_mapping
     from tileflow.interop.timeloop_arch import is_arch
     from tileflow.interop.timeloop_mapping import is_timeloop_mapping
 
-    if is_arch(data) or is_timeloop_problem(data) or is_tileflow_problem(data) or \
+    if is_arch(data) or is_ert(data) or is_timeloop_problem(data) or is_tileflow_problem(data) or \
             is_timeloop_mapping(data) or is_tileflow_mapping(data):
         return Field(data, str(path))
     return None
@@ -65,12 +70,21 @@ def _parsed(convert: Callable[[], dict], parse: Callable[[Field], object], doc: 
                          doc.source, where or None) from None
 
 
-def arch_document(doc: Field) -> dict:
+def arch_document(doc: Field, ert: Ert | None = None) -> dict:
     from tileflow.interop.timeloop_arch import convert_arch, is_arch
 
     if not is_arch(doc.data):
         raise doc.error("no 'architecture:' here")
-    return convert_arch(doc)
+    return convert_arch(doc, ert)
+
+
+def read_ert_file(path: str | Path) -> Ert:
+    """An Accelergy energy reference table (ERT) file, for a Timeloop architecture."""
+    from tileflow.interop.accelergy import read_ert
+
+    if not Path(path).is_file():
+        raise InputError("no such file (an Accelergy ERT was expected)", str(path))
+    return read_ert(Field(load_yaml(path), str(path)))
 
 
 def workload_document(doc: Field) -> dict:
@@ -99,12 +113,18 @@ def dataflow_document(doc: Field, workload: Workload, arch: Architecture) -> dic
     raise doc.error("no 'mapping:' here (a Timeloop directive list or a TileFlow tree)")
 
 
-def load_arch_any(name_or_path: str) -> Architecture:
-    """A TileFlow accelerator (shipped name or file) or a Timeloop architecture file."""
+def load_arch_any(name_or_path: str, ert: str | Path | None = None) -> Architecture:
+    """A TileFlow accelerator (shipped name or file) or a Timeloop architecture file (with
+    an Accelergy ERT file: its energies per level and action)."""
     doc = _foreign(name_or_path)
     if doc is None:
+        if ert is not None:
+            raise InputError("an Accelergy ERT goes with a Timeloop architecture, and this is "
+                             "not one", str(name_or_path))
         return load_arch(name_or_path)
-    return _parsed(lambda: arch_document(doc), parse_arch, doc, "Timeloop architecture")
+    tables = read_ert_file(ert) if ert is not None else None
+    return _parsed(lambda: arch_document(doc, tables), parse_arch, doc,
+                   "Timeloop architecture")
 
 
 def load_workload_any(name_or_path: str, overrides: Mapping[str, int] | None = None,
@@ -138,10 +158,14 @@ def _each_file_once(paths: Sequence[str]) -> list[str]:
     return unique
 
 
-def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]:
+def import_files(paths: Sequence[str], out_dir: str | None = None,
+                 ert_path: str | None = None) -> list[Path]:
     """Write the TileFlow YAML of every architecture, problem and mapping in the files:
     NAME.arch.yaml, NAME.workload.yaml, NAME.dataflow.yaml (beside each file, or in out_dir).
-    Mappings need the problem and the architecture among the same files."""
+    Mappings need the problem and the architecture among the same files. An Accelergy ERT
+    (`ert_path`, or an `ERT:` file among them, as Timeloop takes it) gives the architecture
+    its energies per level and action."""
+    from tileflow.interop.accelergy import is_ert, read_ert
     from tileflow.interop.problems import is_tileflow_problem, is_timeloop_problem
     from tileflow.interop.tileflow_mapping import is_tileflow_mapping
     from tileflow.interop.timeloop_arch import is_arch
@@ -156,12 +180,30 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
         doc = _foreign(p)
         if doc is None:
             raise InputError("not a Timeloop or TileFlow file (no 'architecture:', "
-                             "'problem:' or 'mapping:' at the top)", p)
+                             "'problem:', 'mapping:' or 'ERT:' at the top)", p)
         docs.append(doc)
+    erts = [doc for doc in docs if is_ert(doc.data)]
+    docs = [doc for doc in docs if not is_ert(doc.data)]
+    if ert_path is not None:
+        if not Path(ert_path).is_file():
+            raise InputError("no such file (an Accelergy ERT was expected)", ert_path)
+        doc = _foreign(ert_path)
+        if doc is None or not is_ert(doc.data):
+            raise InputError("not an Accelergy energy reference table (no 'ERT:' at the "
+                             "top)", ert_path)
+        erts.insert(0, doc)
+    if len({e.source for e in erts}) > 1:
+        raise InputError(f"two energy reference tables ('{erts[0].source}' and "
+                         f"'{erts[1].source}'): give one", erts[1].source)
+    ert = read_ert(erts[0]) if erts else None
+    if ert is not None and not any(is_arch(doc.data) for doc in docs):
+        raise InputError("an Accelergy ERT gives a Timeloop architecture its energies: give "
+                         "the architecture's file in the same 'tileflow import'", ert.source)
     arch = workload = None
     for doc in docs:
         if arch is None and is_arch(doc.data):
-            arch = _parsed(lambda d=doc: arch_document(d), parse_arch, doc, "architecture")
+            arch = _parsed(lambda d=doc: arch_document(d, ert), parse_arch, doc,
+                           "architecture")
         if workload is None and (is_timeloop_problem(doc.data) or
                                  is_tileflow_problem(doc.data)):
             workload = _parsed(lambda d=doc: workload_document(d),
@@ -173,7 +215,7 @@ def import_files(paths: Sequence[str], out_dir: str | None = None) -> list[Path]
         stem = source.name.removesuffix(source.suffix)
         outputs = []
         if is_arch(doc.data):
-            data = arch_document(doc)
+            data = arch_document(doc, ert)
             _parsed(lambda d=data: d, parse_arch, doc, "architecture")
             outputs.append(("arch", data))
         if is_timeloop_problem(doc.data) or is_tileflow_problem(doc.data):

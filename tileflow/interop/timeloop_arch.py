@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileflow.errors import InputError
+from tileflow.interop.accelergy import Ert, compute_energy, note_unmatched, storage_energies
 from tileflow.interop.report import note, problem
 from tileflow.specs.components import ARITHMETIC, DRAM_PJ_PER_BIT
 from tileflow.specs.yamlfile import Field
@@ -55,8 +56,9 @@ def is_arch(data: object) -> bool:
     return isinstance(data, dict) and "architecture" in data
 
 
-def convert_arch(doc: Field) -> dict:
-    """The `architecture:` mapping of a Timeloop file -> a TileFlow accelerator mapping."""
+def convert_arch(doc: Field, ert: Ert | None = None) -> dict:
+    """The `architecture:` mapping of a Timeloop file -> a TileFlow accelerator mapping;
+    with an Accelergy ERT, its energies per level and action."""
     arch = doc.child("architecture").require_mapping()
     version = arch.get("version")
     holders: dict[str, str] = {}
@@ -73,7 +75,49 @@ def convert_arch(doc: Field) -> dict:
     components = _without_dummies(_known(components), holders)
     names = tuple(c.name for c in components if _kind(c) != "compute")
     SPATIAL_HOLDERS.setdefault(names, {}).update(holders)
-    return _to_tileflow(components, arch)
+    out = _to_tileflow(components, arch)
+    if ert is not None:
+        _apply_ert(out, components, ert)
+    return out
+
+
+def _apply_ert(out: dict, components: list[Component], ert: Ert) -> None:
+    """Energies per word of each level (the ERT's action energy over the level's block) and
+    per operation of the compute unit, from the tables named after the components."""
+    used = set()
+    levels = {lv["name"]: lv for lv in out["levels"]}
+    for c in components:
+        table = ert.tables.get(c.name)
+        if table is None:
+            note(c.attributes, f"'{c.name}' has no table in {ert.source}: its energies stay "
+                 "TileFlow's")
+            continue
+        used.add(c.name)
+        if _kind(c) == "compute":
+            energy = compute_energy(table)
+            if energy is not None:
+                out["compute"]["matrix"]["energy_pj_per_op"] = energy
+            continue
+        level = levels[c.name]
+        bits = _word_bits(c.attributes, out["word_bits"])
+        energies = storage_energies(table, _block_words(c.attributes, bits),
+                                    ert.one_access_energy)
+        if energies is not None:
+            if "energy_pj_per_word" in level:
+                note(c.attributes, f"'vector-access-energy' of '{c.name}' replaced by the "
+                     f"energies of {ert.source} (as Timeloop does)", "vector-access-energy")
+            level["energy_pj_per_word"] = energies
+    note_unmatched(ert, used)
+
+
+def _block_words(a: Field, bits: int) -> int:
+    """Words one access moves (Timeloop's block size): `block-size`, else the width over
+    the word, else 1."""
+    for key in ("block-size", "block_size"):
+        if a.has(key):
+            return a.integer(key)
+    width = next((a.integer(k, 0, minimum=1) for k in WIDTH_KEYS if a.has(k)), None)
+    return max(width // bits, 1) if width else 1
 
 
 def _storage(c: Component) -> bool:
@@ -451,7 +495,7 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
     kind = _kind(c)
     if a.has("vector-access-energy"):
         level["energy_pj_per_word"] = a.number("vector-access-energy", positive=False) / (
-            block or 1)
+            _block_words(a, bits))
     if kind == "dram":
         dram_type = a.get("type")
         if dram_type is not None:
