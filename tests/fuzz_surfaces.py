@@ -27,7 +27,6 @@ import io
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 import tempfile
