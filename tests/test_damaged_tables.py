@@ -135,3 +135,25 @@ def test_a_damaged_retest_file_is_named(tmp_path, capsys):
     code = main(["validate", "cpu", "--report-only", "--out", str(folder)])
     err = capsys.readouterr().err
     assert code == 2 and "retest.csv, line 2, column 'min_s_again'" in err, err
+
+
+def _strict(text: str):
+    """JSON that may not hold NaN or infinities (Python's reader takes them by default)."""
+    def refuse(constant: str):
+        raise AssertionError(f"{constant} in JSON output")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_undefined_metric_is_null_in_the_json_and_the_summary(tmp_path, capsys):
+    """Every GEMM measurement takes the same cycles: their R^2 and rank correlation are
+    undefined. They are written as null, never as NaN, on stdout and in summary.json."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "gemm_1152.csv").write_text(GEMM.replace("1262", "702"))
+    (folder / "gemm_chain_131.csv").write_text(FUSED)
+    code = main(["validate", "rtl", "--data", str(folder), "--out", str(tmp_path / "out"),
+                 "--json"])
+    said = capsys.readouterr()
+    assert code == 0, said.err
+    for data in (_strict(said.out), _strict((tmp_path / "out" / "summary.json").read_text())):
+        assert data["gemm_r2"] is None and data["gemm_spearman_within_shape_mean"] is None

@@ -64,6 +64,13 @@ def test_an_out_that_is_not_a_writable_folder_is_refused(out, tmp_path, capsys):
         assert (tmp_path / "a-file").read_text() == "kept"
 
 
+def test_a_read_only_out_folder_is_refused(tmp_path, capsys, unwritable_folder):
+    folder = unwritable_folder
+    path = write(tmp_path, "p.yaml", GEMM_PROBLEM)
+    code, err = imported(capsys, str(path), "--out", str(folder))
+    assert code == 2 and "--out" in err and "permission denied" in err
+
+
 def test_two_inputs_with_one_name_never_overwrite_each_other(tmp_path, capsys):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
