@@ -117,3 +117,14 @@ b.legend()
     assert "an unlabelled line" in text
     assert "hatched bars but no legend entry" in text
     assert "stacked bars on a log scale" in text
+
+
+def test_the_cpu_notebook_fits_against_the_machine_that_measured_the_rows():
+    """Its committed figures are reproducible anywhere only if the fit reads the committed
+    machine's description, never the machine running the notebook (`load_arch("host")`):
+    executing it here cannot tell, as this machine may be the one that measured them."""
+    [path] = [p for p in NOTEBOOKS if p.stem == "cpu-accuracy"]
+    code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                     if c.cell_type == "code")
+    assert 'load_arch(root / "validate" / "cpu" / "host.yaml")' in code
+    assert "load_arch(\"host\")" not in code and "load_arch('host')" not in code

@@ -104,6 +104,20 @@ def test_wheel_carries_every_shipped_file(installed):
                 assert f"tileflow/_data/{kind}/{path.relative_to(REPO / kind)}" in names
 
 
+def test_the_venv_takes_the_dependencies_from_where_this_interpreter_has_them(installed):
+    """Not from the base interpreter's system site (the venv is made without it, so a
+    runner inside a venv whose base lacks pandas still passes): each dependency imports
+    from the very folder the running interpreter imports it from."""
+    cfg = (installed["bin"].parent / "pyvenv.cfg").read_text()
+    assert "include-system-site-packages = false" in cfg
+    for name in ("numpy", "pandas", "ruamel.yaml"):
+        module = importlib.import_module(name)
+        where = _run(installed["bin"] / "python", "-c",
+                     f"import {name}; print({name}.__file__)",
+                     cwd=installed["cwd"], env=installed["env"])
+        assert Path(where.stdout.strip()).resolve() == Path(module.__file__).resolve()
+
+
 def test_installed_tileflow_runs_from_another_folder(installed):
     where = _run(installed["bin"] / "python", "-c",
                  "import tileflow.shipped as r; print(r.folder('accelerators'))",
