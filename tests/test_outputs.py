@@ -72,3 +72,20 @@ def test_output_folder_is_created_or_refused(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="--out"):
         check_output_folder(tmp_path / "file" / "sub", "--out")
+
+
+@pytest.mark.parametrize("name", ["out\nline", "tab\there", "bell\x07", "del\x7f"])
+def test_an_output_path_with_a_control_character_is_refused(tmp_path, name):
+    """Paths are printed one per line: `wrote out\\nline/x.yaml` would read as two lines."""
+    with pytest.raises(InputError, match="control character"):
+        check_output_folder(tmp_path / name, "--out")
+    with pytest.raises(InputError, match="control character"):
+        check_output_file(tmp_path / f"{name}.csv", [".csv"], "--out")
+    assert not (tmp_path / name).exists()
+
+
+def test_import_refuses_an_out_folder_with_a_newline(tmp_path, capsys):
+    from tileflow.cli import main
+
+    code = main(["import", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "a\nb")])
+    assert code == 2 and "--out" in capsys.readouterr().err

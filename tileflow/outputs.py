@@ -19,9 +19,19 @@ PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
+def _plain_name(path: str | Path, flag: str) -> None:
+    """Output paths are printed one per line (`wrote PATH`, summaries, JSON read by
+    scripts): a control character such as a newline in one would break that."""
+    bad = next((c for c in str(path) if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise InputError(f"cannot write {ascii(str(path))}: the path holds a control "
+                         f"character ({ascii(bad)}); give a plain name", where=flag)
+
+
 def check_output_file(path: str | Path, suffixes: Iterable[str], flag: str) -> Path:
     """A file we may create or replace: a known extension, an existing writable folder, and
     not a directory or a special file (a device, a pipe). Raises InputError naming `flag`."""
+    _plain_name(path, flag)
     path = Path(path)
     suffixes = tuple(suffixes)
     if path.suffix.lower() not in suffixes:
@@ -42,6 +52,7 @@ def check_output_file(path: str | Path, suffixes: Iterable[str], flag: str) -> P
 
 def check_output_folder(folder: str | Path, flag: str, create: bool = True) -> Path:
     """A folder we may write into (created, with its parents, when `create` is set)."""
+    _plain_name(folder, flag)
     folder = Path(folder) if str(folder) else Path(".")
     try:
         if create:
