@@ -32,7 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import HERE, Pair, load_best_known, load_pairs, select  # noqa: E402
+from suite import HERE, Pair, fail, load_best_known, load_pairs, select  # noqa: E402
 
 WITHIN = 0.01  # a seed succeeds within 1 % of the best known ...
 SEEDS_NEEDED = (4, 5)  # ... in at least 4 of 5 seeds (scaled to the seeds run)
@@ -197,7 +197,7 @@ def main() -> None:
                    help="rebuild summary.json and report.md from the saved units")
     args = p.parse_args()
     if args.seeds < 1 or args.budget_s <= 0:
-        raise SystemExit("--seeds must be at least 1 and --budget-s above 0")
+        fail("--seeds must be at least 1 and --budget-s above 0")
     pairs = select(load_pairs(), args.pairs)
     out = args.out.resolve()
     if not args.report_only:

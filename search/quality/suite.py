@@ -5,6 +5,7 @@ tests. Paths in both files are relative to this folder."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,12 @@ class Pair:
         return HERE / "trees" / f"{self.name}.yaml"
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def load_pairs() -> list[Pair]:
     data = yaml.safe_load(PAIRS_FILE.read_text())
     return [Pair(p["name"], p["chip"], p["workload"], dict(p.get("sizes") or {}),
@@ -71,6 +78,6 @@ def select(pairs: list[Pair], names: str | None) -> list[Pair]:
     known = {p.name for p in pairs}
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise SystemExit(f"unknown pair(s) {', '.join(unknown)}; pairs.yaml has: "
-                         f"{', '.join(sorted(known))}")
+        fail(f"--pairs: unknown pair(s) {', '.join(unknown)}; pairs.yaml has: "
+             f"{', '.join(sorted(known))}")
     return [p for p in pairs if p.name in wanted]
