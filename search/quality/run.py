@@ -1,19 +1,23 @@
 """Run the search-quality suite: `tileflow explore` on every chip x workload pair of
 `pairs.yaml` for several seeds, each with a hard time budget, against the pair's best-known
-latency (`best-known.json`); write `summary.json` and `report.md`.
+latency (`best-known.json`), and the capacity and bandwidth sweeps of `sweeps/`; write
+`summary.json` and `report.md`.
 
     PYTHONPATH=. python search/quality/run.py [--seeds 5] [--pairs a,b] [--budget-s 60]
-                                             [--out search/quality] [--report-only]
+        [--sweeps all|none|a,b] [--out search/quality] [--runs DIR] [--report-only]
 
 One unit is one (pair, seed): a study config `RUNS/PAIR/seed-K/study.yaml` (structure search,
-then the tile-factor search, `budget: {seconds: S}`, the pair's objective), run as its own
-`tileflow explore` process, its result (with the found tree) saved as `OUT/units/PAIR.seed-K.json`.
-The studies' own outputs go to `--runs` (default: a folder in the system's temporary folder,
-so no study output lands among the suite's files). A unit whose result
-file exists is skipped (delete it to run it again), so an interrupted run goes on where it
-stopped. `--report-only` rebuilds the summary and report from the saved units. The best found
-is re-evaluated from the study's `best.yaml` with `tileflow evaluate` (a fresh process), and the
-wall time is that of the whole `explore` process, start-up and outputs included.
+then the tile-factor search, `budget: {seconds: S}`, the pair's objective) run as its own
+`tileflow explore` process, its result (with the found tree) saved as
+`OUT/units/PAIR.seed-K.json`. The best found is re-evaluated from the study's `best.yaml` with
+`tileflow evaluate` (a fresh process); the wall time is that of the whole `explore` process,
+start-up and outputs included. A sweep (`sweeps/NAME.yaml`, one capacity or bandwidth) is one
+unit too: a `tileflow sweep` (seed 0, `--budget-s` per point), checked to be monotone in
+latency (a larger capacity or bandwidth can run the smaller point's dataflow, so it must never
+be slower), saved as `OUT/units/sweep.NAME.json`. A unit whose result file exists is skipped
+(delete it to run it again), so an interrupted run goes on where it stopped; `--report-only`
+rebuilds the summary and report from the saved units. The studies' own outputs go to `--runs`
+(default: a folder in the system's temporary folder, away from the suite's files).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from suite import HERE, Pair, fail, load_best_known, load_pairs, select  # noqa: E402
+from suite import HERE, Pair, fail, load_best_known, load_pairs, select, select_sweeps  # noqa: E402
 
 WITHIN = 0.01  # a seed succeeds within 1 % of the best known ...
 SEEDS_NEEDED = (4, 5)  # ... in at least 4 of 5 seeds (scaled to the seeds run)
@@ -102,6 +106,40 @@ def run_unit(pair: Pair, seed: int, budget_s: float, runs: Path) -> dict:
     return record
 
 
+def run_sweep(name: str, config: Path, budget_s: float, runs: Path) -> dict:
+    """One sweep (`tileflow sweep`, seed 0, `budget_s` per point); its points' cycles."""
+    out = runs / "sweeps" / name
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", "tileflow.cli", "sweep", str(config),
+                               "--budget-seconds", f"{budget_s:g}", "--out", str(out),
+                               "--quiet"], capture_output=True, text=True, env=env(),
+                              timeout=10 * (budget_s + KILL_AFTER_S))
+        code, error = done.returncode, done.stderr.strip()[-2000:]
+    except subprocess.TimeoutExpired:
+        code, error = None, "killed"
+    record = {"sweep": name, "budget_s": budget_s, "wall_s": time.perf_counter() - start,
+              "exit_code": code, "error": error if code != 0 else None, "points": []}
+    summary = out / "summary.json"
+    if code == 0 and summary.exists():
+        data = json.loads(summary.read_text())
+        record["points"] = [{"parameters": p["parameters"], "valid": p.get("valid"),
+                             "cycles": p.get("cycles") if p.get("valid") else None}
+                            for p in data["points"]]
+    return record
+
+
+def monotone(points: list[dict]) -> bool | None:
+    """Latency never rises as the one swept resource grows (None: a point has no valid
+    result). Capacities and bandwidths only add room, so a larger value can always run the
+    smaller one's dataflow."""
+    if not points or any(p["cycles"] is None for p in points):
+        return None
+    ordered = sorted(points, key=lambda p: list(p["parameters"].values()))
+    return all(b["cycles"] <= a["cycles"] * (1 + 1e-9)
+               for a, b in zip(ordered, ordered[1:], strict=False))
+
+
 def gap(found: float | None, best: float | None) -> float | None:
     """How far above the best known the found latency is (a fraction; negative: better)."""
     if found is None or not best:
@@ -114,7 +152,8 @@ def needed(seeds: int) -> int:
     return max(1, -(-seeds * SEEDS_NEEDED[0] // SEEDS_NEEDED[1]))
 
 
-def summarise(pairs: list[Pair], seeds: int, budget_s: float, out: Path) -> dict:
+def summarise(pairs: list[Pair], seeds: int, budget_s: float, out: Path,
+              sweeps: tuple[str, ...] = ()) -> dict:
     known = load_best_known()
     rows = []
     for pair in pairs:
@@ -139,7 +178,20 @@ def summarise(pairs: list[Pair], seeds: int, budget_s: float, out: Path) -> dict
             "target": f"within {WITHIN:.0%} of the best known in at least {needed(seeds)} of "
                       f"{seeds} seeds, the whole explore process within its {budget_s:g} s",
             "pairs_meeting_target": sum(r["meets_target"] for r in rows),
-            "pairs": rows}
+            "pairs": rows, "sweeps": (swept := sweep_rows(sweeps, out)),
+            "sweeps_monotone": sum(r["monotone"] is True for r in swept)}
+
+
+def sweep_rows(names: tuple[str, ...], out: Path) -> list[dict]:
+    rows = []
+    for name in names:
+        path = out / "units" / f"sweep.{name}.json"
+        if path.exists():
+            record = json.loads(path.read_text())
+            rows.append({**record, "monotone": monotone(record["points"])})
+        else:
+            rows.append({"sweep": name, "points": [], "monotone": None, "not_run": True})
+    return rows
 
 
 def fmt_gap(g: float | None) -> str:
@@ -150,7 +202,9 @@ def report(summary: dict) -> str:
     lines = [
         "# Search-quality suite", "",
         f"Target: {summary['target']}. Pairs meeting it: {summary['pairs_meeting_target']} of "
-        f"{len(summary['pairs'])}.", "",
+        f"{len(summary['pairs'])}." + (
+            f" Sweeps monotone in latency: {summary['sweeps_monotone']} of "
+            f"{len(summary['sweeps'])}." if summary.get("sweeps") else ""), "",
         "Per seed: found cycles, gap to the best known, wall seconds of the whole `tileflow "
         "explore` process, start-up and outputs included (budget {:g} s), and in brackets the "
         "seconds the study itself reports. `ok`: within 1 % and within the budget; a negative "
@@ -178,6 +232,20 @@ def report(summary: dict) -> str:
                      + " | ".join(cells)
                      + f" | {r['seeds_ok']} / {summary['seeds_needed']}"
                      + (" (met)" if r["meets_target"] else "") + " |")
+    if summary.get("sweeps"):
+        lines += ["", "## Sweeps", "",
+                  "Latency (cycles) of the best found at each point (seed 0, the budget per "
+                  "point); more capacity or bandwidth must never give a slower answer.", "",
+                  "| sweep | points | monotone in latency |", "|---|---|---|"]
+        for r in summary["sweeps"]:
+            pts = ", ".join(
+                f"{'/'.join(f'{v:g}' for v in p['parameters'].values())}: "
+                + ("invalid" if p["cycles"] is None else f"{p['cycles']:,.0f}")
+                for p in r["points"]) or ("not run" if r.get("not_run") else
+                                          f"failed: {r.get('error')}")
+            flag = {True: "yes", False: "**NO**", None: "-"}[r["monotone"]]
+            swept = ", ".join(r["points"][0]["parameters"]) if r["points"] else ""
+            lines.append(f"| {r['sweep']} ({swept}) | {pts} | {flag} |")
     lines += ["", "Chips, workloads and the best-known trees: `pairs.yaml`, `best-known.json`, "
               "`trees/`, README.md (why each hand-written tree is good).", ""]
     return "\n".join(lines)
@@ -187,7 +255,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--pairs", help="comma-separated pair names (default: all)")
-    p.add_argument("--budget-s", type=float, default=60)
+    p.add_argument("--budget-s", type=float, default=60,
+                   help="seconds per study (and per sweep point)")
+    p.add_argument("--sweeps", default="all",
+                   help="sweeps/ to run: all (default), none or comma-separated names")
     p.add_argument("--out", type=Path, default=HERE,
                    help="folder for units/, summary.json and report.md")
     p.add_argument("--runs", type=Path,
@@ -199,6 +270,7 @@ def main() -> None:
     if args.seeds < 1 or args.budget_s <= 0:
         fail("--seeds must be at least 1 and --budget-s above 0")
     pairs = select(load_pairs(), args.pairs)
+    sweeps = select_sweeps(args.sweeps)
     out = args.out.resolve()
     if not args.report_only:
         for pair in pairs:
@@ -212,7 +284,15 @@ def main() -> None:
                 print(f"{record['found_cycles']} cycles, {record['wall_s']:.1f} s"
                       + (f" (exit {record['exit_code']})" if record["exit_code"] else ""),
                       flush=True)
-    summary = summarise(pairs, args.seeds, args.budget_s, out)
+        for name, config in sweeps.items():
+            unit = out / "units" / f"sweep.{name}.json"
+            if unit.exists():
+                continue
+            print(f"sweep {name} ...", end=" ", flush=True)
+            record = run_sweep(name, config, args.budget_s, args.runs.resolve())
+            atomic_write(unit, json.dumps(record, indent=2) + "\n")
+            print(f"monotone: {monotone(record['points'])}, {record['wall_s']:.0f} s", flush=True)
+    summary = summarise(pairs, args.seeds, args.budget_s, out, tuple(sweeps))
     atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     atomic_write(out / "report.md", report(summary))
     print(f"{summary['pairs_meeting_target']} of {len(pairs)} pairs meet the target; "

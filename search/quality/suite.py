@@ -14,6 +14,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 PAIRS_FILE = HERE / "pairs.yaml"
 BEST_KNOWN_FILE = HERE / "best-known.json"
+SWEEPS_DIR = HERE / "sweeps"
 BASELINES = ("layerwise", "uni-pipe", "flat-hgran", "flat-rgran", "chimera", "tileflow-pipe",
              "fused-layer", "isos")
 
@@ -81,3 +82,23 @@ def select(pairs: list[Pair], names: str | None) -> list[Pair]:
         fail(f"--pairs: unknown pair(s) {', '.join(unknown)}; pairs.yaml has: "
              f"{', '.join(sorted(known))}")
     return [p for p in pairs if p.name in wanted]
+
+
+def load_sweeps() -> dict[str, Path]:
+    """Sweep configs (`sweeps/NAME.yaml`, one accelerator parameter each) by name."""
+    return {p.stem: p for p in sorted(SWEEPS_DIR.glob("*.yaml"))}
+
+
+def select_sweeps(names: str) -> dict[str, Path]:
+    """`all`, `none` or a comma-separated list of sweep names; an unknown name is an error."""
+    sweeps = load_sweeps()
+    if names == "all":
+        return sweeps
+    if names == "none":
+        return {}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in sweeps]
+    if unknown:
+        fail(f"--sweeps: unknown sweep(s) {', '.join(unknown)}; sweeps/ has: "
+             f"{', '.join(sweeps)} (or all, none)")
+    return {n: sweeps[n] for n in wanted}

@@ -13,6 +13,12 @@ from pathlib import Path
 import pytest
 
 from tileflow.cost import evaluate
+from tileflow.explore.sweeps.sweep_config import (
+    accelerator_document,
+    check_parameters,
+    load_sweep,
+    point_arch,
+)
 from tileflow.interop.files import import_files, load_arch_any, load_workload_any
 from tileflow.shipped import shipped
 from tileflow.specs.dataflow import load_dataflow_file
@@ -103,3 +109,39 @@ def test_runner_needs_four_of_five_seeds_within_one_percent_and_the_budget(tmp_p
         {"pair": pair.name, "seed": 2, "budget_s": 60, "wall_s": 10, "found_cycles": best}))
     assert runner.summarise([pair], 5, 60, tmp_path)["pairs"][0]["meets_target"]
     assert "4 / 4" not in runner.report(summary) and "3 / 4" in runner.report(summary)
+
+
+SWEEPS = suite.load_sweeps()
+
+
+@pytest.mark.parametrize("name", list(SWEEPS))
+def test_sweep_grows_one_resource_of_a_pair_and_its_best_tree_never_slows(name):
+    """The target asks each sweep's found latency to be monotone; that is reachable because a
+    larger capacity or bandwidth runs the smaller point's dataflow no slower, checked here on
+    the pair's best-known tree at every point."""
+    config = load_sweep(SWEEPS[name])
+    assert len(config.parameters) == 1 and len(config.parameters[0].values) >= 2
+    document, source = accelerator_document(config.explore.accelerator)
+    check_parameters(config, document)
+    [pair] = [p for p in PAIRS if p.chip_path.resolve() == Path(source).resolve()
+              and Path(p.workload_ref).name == Path(config.explore.workload).name
+              and {k: config.explore.sizes.get(k) for k in p.sizes} == p.sizes]
+    workload = load_workload_any(pair.workload_ref, pair.sizes)
+    flow = load_dataflow_file(QUALITY / KNOWN[pair.name]["tree"])
+    points = sorted(config.points(), key=lambda pt: list(pt.values()))
+    results = [evaluate(workload, point_arch(config, document, source, pt)[1], flow)
+               for pt in points]
+    assert any(r.valid for r in results)
+    for smaller, larger in zip(results, results[1:], strict=False):
+        if smaller.valid:
+            assert larger.valid and larger.cycles <= smaller.cycles * (1 + 1e-9)
+
+
+def test_runner_calls_a_sweep_monotone_only_when_latency_never_rises():
+    def pts(*pairs):
+        return [{"parameters": {"L1.capacity_bytes": v}, "cycles": c} for v, c in pairs]
+
+    assert runner.monotone(pts((256, 90), (64, 100), (128, 100)))  # any order, ties allowed
+    assert runner.monotone(pts((64, 100), (128, 101), (256, 90))) is False
+    assert runner.monotone(pts((64, None), (128, 100))) is None
+    assert runner.monotone([]) is None
