@@ -60,6 +60,15 @@ def test_best_known_tree_gives_the_committed_cycles(pair):
     assert result.cycles >= matrix_macs(workload) / arch.total_macs_per_cycle * (1 - 1e-9)
 
 
+def test_readme_table_gives_the_committed_values():
+    text = (QUALITY / "README.md").read_text()
+    for pair in PAIRS:
+        [row] = [line for line in text.splitlines() if line.startswith(f"| {pair.name} |")]
+        best, floor = (float(c.replace(",", "")) for c in row.split("|")[4:6])
+        assert best == round(KNOWN[pair.name]["cycles"]), pair.name
+        assert floor == round(KNOWN[pair.name]["matrix_floor_cycles"]), pair.name
+
+
 @pytest.mark.parametrize("pair", [p for p in PAIRS if p.hand_trees()], ids=lambda p: p.name)
 def test_hand_written_trees_are_valid_and_not_better_than_the_best_known(pair):
     workload, arch = loaded(pair)
