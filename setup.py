@@ -5,7 +5,8 @@ YAML files (accelerators/, workloads/, dataflows/, search/) go into the package 
 from setuptools import find_packages, setup
 
 DATA = ("accelerators", "workloads", "dataflows", "search")
-PATTERNS = ["*.yaml", "*.yml", "*.md", "*/*.yaml", "*/*.yml"]  # search/<study>/*.yaml too
+PATTERNS = ["*.yaml", "*.yml", "*.md", "*/*.yaml", "*/*.yml",  # search/<study>/*.yaml too
+            "*/*/*.yaml", "*/*/*/*.yaml"]  # search/quality/{chips,trees/hand}/
 
 setup(
     packages=find_packages(include=["tileflow", "tileflow.*"])
