@@ -653,7 +653,8 @@ def _explore_config(name: str) -> Path:
     shipped = root / (name if path.suffix in (".yaml", ".yml") else f"{name}.yaml")
     if not path.is_absolute() and ".." not in path.parts and shipped.is_file():
         return shipped
-    studies = sorted((str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")),
+    studies = sorted((str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml")
+                      if p.relative_to(root).parts[0] != "quality"),  # the quality suite's
                      key=lambda s: ("/" in s, s))
     few = ", ".join(studies[:4]) + (f" ... ({len(studies)} in all)" if len(studies) > 4 else "")
     raise InputError(f"no such exploration config '{name}': give a YAML file or a shipped "
