@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +29,9 @@ EXAMPLES = """examples:
 
 
 MAX_FLAG_VALUE = 2**31  # --set and --tile values (the same bound as sizes in files)
+# of a budget in seconds, kept for what follows the search: writing explore's outputs
+# (plots, CSV: about 1 s), the last batch's overrun and the interpreter's exit
+OUTPUTS_RESERVE_S, OUTPUTS_RESERVE_SHARE = 2.5, 0.03
 
 
 def _pairs(values: Sequence[str] | None, flag: str, minimum: int) -> dict[str, int]:
@@ -704,7 +708,10 @@ def cmd_explore(args) -> int:
 
     try:
         outcome = explore(config, args.storage, args.workers, args.resume, progress,
-                          restart=args.restart, heartbeat_s=interval_for(args.quiet))
+                          restart=args.restart, heartbeat_s=interval_for(args.quiet),
+                          started=args.started,
+                          reserve_s=OUTPUTS_RESERVE_S + OUTPUTS_RESERVE_SHARE * (
+                              config.budget_seconds or 0.0))
     except InputError as exc:  # a storage that cannot be opened: say which flag gave it
         if args.storage and not exc.source and not exc.where and "storage" in exc.message:
             raise exc.located(where="--storage") from None
@@ -763,12 +770,25 @@ COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench
             "sweep": cmd_sweep}
 
 
+def _process_age_s() -> float:
+    """Seconds since this process started (the interpreter's start-up and imports before
+    `main`), from /proc where there is one; 0 elsewhere."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        return max(uptime_s - int(fields[19]) / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Bad input: one paragraph on stderr, exit 2. Ctrl-C: exit 130.
     A closed stdout (`... | head`): exit 141 quietly, as a program killed by SIGPIPE."""
+    started = time.perf_counter() - (_process_age_s() if argv is None else 0.0)
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.started = started  # budgets in seconds count the whole command
         code = COMMANDS[args.command](args)
         sys.stdout.flush()
         return code

@@ -358,8 +358,9 @@ EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
         "points, structure search included (the structure search counts every tile-factor "
         "evaluation it asks for; the baselines' own factors are always evaluated, even past "
         "it)", "2000"),
-    Key("seconds", "number > 0", "stop after this many seconds of the whole run (writing "
-        "the outputs after it takes a few seconds more)", "none", "s"),
+    Key("seconds", "number > 0", "the whole command ends within this many seconds, counted "
+        "from its start (loading included); the search stops 2.5 s + 3 % earlier to leave "
+        "time for writing the outputs", "none", "s"),
     Key("structure_share", "number between 0 and 1", "with `structures: search`, the "
         "structure search's part of both budgets; it stops at its share and the tile-factor "
         "study gets the rest (what the structure search left unused included)", "0.5"),

@@ -158,35 +158,43 @@ def storage_url(config: ExploreConfig, storage: str | None, workers: int) -> str
 
 def explore(config: ExploreConfig, storage: str | None = None, workers: int = 1,
             resume: bool = False, progress: bool = True, seed_fitted: bool = True,
-            restart: bool = False, heartbeat_s: float | None = None) -> Outcome:
+            restart: bool = False, heartbeat_s: float | None = None,
+            started: float | None = None, reserve_s: float = 0.0) -> Outcome:
     """Run the study the config describes and gather its points and best dataflow.
     `seed_fitted=False`: the baselines' fitted factors are neither study points nor warm
     starts (they are still fitted and compared), so the points are the search's own.
     `restart`: a study already in the storage is discarded and a new one started.
     The budget caps the whole run: the structure search stops at its share
     (`structure_caps`), the tile-factor study gets the rest. `heartbeat_s`: a progress line
-    on stderr that often (see `heartbeat`)."""
+    on stderr that often (see `heartbeat`). `started` (a `time.perf_counter()` instant,
+    default now) is when the run began, so that loading and start-up count against the
+    seconds; `reserve_s` of them are left for what the caller does after (its outputs)."""
     workers = usable_workers(workers)
+    started = time.perf_counter() if started is None else started
     url = storage_url(config, storage, workers)
     with studies.storage_errors(url):
         return _explore(config, url, workers, resume, progress, seed_fitted, restart,
-                        heartbeat_s)
+                        heartbeat_s, started, reserve_s)
 
 
 def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
              progress: bool, seed_fitted: bool, restart: bool,
-             heartbeat_s: float | None = None) -> Outcome:
+             heartbeat_s: float | None = None, started: float | None = None,
+             reserve_s: float = 0.0) -> Outcome:
     from tqdm import tqdm
 
     from tileflow.explore.studies.heartbeat import ProgressLine
 
+    start = time.perf_counter() if started is None else started
+    reported = config  # the budget as given; the search's caps leave `reserve_s` out of it
+    if config.budget_seconds is not None:
+        config = replace(config, budget_seconds=max(config.budget_seconds - reserve_s, 0.0))
     w, arch = config.load()
     check_against(config, w, arch)
     from tileflow.dataflows import baselines_for
 
     store = studies.open_storage(url)
     shared = hasattr(store, "record_heartbeat")  # a database: other processes may join
-    start = time.perf_counter()
     line = ProgressLine(f"explore {config.name}", heartbeat_s, clock=time.perf_counter)
     line.start = line.last = start
     found = None
@@ -249,7 +257,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
         pool.terminate()
     finally:
         bar.close()
-    outcome = gather(config, w, arch, study, candidates, fitted,
+    outcome = gather(reported, w, arch, study, candidates, fitted,
                      time.perf_counter() - start, interrupted)
     outcome = replace(outcome, workers=pool.report(outcome.points, interrupted))
     if found is not None:
@@ -263,7 +271,8 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
                               "seconds_cap": tile_config.budget_seconds,
                               "evaluations": int(len(outcome.points)),
                               "seconds": outcome.seconds - struct_used_s}}
-    budget = {"evaluations": config.budget_evals, "seconds": config.budget_seconds,
+    budget = {"evaluations": config.budget_evals, "seconds": reported.budget_seconds,
+              "reserved_for_outputs_s": reserve_s if config.budget_seconds is not None else 0,
               "structure_share": config.structure_share if found is not None else 0.0,
               "evaluations_used": struct_used + int(len(outcome.points)),
               "seconds_used": outcome.seconds, "phases": phases}
