@@ -231,7 +231,9 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
     compute_pj = sum(compute_by_unit.values())
     breakdown: list[NodeLatency] = []
     cycles, bottleneck = _latency(plan, counts, breakdown, convention)
-    leakage = leakage_pj(arch, used, _unit_instances(plan), cycles)
+    powered = used_instances(arch, ((p.loops, p.levels[-1]) for p in plan.paths.values()),
+                             reached_only=False)
+    leakage = leakage_pj(arch, powered, _unit_instances(plan), cycles)
     total_pj = compute_pj + sum(sum(v.values()) for v in energy.values()) + sum(
         leakage.values())
     utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0

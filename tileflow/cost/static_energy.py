@@ -42,14 +42,16 @@ def spread_over(loops: Iterable[SpatialLoop], level: int) -> int:
     return math.prod(lp.n for lp in loops if lp.spatial and lp.level < level)
 
 
-def used_instances(arch: Architecture,
-                   paths: Iterable[tuple[Sequence[SpatialLoop], int]]) -> list[int]:
-    """Per level: the most instances any operator uses (`paths`: each operator's loops and
-    its innermost level; an operator uses no level below its innermost), at most the
-    level's instances."""
+def used_instances(arch: Architecture, paths: Iterable[tuple[Sequence[SpatialLoop], int]],
+                   reached_only: bool = True) -> list[int]:
+    """Per level: the most instances any operator spreads over (`paths`: each operator's
+    loops and its innermost level), at most the level's instances. `reached_only`: an
+    operator counts only at the levels down to its innermost (the instances that hold its
+    data: whole blocks); else at every level (the instances powered: leakage, which
+    Timeloop charges on a level that keeps nothing too)."""
     used = [0] * len(arch.levels)
     for loops, innermost in paths:
-        for index in range(innermost + 1):
+        for index in range(innermost + 1 if reached_only else len(arch.levels)):
             used[index] = max(used[index], min(arch.levels[index].instances,
                                                spread_over(loops, index)))
     return used

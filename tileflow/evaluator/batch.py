@@ -165,8 +165,8 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
 
 
 def _used(r: Rows, paths, level: int) -> np.ndarray:
-    """Per row, the most instances of `level` the operators of `paths` use
-    (`cost.static_energy.used_instances`): their spatial factors above it."""
+    """Per row, the most instances of `level` the operators of `paths` spread over
+    (`cost.static_energy.used_instances`, powered): their spatial factors above it."""
     cap = r.c.arch.levels[level].instances
     used = np.zeros(r.count, dtype=np.int64)
     for path in paths:
@@ -183,9 +183,8 @@ def _leakage(r: Rows) -> np.ndarray:
     arch = c.arch
     per_cycle = np.zeros(r.count)
     for index, lv in enumerate(arch.levels):
-        if lv.leakage_pj_per_cycle:
-            paths = [p for p in c.paths.values() if p.leaf_level >= index]
-            per_cycle = per_cycle + lv.leakage_pj_per_cycle * _used(r, paths, index)
+        if lv.leakage_pj_per_cycle:  # every operator's spread, as leakage_pj's
+            per_cycle = per_cycle + lv.leakage_pj_per_cycle * _used(r, c.paths.values(), index)
     units = {}
     for p in c.paths.values():
         units.setdefault(arch.unit(p.op.unit).kind, []).append(p)

@@ -151,8 +151,9 @@ LEVEL = Section("level", "each item of `levels`", (
         "level's own or 1 (docs/energy.md)", "unset: each word charged on its own", "words"),
     Key("leakage_pj_per_cycle", "number >= 0", "static energy of one instance per cycle "
         "(Accelergy's `leak` action): charged for every cycle of the run on each instance the "
-        "dataflow uses (the instances its spatial loops reach; the others taken as power-"
-        "gated, as Timeloop does); imports with an ERT set it (docs/energy.md)", "0",
+        "dataflow uses (the instances the spatial loops above the level spread over, the "
+        "most of any operator, whether or not it keeps data there; the others taken as "
+        "power-gated, as Timeloop does); imports with an ERT set it (docs/energy.md)", "0",
         "pJ/cycle"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
