@@ -82,8 +82,9 @@ def _conventions_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conventions", choices=["timeloop"],
                    help="count as Timeloop does: perfect overlap (unless --overlap says "
                         "otherwise), write-backs that take no read bandwidth "
-                        "(`writeback_on_read_port: false` on every level) and its delta "
-                        "rule for inputs (`deltas: timeloop`); Timeloop files "
+                        "(`writeback_on_read_port: false` on every level), its delta "
+                        "rule for inputs (`deltas: timeloop`) and whole accesses in energy "
+                        "(`block_words`, the level's or 1); Timeloop files "
                         "are imported with these already (docs/interop.md)")
     p.add_argument("--ert", metavar="FILE",
                    help="an Accelergy energy reference table for a Timeloop --arch: its "
@@ -98,7 +99,8 @@ def _with_overlap(arch, overlap: str | None, conventions: str | None = None):
 
     if conventions == "timeloop":
         arch = replace(arch, overlap="perfect", levels=tuple(
-            replace(lv, writeback_on_read_port=False, deltas="timeloop")
+            replace(lv, writeback_on_read_port=False, deltas="timeloop",
+                    block_words=lv.block_words or 1)
             for lv in arch.levels))
     return replace(arch, overlap=overlap) if overlap else arch
 

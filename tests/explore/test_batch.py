@@ -167,6 +167,37 @@ def test_random_trees_with_shared_ports_and_free_write_backs(case: str) -> None:
     assert totals[0] >= 100, f"only {totals[0]} rows compared"
 
 
+# the same accelerator with leakage on every level and on both units: the batch adds pJ per
+# cycle x instances in use x cycles, as the scalar model does
+LEAKY = replace(TIMED, levels=tuple(
+    replace(lv, leakage_pj_per_cycle=0.5 + k) for k, lv in enumerate(TIMED.levels)),
+    matrix=replace(TIMED.matrix, leakage_pj_per_cycle=0.25),
+    vector=replace(TIMED.vector, leakage_pj_per_cycle=0.125))
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax"])
+def test_random_trees_with_leakage(case: str) -> None:
+    w = workload(CASES[case])
+    rng = np.random.default_rng(13)
+    totals = [0, 0.0]
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            ref = evaluate(w, LEAKY, flow)
+        except InvalidDataflow:
+            return
+        totals[1] += sum(ref.leakage_pj.values())
+        structure = structure_of(w, LEAKY, flow)
+        totals[0] += assert_rows_equal(structure, random_rows(structure, 12, rng))[0]
+
+    check()
+    assert totals[0] >= 100, f"only {totals[0]} rows compared"
+    assert totals[1] > 0
+
+
 SMALL = {"attention": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
          "attention-online": {"b": 2, "m": 64, "l": 48, "k": 16, "n": 16},
          "gemm-chain": {"m": 64, "l": 96, "k": 32, "n": 32},

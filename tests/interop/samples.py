@@ -507,7 +507,7 @@ mapping:
 
 # Accelergy's energy reference table for ARCH_ONE_PE (its v0.4 layout: one table per
 # component, named by its path, each action's energy per access; DRAM and Buffer accesses
-# move a 32-word block, the register one word). Buffer's leak, Reg's gated_read and the
+# move a 32-word block, the register one word; the Buffer leaks). Reg's gated_read and the
 # NoC's table have no use in TileFlow: notes of the import's report.
 ERT_ONE_PE = """
 ERT:

@@ -24,15 +24,18 @@ from tileflow.cost import evaluate
 from tileflow.interop.files import load_arch_any, load_dataflow_any, load_workload_any
 
 
-def test_energy_is_the_counts_times_the_tables_energies_per_word(tmp_path):
+def test_energy_is_the_counts_in_whole_blocks_times_the_tables_energies_per_word(tmp_path):
     """Per word: DRAM and Buffer divide their action energies by the 32-word block (100, 90,
     80 and 2, 1.5, 1 pJ), the register by 1 (0.5, 0.25, 0.125 pJ); a MAC 0.75 pJ.
     Counts (one PE; test_convolution_with_output_channels_on_one_pe): the register reads
     1536 weights, 1536 inputs and 1024 outputs (4096 x 0.5 = 2048), fills 96 + 288 + 512
-    (896 x 0.25 = 224) and updates 1536 (x 0.125 = 192): 2464. The Buffer reads 96 + 288
-    (384 x 2 = 768), fills 96 + 18 + 512 (626 x 1.5 = 939), updates 512 (x 1 = 512): 2219.
-    DRAM reads 96 + 18 (114 x 100 = 11,400) and is updated 512 times (x 80 = 40,960):
-    52,360. 1536 MACs x 0.75 = 1152. Total 58,195 pJ."""
+    (896 x 0.25 = 224) and updates 1536 (x 0.125 = 192): 2464. Whole 32-word blocks per
+    tensor and action on the one instance of Buffer and DRAM (Timeloop's accounting): the
+    Buffer reads 96 + 288 (both whole blocks: 384 x 2 = 768), fills 96 + 18 (one block: 32)
+    + 512 (640 x 1.5 = 960), updates 512 (x 1 = 512): 2240 (2219 word by word). DRAM reads
+    96 + 18 (32: 128 x 100 = 12,800) and is updated 512 times (x 80 = 40,960): 53,760
+    (52,360 word by word). 1536 MACs x 0.75 = 1152. The Buffer leaks 0.01 pJ per cycle on
+    its one instance over the 1536 cycles (one MAC per cycle): 15.36 pJ."""
     arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_ONE_PE),
                          write(tmp_path, "ert.yaml", ERT_ONE_PE))
     dram, buf, reg = arch.levels
@@ -40,14 +43,21 @@ def test_energy_is_the_counts_times_the_tables_energies_per_word(tmp_path):
     assert (buf.read_energy_pj, buf.write_energy_pj, buf.update_energy_pj) == (2, 1.5, 1)
     assert (reg.read_energy_pj, reg.write_energy_pj, reg.update_energy_pj) == \
         (0.5, 0.25, 0.125)
+    assert (dram.block_words, buf.block_words, reg.block_words) == (32, 32, 1)
+    assert (dram.leakage_pj_per_cycle, buf.leakage_pj_per_cycle) == (0, 0.01)
     assert arch.matrix.energy_pj_per_op == 0.75
     w = load_workload_any(write(tmp_path, "prob.yaml", CONV_OC_PROBLEM))
     flow = load_dataflow_any(write(tmp_path, "map.yaml", CONV_OC_MAPPING), w, arch)
     r = evaluate(w, arch, flow)
     by_level = {lv: sum(parts.values()) for lv, parts in r.energy_by_level_pj.items()}
-    assert by_level == {"Reg": 2464, "Buffer": 2219, "DRAM": 52360}
+    assert by_level == {"Reg": 2464, "Buffer": 2240, "DRAM": 53760}
+    assert r.cycles == 1536
+    assert r.leakage_pj == pytest.approx({"Buffer": 15.36})
     assert r.compute_energy_pj == 1152
-    assert r.energy_pj == 2464 + 2219 + 52360 + 1152
+    assert r.energy_pj == pytest.approx(2464 + 2240 + 53760 + 1152 + 15.36)
+    costs = {c.component: c.energy_pj for c in r.components}
+    assert costs["Buffer"] == pytest.approx(2240 + 15.36)
+    assert sum(costs.values()) == pytest.approx(r.energy_pj)
 
 
 def test_a_v03_table_charges_every_access_at_the_largest_energy(tmp_path):
@@ -66,18 +76,24 @@ def test_a_v03_table_charges_every_access_at_the_largest_energy(tmp_path):
 
 def test_import_writes_the_energies_and_notes_what_it_does_not_use(tmp_path, capsys):
     """`--ert` (or the ERT among the files, as Timeloop takes it) writes the energies into
-    the imported accelerator; the Buffer's leak, the register's gated_read and the NoC's
-    table are noted, with their lines."""
+    the imported accelerator, the Buffer's leak as its leakage and the blocks as its
+    `block_words`; the MAC's leak (Timeloop's total leaves it out), the register's
+    gated_read and the NoC's table are noted, with their lines."""
     arch = write(tmp_path, "arch.yaml", ARCH_ONE_PE)
-    ert = write(tmp_path, "ert.yaml", ERT_ONE_PE)
+    ert = write(tmp_path, "ert.yaml", ERT_ONE_PE.replace(
+        "    - {name: compute, arguments: {}, energy: 0.75}\n",
+        "    - {name: compute, arguments: {}, energy: 0.75}\n"
+        "    - {name: leak, arguments: {}, energy: 0.002}\n"))
     for args in (["--ert", ert], [ert]):
         out = tmp_path / f"out{len(args)}"
         assert main(["import", arch, *args, "--out", str(out)]) == 0
         said = capsys.readouterr().out
         levels = yaml.safe_load((out / "arch.arch.yaml").read_text())["levels"]
         assert levels[1]["energy_pj_per_word"] == {"read": 2, "write": 1.5, "update": 1}
-        assert f"{ert}, line 14 (ERT.tables[1].actions[2].name)" in said
-        assert "'leak' of 'Buffer'" in said and "not modelled" in said
+        assert levels[1]["leakage_pj_per_cycle"] == 0.01 and levels[1]["block_words"] == 32
+        assert "'leak' of 'Buffer'" not in said
+        assert f"{ert}, line 25 (ERT.tables[3].actions[1].name)" in said
+        assert "'leak' of 'MAC'" in said and "not imported" in said
         assert "'gated_read' of 'Reg'" in said
         assert "'NoC' matches no storage level or compute unit" in said
 
@@ -118,14 +134,14 @@ def test_an_ert_needs_its_architecture_and_an_existing_file(tmp_path, capsys):
 
 
 def test_evaluate_takes_the_table_beside_a_timeloop_architecture(tmp_path, capsys):
-    """`evaluate --ert` gives the same energy as the import (58,195 pJ, derived above);
+    """`evaluate --ert` gives the same energy as the import (59,631.36 pJ, derived above);
     beside a TileFlow accelerator it is refused."""
     files = ["--arch", write(tmp_path, "arch.yaml", ARCH_ONE_PE),
              "--workload", write(tmp_path, "prob.yaml", CONV_OC_PROBLEM),
              "--dataflow", write(tmp_path, "map.yaml", CONV_OC_MAPPING)]
     ert = write(tmp_path, "ert.yaml", ERT_ONE_PE)
     assert main(["evaluate", *files, "--ert", ert, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["energy_pj"] == 58195
+    assert json.loads(capsys.readouterr().out)["energy_pj"] == pytest.approx(59631.36)
     files[1] = "edge"
     assert main(["evaluate", *files, "--ert", ert]) == 2
     assert "edge: an Accelergy ERT goes with a Timeloop architecture" in \

@@ -135,6 +135,33 @@ def test_convolution_with_output_channels_on_one_pe(tmp_path):
     assert arch.levels[1].capacity_words == 8192 * 32 and arch.technology_nm == 40
 
 
+def test_loops_of_a_level_that_keeps_nothing_iterate_in_the_next_level_out(tmp_path):
+    """Exercise 3's mapping with a Buffer that keeps no tensor: its loops K:16, P:16 run
+    at the innermost position of DRAM (which has none of its own), and the register is
+    filled from DRAM at each of their steps: the counts of the one-PE test above, with
+    the Buffer's reads now DRAM's (weights 16 x 6 = 96, inputs 16 x 18 = 288, 512 output
+    updates) and nothing at the Buffer. The same tree as the loops written at DRAM; the
+    import's report notes the move."""
+    from tileflow.interop.report import collecting
+
+    arch = load_arch_any(write(tmp_path, "arch.yaml", ARCH_ONE_PE))
+    keeps_nothing = CONV_OC_MAPPING + (
+        "- {target: Buffer, type: bypass, bypass: [Weights, Inputs, Outputs]}\n")
+    with collecting() as found:
+        _, flow, r = run(tmp_path, arch, CONV_OC_PROBLEM, keeps_nothing)
+    assert any("'Buffer' keeps no tensor but has loops K:16 P:16" in n for n in found.notes)
+    reg, dram = r.traffic["Reg"], r.traffic["DRAM"]
+    assert "Buffer" not in r.traffic
+    assert reg["Weights"].fill == 96 and reg["Inputs"].fill == 288
+    assert reg["Weights"].read == reg["Inputs"].read == 1536
+    assert dram["Weights"].read == 96 and dram["Inputs"].read == 288
+    assert dram["Outputs"].update == 512 and dram["Outputs"].read == 0
+    at_dram = keeps_nothing.replace("target: Buffer, type: temporal",
+                                    "target: DRAM, type: temporal")
+    _, written, same = run(tmp_path, arch, CONV_OC_PROBLEM, at_dram)
+    assert flow.root == written.root and same.traffic == r.traffic
+
+
 def test_evaluate_command_reads_the_three_files(tmp_path, capsys):
     args = ["evaluate", "--arch", write(tmp_path, "a.yaml", ARCH_V03),
             "--workload", write(tmp_path, "p.yaml", GEMM_PROBLEM),

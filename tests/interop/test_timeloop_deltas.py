@@ -144,7 +144,11 @@ def test_the_batched_evaluator_leaves_the_rule_to_the_scalar_model(tmp_path):
     flow = load_dataflow_any(write(tmp_path, "map.yaml", CONV_CP_MAPPING), w, arch)
     structure = structure_of(w, arch, flow)
     assert "deltas: timeloop" in scalar_only(structure)
-    assert scalar_only(structure_of(w, _with_deltas(arch, "exact"), flow)) == ""
+    exact = _with_deltas(arch, "exact")
+    assert "block_words" in scalar_only(structure_of(w, exact, flow))  # whole blocks too
+    per_word = replace(exact, levels=tuple(replace(lv, block_words=None)
+                                           for lv in exact.levels))
+    assert scalar_only(structure_of(w, per_word, flow)) == ""
     batch = evaluate_batch(structure, np.array([structure.default_factors]))
     ref = evaluate(w, arch, flow)
     assert ref.traffic["Reg"]["Inputs"].fill == 18_432

@@ -36,7 +36,9 @@ def summary(result: Result, arch_name: str, workload_name: str, source: str = ""
         f"  cycles       {r.cycles:,.0f}  ({r.latency_ms:.4f} ms at {r.clock_ghz:g} GHz)",
         f"  bottleneck   {r.bottleneck.message}",
         f"  energy       {r.energy_pj / 1e6:,.2f} uJ  "
-        f"(compute {r.compute_energy_pj / 1e6:,.2f} uJ)",
+        f"(compute {r.compute_energy_pj / 1e6:,.2f} uJ"
+        + (f", leakage {sum(r.leakage_pj.values()) / 1e6:,.2f} uJ" if r.leakage_pj else "")
+        + ")",
         f"  operations   {r.macs:,} MACs, {r.vector_ops:,} vector ops",
         f"  utilization  {r.utilization:.1%} of the matrix units",
         f"  DRAM traffic {r.dram_words:,.0f} words",
@@ -49,7 +51,8 @@ def summary(result: Result, arch_name: str, workload_name: str, source: str = ""
         moves = r.traffic.get(lv, {}).values()
         fill = sum(m.fill for m in moves)
         upd = sum(m.update for m in moves)
-        energy = sum(r.energy_by_level_pj.get(lv, {}).values()) / 1e6
+        energy = (sum(r.energy_by_level_pj.get(lv, {}).values())
+                  + r.leakage_pj.get(lv, 0.0)) / 1e6
         fp = fps.get(lv)
         lines.append(
             f"  {lv:<6} {_si(r.level_reads(lv)):>12} {_si(fill):>12} {_si(upd):>12} "

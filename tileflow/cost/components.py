@@ -26,21 +26,27 @@ class ComponentCost(NamedTuple):
 
 
 def component_costs(arch: Architecture, energy_by_level_pj: Mapping[str, Mapping[str, float]],
-                    compute_pj_by_unit: Mapping[str, float]) -> tuple[ComponentCost, ...]:
+                    compute_pj_by_unit: Mapping[str, float],
+                    leakage_pj: Mapping[str, float] | None = None) -> tuple[ComponentCost, ...]:
     """Storage levels outermost first, then the matrix unit and the vector unit (when it is
-    a unit of its own); energies from the evaluation, areas from the component model."""
+    a unit of its own); energies from the evaluation (leakage included, by component name),
+    areas from the component model."""
+    leakage_pj = leakage_pj or {}
     rows = []
     for lv in arch.levels:
         area = None if lv.area_mm2 is None else lv.area_mm2 * lv.instances
         rows.append(ComponentCost(lv.name, lv.name, "memory", lv.instances,
-                                  sum(energy_by_level_pj.get(lv.name, {}).values()), area,
+                                  sum(energy_by_level_pj.get(lv.name, {}).values())
+                                  + leakage_pj.get(lv.name, 0.0), area,
                                   lv.component))
     units = [arch.matrix] + ([] if arch.vector_on_matrix else [arch.vector])
     for unit in units:
         lanes = arch.level(unit.level).instances * unit.parallelism
         area = None if unit.lane_area_mm2 is None else unit.lane_area_mm2 * lanes
-        rows.append(ComponentCost(f"{unit.kind} unit", unit.level, unit.kind, lanes,
-                                  compute_pj_by_unit.get(unit.kind, 0.0), area, unit.component))
+        name = f"{unit.kind} unit"
+        rows.append(ComponentCost(name, unit.level, unit.kind, lanes,
+                                  compute_pj_by_unit.get(unit.kind, 0.0)
+                                  + leakage_pj.get(name, 0.0), area, unit.component))
     return tuple(rows)
 
 

@@ -18,6 +18,7 @@ from tileflow.analysis.resources import (
 )
 from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.cost.components import ComponentCost, component_costs
+from tileflow.cost.static_energy import leakage_pj, spread_over, used_instances, whole_block_words
 from tileflow.cost.step_pipeline import lockstep_cycles, tensor_dims
 from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
@@ -83,6 +84,7 @@ class Result:
     levels: tuple[str, ...] = field(default=())
     latency_breakdown: tuple[NodeLatency, ...] = field(default=())
     components: tuple[ComponentCost, ...] = field(default=())  # energy and area per component
+    leakage_pj: Mapping[str, float] = field(default_factory=dict)  # by component, in energy_pj
 
     @property
     def latency_ms(self) -> float:
@@ -128,13 +130,16 @@ class Result:
                             "updates": m.update}
                         for t, m in self.traffic.get(lv, {}).items()
                     },
-                    "energy_pj": sum(self.energy_by_level_pj.get(lv, {}).values()),
+                    "energy_pj": sum(self.energy_by_level_pj.get(lv, {}).values())
+                    + self.leakage_pj.get(lv, 0.0),
+                    "leakage_pj": self.leakage_pj.get(lv, 0.0),
                 }
                 for lv in self.levels
             },
             "footprint_words": {f.level: f.words for f in self.footprints},
             "capacity_words": {f.level: f.capacity_words for f in self.footprints},
             "compute_energy_pj": self.compute_energy_pj,
+            "leakage_pj": sum(self.leakage_pj.values()),
             "components": [c.to_dict() for c in self.components],
         }
 
@@ -203,12 +208,16 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
     violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
     traffic: dict[str, dict[str, Movement]] = defaultdict(dict)
     energy: dict[str, dict[str, float]] = defaultdict(dict)
+    used = used_instances(arch, ((p.loops, p.levels[-1]) for p in plan.paths.values()))
     for (index, tensor), (fill, read, update) in sorted(counts.traffic.items()):
         lv = arch.levels[index]
         traffic[lv.name][tensor] = Movement(fill, read, update)
-        energy[lv.name][tensor] = (fill * lv.write_energy_pj + read * lv.read_energy_pj
-                                   + update * lv.update_energy_pj) * w.width_ratio(
-                                       tensor, arch.word_bytes * 8)
+        ratio = w.width_ratio(tensor, arch.word_bytes * 8)
+        words = (fill * ratio, read * ratio, update * ratio)  # in accelerator words
+        if lv.block_words:  # whole accesses per instance in use
+            words = tuple(whole_block_words(x, used[index], lv.block_words) for x in words)
+        energy[lv.name][tensor] = (words[0] * lv.write_energy_pj + words[1] * lv.read_energy_pj
+                                   + words[2] * lv.update_energy_pj)
     ops = {name: leaf.ops + leaf.rescale_ops for name, leaf in counts.leaves.items()}
     macs = sum(leaf.ops for name, leaf in counts.leaves.items()
                if w.op_by_name[name].unit == MATRIX)
@@ -222,15 +231,32 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
     compute_pj = sum(compute_by_unit.values())
     breakdown: list[NodeLatency] = []
     cycles, bottleneck = _latency(plan, counts, breakdown, convention)
-    total_pj = compute_pj + sum(sum(v.values()) for v in energy.values())
+    powered = used_instances(arch, ((p.loops, p.levels[-1]) for p in plan.paths.values()),
+                             reached_only=False)
+    leakage = leakage_pj(arch, powered, _unit_instances(plan), cycles)
+    total_pj = compute_pj + sum(sum(v.values()) for v in energy.values()) + sum(
+        leakage.values())
     utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
     return Result(
         plan.flow.name, not violations, tuple(violations), cycles, arch.clock_ghz, total_pj,
         macs, sum(ops.values()) - macs, ops, dict(traffic), tuple(fps), dict(energy),
         compute_pj, bottleneck, utilization, tuple(lv.name for lv in arch.levels),
         tuple(sorted(breakdown, key=lambda n: n.path)),
-        component_costs(arch, energy, compute_by_unit),
+        component_costs(arch, energy, compute_by_unit, leakage), leakage,
     )
+
+
+def _unit_instances(plan: Plan) -> dict[str, int]:
+    """Per compute unit kind: the most instances of its level that an operator it runs
+    uses."""
+    arch = plan.arch
+    out: dict[str, int] = {}
+    for path in plan.paths.values():
+        unit = arch.unit(path.op.unit)
+        level = arch.level_index[unit.level]
+        n = min(arch.levels[level].instances, spread_over(path.loops, level))
+        out[unit.kind] = max(out.get(unit.kind, 0), n)
+    return out
 
 
 def _transfer_time(arch: Architecture, transfers: list[Transfer],

@@ -68,7 +68,8 @@ def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
     that bypass, set buffering depths or keep a halo, levels with a default depth,
     first-touch fills that read nothing above, Timeloop's delta rule (its sampled steps
-    and refills do not factor into the engine's per-loop sums), tensors with their own
+    and refills do not factor into the engine's per-loop sums), whole-block energy (it
+    needs each tensor's count per instance), tensors with their own
     precision, outputs written through a summed index, state carried across a reduction
     loop (its rescaling and epochs). Such structures are evaluated row by row with the
     scalar model, the reference."""
@@ -79,6 +80,9 @@ def scalar_only(structure: Structure) -> str:
         return "first-touch fills read nothing from the level above"
     if any(lv.deltas == "timeloop" for lv in arch.levels):
         return "a level counts an input's fills by Timeloop's delta rule (deltas: timeloop)"
+    if any(lv.block_words for lv in arch.levels):
+        return ("a level charges energy in whole blocks per instance and tensor (block_words: "
+                "the engine sums words over tensors)")
     if w.precision_bits:
         return "tensors have their own precision (precision_bits)"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
@@ -155,8 +159,42 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
         energy = energy + count * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
     dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
     cycles = _latency(r, tally, leaves)
+    energy = energy + _leakage(r) * cycles
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
                        dict(violations.amounts))
+
+
+def _used(r: Rows, paths, level: int) -> np.ndarray:
+    """Per row, the most instances of `level` the operators of `paths` spread over
+    (`cost.static_energy.used_instances`, powered): their spatial factors above it."""
+    cap = r.c.arch.levels[level].instances
+    used = np.zeros(r.count, dtype=np.int64)
+    for path in paths:
+        spread = r.prod(path, [i for i, lp in enumerate(path.loops)
+                               if lp.spatial and lp.level < level])
+        used = np.maximum(used, np.minimum(spread, cap))
+    return used
+
+
+def _leakage(r: Rows) -> np.ndarray:
+    """Leakage per cycle of each row: pJ per cycle x instances in use, per level and unit
+    (`cost.static_energy.leakage_pj` over the cycles)."""
+    c = r.c
+    arch = c.arch
+    per_cycle = np.zeros(r.count)
+    for index, lv in enumerate(arch.levels):
+        if lv.leakage_pj_per_cycle:  # every operator's spread, as leakage_pj's
+            per_cycle = per_cycle + lv.leakage_pj_per_cycle * _used(r, c.paths.values(), index)
+    units = {}
+    for p in c.paths.values():
+        units.setdefault(arch.unit(p.op.unit).kind, []).append(p)
+    for kind, paths in units.items():
+        unit = arch.unit(kind)
+        if unit.leakage_pj_per_cycle:
+            level = arch.level_index[unit.level]
+            per_cycle = per_cycle + unit.leakage_pj_per_cycle * unit.parallelism * _used(
+                r, paths, level)
+    return per_cycle
 
 
 def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:

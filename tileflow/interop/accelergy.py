@@ -95,8 +95,8 @@ def storage_energies(table: Table, block_words: int,
                      one_access_energy: bool) -> dict[str, float] | None:
     """{read, write, update} in pJ per word for a storage level whose access moves
     `block_words` words (Timeloop's block size), or None when the table has no access
-    action. The actions read are the first of Timeloop's priority lists; the others (and
-    a leak, not modelled) are noted in the import's report."""
+    action. The actions read are the first of Timeloop's priority lists and `leak`
+    (`leakage_energy`); the others are noted in the import's report."""
     picks = {key: _first(table.actions, names) for key, names in
              (("read", READ_ACTIONS), ("write", FILL_ACTIONS), ("update", UPDATE_ACTIONS))}
     found = {key: pick for key, pick in picks.items() if pick is not None}
@@ -116,9 +116,16 @@ def storage_energies(table: Table, block_words: int,
             stand_in = {"read": read, "write": read, "update": write}[key]
             note(table.where, f"ERT table of '{table.component}' has no {key} action: "
                  f"taken as its '{stand_in[0]}' ({stand_in[1]:g} pJ)", "actions")
-    used = {name for name, _ in found.values()}
+    used = {name for name, _ in found.values()} | set(LEAK_ACTIONS)
     _note_unused(table, used, "a storage (dense reads, fills and updates)")
     return {key: value / block_words for key, value in energies.items()}
+
+
+def leakage_energy(table: Table) -> float:
+    """pJ per cycle of one instance (the ERT's `leak`, 0 without one): Timeloop charges it
+    for every cycle on each instance of a storage the mapping uses."""
+    pick = _first(table.actions, LEAK_ACTIONS)
+    return pick[1] if pick is not None else 0.0
 
 
 def compute_energy(table: Table) -> float | None:
@@ -139,8 +146,8 @@ def _note_unused(table: Table, used: set[str], what: str) -> None:
             continue
         if name in LEAK_ACTIONS:
             note(table.places[name], f"ERT action 'leak' of '{table.component}' "
-                 f"({table.actions[name]:g} pJ per cycle and instance) not modelled: "
-                 "leakage is not in TileFlow's energy", "name")
+                 f"({table.actions[name]:g} pJ per cycle and instance) not imported: "
+                 "Timeloop leaves the compute unit's leakage out of its total", "name")
         else:
             note(table.places[name], f"ERT action '{name}' of '{table.component}' has no "
                  f"use for {what}: not read", "name")

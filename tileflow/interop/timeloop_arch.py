@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileflow.errors import InputError
-from tileflow.interop.accelergy import Ert, compute_energy, note_unmatched, storage_energies
+from tileflow.interop.accelergy import (
+    Ert,
+    compute_energy,
+    leakage_energy,
+    note_unmatched,
+    storage_energies,
+)
 from tileflow.interop.report import note, problem
 from tileflow.specs.components import ARITHMETIC, DRAM_PJ_PER_BIT
 from tileflow.specs.yamlfile import Field
@@ -107,6 +113,9 @@ def _apply_ert(out: dict, components: list[Component], ert: Ert) -> None:
                 note(c.attributes, f"'vector-access-energy' of '{c.name}' replaced by the "
                      f"energies of {ert.source} (as Timeloop does)", "vector-access-energy")
             level["energy_pj_per_word"] = energies
+        leak = leakage_energy(table)
+        if leak:  # Timeloop: per cycle on each instance the mapping uses
+            level["leakage_pj_per_cycle"] = leak
     note_unmatched(ert, used)
 
 
@@ -489,6 +498,7 @@ def _level(c: Component, outermost: bool, fanout: int, word_bits: int,
                                                 else UNLIMITED_WORDS_PER_CYCLE)
     level["writeback_on_read_port"] = False  # Timeloop charges a write-back to the parent
     level["deltas"] = "timeloop"  # its window refetch and per-instance fills
+    level["block_words"] = _block_words(a, bits)  # energy in whole accesses per instance
     if not outermost and c.context.get("first_touch_fills"):
         level["first_touch_fills"] = True  # Timeloop 2022 (v0.3 files): fills, no reads
         level["first_touch_reads_parent"] = False

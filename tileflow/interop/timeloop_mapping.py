@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from tileflow.interop.common import factors, names, permutation
-from tileflow.interop.report import problem
+from tileflow.interop.report import note, problem
 from tileflow.interop.timeloop_arch import SPATIAL_HOLDERS
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -38,7 +38,7 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
     tensors = set(workload.op_by_name[op].tensors)
     temporal: dict[str, list[str]] = {}
     spatial: dict[str, list[str]] = {}
-    skipped: set[str] = set()
+    skipped: dict[str, Field] = {}  # level -> its directive keeping no tensor
     partial: dict[str, list[str]] = {}  # level -> tensors it does not keep (tile bypass)
     seen: set[tuple[str, str]] = set()
     inner: dict[str, list[str]] = {}  # holder level -> temporal loops of its inter_* levels
@@ -79,7 +79,7 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
         if kind in ("bypass", "datatype"):
             out = _bypassed(d, tensors, target)
             if out == tensors:
-                skipped.add(target)
+                skipped[target] = d
             elif out:
                 if arch.level_index[target] == 0:
                     raise d.error(f"'{target}' is the outermost level, where every tensor "
@@ -118,18 +118,28 @@ def convert_timeloop_mapping(doc: Field, workload: Workload, arch: Architecture)
             raise directives.error(f"the factors of '{dim}' multiply to {product}, not its "
                                    f"size {size} (Timeloop needs exact factors)")
     tile: dict | None = None
+    carried: list[str] = []  # loops of levels that keep nothing, for the next level out
     for level in reversed([lv.name for lv in arch.levels]):
         stages = _stages(spatial.get(level, []))
         loops = temporal.get(level, []) + stages[0]
         if level in skipped:
-            if loops:
+            if len(stages) > 1:
                 raise directives.error(
-                    f"'{level}' bypasses every tensor but has loops {' '.join(loops)}; move "
-                    "them to a level that keeps data")
+                    f"'{level}' bypasses every tensor but has the spatial loops of several "
+                    "fan-out stages; give them to a level that keeps data")
+            if loops:
+                carried = loops + carried
+                note(skipped[level], f"'{level}' keeps no tensor but has loops "
+                     f"{' '.join(loops)}: read at the innermost position of the next level "
+                     "out that keeps data (Timeloop iterates them there: the levels below "
+                     "refetch their tiles from it at each iteration)")
             continue
+        stages = [loops, *stages[1:]]
+        stages[-1] = stages[-1] + carried  # innermost: the loops of the levels it stands for
+        carried = []
         node: dict = {"level": level}
-        if loops:
-            node["loops"] = loops
+        if stages[0]:
+            node["loops"] = stages[0]
         if level in partial:
             node["bypass"] = partial[level]
         child = tile if tile is not None else {"op": op}

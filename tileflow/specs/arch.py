@@ -45,6 +45,8 @@ class Level:
     ports: str = "separate"  # PORTS: a read port and a write port, or one port for both
     writeback_on_read_port: bool = True  # a write-back to the level above reads this level
     deltas: str = "exact"  # DELTAS: how an input's fills between steps are counted
+    block_words: int | None = None  # energy in whole accesses of this many words per instance
+    leakage_pj_per_cycle: float = 0.0  # static energy of one instance in use per cycle
 
     def port(self, kind: str) -> str:
         """The port a 'read' or 'write' transfer takes: its own, or the one shared port."""
@@ -64,6 +66,7 @@ class ComputeUnit:
     cols: int = 1
     lane_area_mm2: float | None = None  # per MAC or lane, from the component model
     component: str = ""
+    leakage_pj_per_cycle: float = 0.0  # static energy of one MAC or lane in use per cycle
 
     def cycles(self, function: str) -> float:
         return self.cycles_per_op.get(function, self.cycles_per_op.get("default", 1.0))
@@ -210,7 +213,9 @@ def _level(f: Field, outermost: bool, parent_instances: int, clock_ghz: float,
                  first_touch_reads_parent=f.boolean("first_touch_reads_parent", True),
                  ports=choice(f, "ports", PORTS, "separate"),
                  writeback_on_read_port=f.boolean("writeback_on_read_port", True),
-                 deltas=choice(f, "deltas", DELTAS, "exact"))
+                 deltas=choice(f, "deltas", DELTAS, "exact"),
+                 block_words=f.integer("block_words", 0) or None,
+                 leakage_pj_per_cycle=f.number("leakage_pj_per_cycle", 0.0, positive=False))
 
 
 def _mesh(f: Field, fanout: int) -> tuple[int, ...]:
@@ -267,7 +272,8 @@ def _unit(f: Field, kind: str, levels: list[Level]) -> ComputeUnit:
         c = f.child("cycles_per_op")
         cycles_map = {str(k): c.number(k, maximum=MAX_CYCLES_PER_OP) for k in c.keys()}
     return ComputeUnit(kind, level, parallelism, f.number("energy_pj_per_op", 1.0, False),
-                       cycles_map, rows, cols)
+                       cycles_map, rows, cols, leakage_pj_per_cycle=f.number(
+                           "leakage_pj_per_cycle", 0.0, positive=False))
 
 
 def load_arch(name_or_path: str) -> Architecture:

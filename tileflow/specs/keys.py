@@ -143,6 +143,18 @@ LEVEL = Section("level", "each item of `levels`", (
         "each loop's iterations past the second count as the second; instances holding "
         "different, overlapping slices are each sent their own; Timeloop imports and "
         "`--conventions timeloop` set it; docs/interop.md)", "exact"),
+    Key("block_words", "integer >= 1", "energy is charged in whole accesses of this many "
+        "words (Timeloop's block size): per instance the dataflow uses, each tensor's fills, "
+        "reads and updates are rounded up to a multiple of it before the energies per word "
+        "apply, so that 3 words in 8-word blocks cost one whole access (8 words' energy); "
+        "Timeloop imports set it to the block size and `--conventions timeloop` to the "
+        "level's own or 1 (docs/energy.md)", "unset: each word charged on its own", "words"),
+    Key("leakage_pj_per_cycle", "number >= 0", "static energy of one instance per cycle "
+        "(Accelergy's `leak` action): charged for every cycle of the run on each instance the "
+        "dataflow uses (the instances the spatial loops above the level spread over, the "
+        "most of any operator, whether or not it keeps data there; the others taken as "
+        "power-gated, as Timeloop does); imports with an ERT set it (docs/energy.md)", "0",
+        "pJ/cycle"),
     Key("mesh", "two integers [x, y] whose product is `fanout`", "how the instances under "
         "one parent instance are laid out; spatial loops onto this level map to x first, then "
         "y (or as `:SpX` / `:SpY` say), and a split beyond an axis is a violation",
@@ -183,6 +195,10 @@ _UNIT_COMMON = (
         "operation takes on one lane or PE; a mapping gives them per function (`default`, "
         "`mul`, `add`, `sub`, `div`, `copy` for plain reads such as `max=` reductions, or a "
         "named function such as `exp`)", "1", "cycles"),
+    Key("leakage_pj_per_cycle", "number >= 0", "static energy of one MAC or lane per cycle: "
+        "charged for every cycle of the run on each MAC or lane the dataflow uses (the "
+        "others taken as power-gated); Timeloop leaves its compute unit's leakage out of "
+        "its total, so imports do not set it (docs/energy.md)", "0", "pJ/cycle"),
     Key("precision", "int8, int16, fp16, bf16 or fp32", "precision of this unit's operations "
         "for the component model; wins over the file's `precision`", "the file's `precision`"),
     NOTES,
