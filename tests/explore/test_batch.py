@@ -485,3 +485,25 @@ def test_rtl_chips_in_the_batch(arch: str, name: str) -> None:
     rows = random_rows(structure, 40, np.random.default_rng(zlib.crc32(name.encode())))
     compared, _ = assert_rows_equal(structure, rows)
     assert compared >= 5
+
+
+def test_a_row_that_enumerates_too_many_steps_is_invalid_not_a_memory_error(monkeypatch):
+    """A clipped sum over more loop combinations than a row may enumerate (the command
+    line's bound) makes that row invalid with an 'enumeration' violation; the other rows
+    of its batch are evaluated as if alone."""
+    from explore.spaces import tiny_chain_space
+
+    from tileflow.evaluator import lattice
+
+    space = tiny_chain_space()
+    structure = space.structure(space.random(np.random.default_rng(1)))
+    rows = np.random.default_rng(2).integers(1, 4, size=(16, len(structure.slots)))
+    alone = [evaluate_batch(structure, rows[i:i + 1]) for i in range(len(rows))]
+    monkeypatch.setattr(lattice, "MAX_GRID_CELLS", 1)  # every batch of two or more splits
+    split = evaluate_batch(structure, rows)
+    assert list(split.cycles) == [a.cycles[0] for a in alone]
+    monkeypatch.setattr(lattice, "MAX_GRID_PER_ROW", 0)  # every enumerating row is refused
+    refused = evaluate_batch(structure, rows)
+    enumerating = refused.violations.get("enumeration", np.zeros(len(rows))) > 0
+    assert enumerating.any() and not refused.valid[enumerating].any()
+    assert (refused.cycles[~enumerating] == split.cycles[~enumerating]).all()

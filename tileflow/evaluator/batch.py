@@ -15,6 +15,7 @@ from tileflow.cost.model import evaluate
 from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
+from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.limits import Violations, check, footprints
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
@@ -52,7 +53,7 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
         raise ValueError("every factor must be at least 1")
     if _scalar_only_cached(structure):
         return _row_by_row(structure, factors)
-    return _evaluate(structure.compiled, structure.all_loop_factors(factors))
+    return _bounded(structure.compiled, structure.all_loop_factors(factors))
 
 
 def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, np.ndarray]:
@@ -61,7 +62,10 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
     factors = np.asarray(factors, dtype=np.int64)
     if _scalar_only_cached(structure) or not len(factors):
         return evaluate_batch(structure, factors).footprint_words
-    return footprints(Rows(structure.compiled, structure.all_loop_factors(factors)))
+    try:
+        return footprints(Rows(structure.compiled, structure.all_loop_factors(factors)))
+    except GridTooLarge:  # split, with the rows that enumerate too much refused
+        return evaluate_batch(structure, factors).footprint_words
 
 
 def scalar_only(structure: Structure) -> str:
@@ -257,3 +261,35 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
     for busy in tally.shared.values():
         cycles = np.maximum(cycles, busy)
     return cycles
+
+
+def _bounded(c: Compiled, full: np.ndarray) -> BatchResult:
+    """`_evaluate` within the memory a grid of loop combinations may take: a batch whose
+    grid is too large is split in halves, and a row that alone enumerates more than
+    MAX_GRID_PER_ROW combinations is invalid (violation 'enumeration': the combinations),
+    as the command line refuses such a tree."""
+    try:
+        return _evaluate(c, full)
+    except GridTooLarge as exc:
+        if len(full) == 1:
+            nothing = np.zeros(1)
+            return BatchResult(nothing, nothing, nothing, nothing, {},
+                               np.zeros(1, dtype=bool),
+                               {"enumeration": np.array([exc.combinations.max()], float)})
+        half = len(full) // 2
+        return _concat([_bounded(c, full[:half]), _bounded(c, full[half:])])
+
+
+def _concat(parts: list[BatchResult]) -> BatchResult:
+    """One result of the parts' rows one after another (a metric one part lacks is 0)."""
+    sizes = [len(p) for p in parts]
+
+    def joined(name: str) -> dict[str, np.ndarray]:
+        keys = dict.fromkeys(k for p in parts for k in getattr(p, name))
+        return {k: np.concatenate([getattr(p, name).get(k, np.zeros(n))
+                                   for p, n in zip(parts, sizes, strict=True)]) for k in keys}
+
+    return BatchResult(*(np.concatenate([getattr(p, f) for p in parts])
+                         for f in ("cycles", "energy_pj", "dram_words", "ops")),
+                       joined("footprint_words"), np.concatenate([p.valid for p in parts]),
+                       joined("violations"))

@@ -58,6 +58,21 @@ def ap_length_sum(start: np.ndarray, step: np.ndarray, count: np.ndarray, extent
     return ap_clip_sum(start + extent, step, count, size) - ap_clip_sum(start, step, count, size)
 
 
+# Combinations one row may enumerate (a clipped or windowed sum over loop steps): beyond it
+# the row is refused, as the command line refuses such a tree (analysis.workbound)
+MAX_GRID_PER_ROW = 2**13  # = analysis.workbound.MAX_ENUMERATED_STEPS
+MAX_GRID_CELLS = 2**22  # rows x combinations of one grid: larger batches are split
+
+
+class GridTooLarge(Exception):
+    """A grid over more combinations than MAX_GRID_PER_ROW (or cells than MAX_GRID_CELLS);
+    `combinations`: each of its rows' own count."""
+
+    def __init__(self, combinations: np.ndarray):
+        super().__init__(f"up to {combinations.max(initial=0):,.0f} combinations per row")
+        self.combinations = combinations
+
+
 class Grid:
     """Loop values on a padded grid: axis 0 is the row, axis 1 enumerates every combination
     of the loops' values (up to each loop's largest trip count), `valid` masks the padding."""
@@ -67,7 +82,12 @@ class Grid:
         sizes = []
         for lp, less in loops:
             sizes.append(max(int((lp.n + less).max(initial=1)), 1))
-        self.size = int(np.prod(sizes, dtype=np.int64)) if sizes else 1
+        self.size = int(np.prod([float(s) for s in sizes])) if sizes else 1
+        if self.size > MAX_GRID_PER_ROW or (rows > 1 and rows * self.size > MAX_GRID_CELLS):
+            own = np.ones(rows)
+            for lp, less in loops:
+                own = own * np.maximum(lp.n + less, 1)
+            raise GridTooLarge(own)
         self.values = []
         self.valid = np.ones((rows, self.size), dtype=bool)
         for k, (lp, less) in enumerate(loops):
