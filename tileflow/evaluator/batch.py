@@ -67,7 +67,7 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
     that bypass, set buffering depths or keep a halo, levels with a default depth,
-    first-touch fills that read nothing above, tensors with their own precision, outputs
+    first-touch fills that read nothing above, outputs
     written through a summed index, state carried across a reduction loop (its rescaling
     and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
@@ -76,8 +76,6 @@ def scalar_only(structure: Structure) -> str:
         return "the accelerator sets a buffering depth"
     if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
         return "first-touch fills read nothing from the level above"
-    if w.precision_bits:
-        return "tensors have their own precision (precision_bits)"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
     if any(op.carried for op in w.ops):
@@ -141,15 +139,15 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     check(r, fps, violations)
     arch = c.arch
     energy = np.zeros(rows)
-    for (level, kind), words in tally.traffic.items():
+    for (level, kind), words in tally.words.items():
         lv = arch.levels[level]
         per_word = {FILL: lv.write_energy_pj, READ: lv.read_energy_pj,
                     UPDATE: lv.update_energy_pj}[kind]
         energy = energy + words * per_word
     ops = np.zeros(rows)
-    for o, (count, _, _, _) in leaves.items():
-        ops = ops + count
-        energy = energy + count * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
+    for o, leaf in leaves.items():
+        ops = ops + leaf.ops
+        energy = energy + leaf.ops * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
     dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
     cycles = _latency(r, tally, leaves)
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
@@ -168,16 +166,16 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
     dims = tensor_dims(c.workload) if arch.overlap == "lockstep" else {}
 
     def leaf(op: str) -> np.ndarray:
-        ops, steps, reads, inst = leaves[op]
+        lf = leaves[op]
         o = c.workload.op_by_name[op]
         unit = arch.unit(o.unit)
         lv = arch.levels[c.paths[op].leaf_level]
-        inst = np.maximum(inst, 1)
-        read_time = reads / (inst * lv.read_words_per_cycle)
-        write_time = ops / (inst * lv.write_words_per_cycle)
+        inst = np.maximum(lf.instances, 1)
+        read_time = lf.reads / (inst * lv.read_words_per_cycle)
+        write_time = lf.updates / (inst * lv.write_words_per_cycle)
         if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
             read_time = write_time = read_time + write_time
-        return np.maximum.reduce([steps * unit.cycles(o.function), read_time, write_time])
+        return np.maximum.reduce([lf.steps * unit.cycles(o.function), read_time, write_time])
 
     def node(path: str, tile: Tile, steps_above) -> np.ndarray:
         steps = steps_above

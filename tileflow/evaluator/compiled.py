@@ -95,6 +95,8 @@ class Compiled:
         self.workload, self.arch, self.flow = w, arch, flow
         shape = shape_of(w, arch, flow)  # checks the structure once
         self.shape = shape
+        # accelerator words per element of each tensor (`precision_bits`)
+        self.width = {t: w.width_ratio(t, arch.word_bytes * 8) for t in w.shapes}
         self.tiles = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
         # every loop of the tree is a column of the factor rows, in tree-walk order
         self.slot_of = {(p, i): k for k, (p, i) in enumerate(

@@ -7,6 +7,7 @@ on a factor, both sides are computed and selected per row."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -135,6 +136,8 @@ class Tally:
         self.rows = rows
         self.arch = arch
         self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
+        # the same in accelerator words (`precision_bits`), what the energy is charged on
+        self.words = defaultdict(lambda: np.zeros(rows))
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
         per_tensor = arch.overlap == "lockstep"
@@ -145,6 +148,11 @@ class Tally:
         # per (level, port) of a one-instance level, the time all of the tree's transfers
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
+
+    def count(self, level: int, kind: int, elements, width: float) -> None:
+        """Book `elements` moved at `level` (FILL, READ or UPDATE), `width` words each."""
+        self.traffic[(level, kind)] += elements
+        self.words[(level, kind)] += elements * width if width != 1.0 else elements
 
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
                  kind: str) -> None:
@@ -202,7 +210,7 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
         served = None if cross.is_out else r.served.get((path.op.name, b.j, cross.tensor))
         if served is not None:  # resident already: an earlier sibling loaded the same slice
             moved = [np.where(served, 0, m) for m in moved]
-        _record(tally, b, cross, inst_x, inst_y, *moved)
+        _record(tally, b, cross, inst_x, inst_y, *moved, width=r.c.width[cross.tensor])
 
 
 def _exact_dims(r: Rows, path: Path) -> dict[str, np.ndarray]:
@@ -300,26 +308,43 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
 
 
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
-            refill_y, refill_x) -> None:
+            refill_y, refill_x, width: float = 1.0) -> None:
+    """`traffic._record`: counts in elements, transfers (their time) in accelerator words,
+    `width` per element (`precision_bits`)."""
     x, y, owner, t = b.x, b.y, b.owner, cross.tensor
+
+    def words(elements):
+        return width * elements if width != 1.0 else elements
+
     if cross.is_out:
-        tally.traffic[(y, FILL)] += refill_y
-        tally.traffic[(x, READ)] += refill_x
-        tally.traffic[(x, UPDATE)] += moved_x
-        tally.transfer(False, owner, t, x, refill_x, inst_x, "read")
-        tally.transfer(False, owner, t, y, refill_y, inst_y, "write")
-        tally.transfer(True, owner, t, x, moved_x, inst_x, "write")
+        tally.count(y, FILL, refill_y, width)
+        tally.count(x, READ, refill_x, width)
+        tally.count(x, UPDATE, moved_x, width)
+        tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read")
+        tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write")
+        tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write")
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
-            tally.transfer(True, owner, t, y, moved_y, inst_y, "read")
+            tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read")
     else:
-        tally.traffic[(y, FILL)] += moved_y
-        tally.traffic[(x, READ)] += moved_x
-        tally.transfer(False, owner, t, x, moved_x, inst_x, "read")
-        tally.transfer(False, owner, t, y, moved_y, inst_y, "write")
+        tally.count(y, FILL, moved_y, width)
+        tally.count(x, READ, moved_x, width)
+        tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read")
+        tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write")
 
 
-def leaf_counts(r: Rows, path: Path, tally: Tally):
-    """`traffic._count_compute`: (ops, temporal steps, operand reads, instances)."""
+class Leaf(NamedTuple):
+    """`traffic.Leaf` per row: operations, temporal steps, operand reads and result updates
+    at the innermost level (in accelerator words), and that level's instances in use."""
+
+    ops: np.ndarray
+    steps: np.ndarray
+    reads: np.ndarray
+    updates: np.ndarray
+    instances: np.ndarray
+
+
+def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
+    """`traffic._count_compute` for every row."""
     op = path.op
     w: Workload = r.c.workload
     all_loops = list(range(len(path.loops)))
@@ -337,9 +362,13 @@ def leaf_counts(r: Rows, path: Path, tally: Tally):
         ops = ops.copy()
         ops[todo] = sums.iteration_count(axes, dims1, loops, (), len(todo))
     x = path.leaf_level
-    reads = ops * len(op.inputs)
-    tally.traffic[(x, READ)] += ops * len(op.inputs)
-    tally.traffic[(x, UPDATE)] += ops
+    width = r.c.width
+    reads = 0.0  # in accelerator words (`precision_bits`), as the transfers
+    for access in op.inputs:
+        tally.count(x, READ, ops, width[access.tensor])
+        reads = reads + (ops * width[access.tensor] if width[access.tensor] != 1.0 else ops)
+    out_width = width[op.output.tensor]
+    tally.count(x, UPDATE, ops, out_width)
     if op.accumulates:
         out = op.output
         marks = path.leaf_epoch
@@ -353,7 +382,8 @@ def leaf_counts(r: Rows, path: Path, tally: Tally):
                          for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
             loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
             starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
-        tally.traffic[(x, READ)] += ops - starts
-        reads = reads + ops - starts
+        tally.count(x, READ, ops - starts, out_width)
+        reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
     steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
-    return ops, steps, reads, r.prod(path, path.leaf_inst)
+    updates = ops * out_width if out_width != 1.0 else ops
+    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst))

@@ -91,7 +91,7 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
                 combined[t] = combined[t] + v if t in combined else v
     for t, lca in c.lca.items():
         if lca == path and c.homes[t] == level:
-            extent = _lca_extent(r, t, path)
+            extent = _scaled(c.width[t], _lca_extent(r, t, path))
             combined[t] = combined[t] + extent if t in combined else extent
     if not at_level:
         return combined
@@ -102,6 +102,12 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
     zero = np.zeros(r.count)
     return {t: np.where(looked, combined.get(t, zero), own.get(t, zero))
             for t in dict.fromkeys([*combined, *own])}
+
+
+def _scaled(words_per_element: float, elements: np.ndarray) -> np.ndarray:
+    """Words held: `elements` times the words each takes (its width in accelerator words,
+    times its buffering depth), as `resources._own` multiplies them."""
+    return words_per_element * elements if words_per_element != 1.0 else elements
 
 
 def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
@@ -212,7 +218,7 @@ def _own(r: Rows, path: str, level: int) -> Words:
                 home, lca_depth = c.homes[t], c.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue
-            box = tile_words(r, op_path, t, depth)
+            box = _scaled(c.width[t], tile_words(r, op_path, t, depth))
             own[t] = np.maximum(own[t], box) if t in own else box
     return own
 
