@@ -19,41 +19,60 @@ from trees import trees
 from tests.explore.test_batch import CASES, TIMED, assert_rows_equal, random_rows
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
-from tileflow.evaluator.batch import scalar_only
+from tileflow.evaluator.batch import evaluate_batch, scalar_only
 from tileflow.evaluator.structure import structure_of
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow
+from tileflow.tree import Dataflow, map_tiles
 
 CONVENTIONS = ("fill-drain", "perfect", "lockstep")
 
 
 def _agree(w: Workload, arch, mechanism: Callable[[Dataflow, random.Random], Dataflow],
-           seed: int, examples: int = 20, rows: int = 10) -> int:
+           seed: int, plain: tuple[Workload, object], examples: int = 20,
+           rows: int = 10) -> tuple[int, int]:
     """Random trees of `w` on `arch`, each changed by `mechanism`: the batch models them and
-    equals the scalar model on random rows; returns the rows compared."""
+    equals the scalar model on random rows. Returns the rows compared and how many of them
+    the mechanism changes (cycles, energy or a footprint differ from the batch of the
+    unchanged tree on the `plain` workload and accelerator), so that it is exercised."""
     rng = np.random.default_rng(seed)
     pick = random.Random(seed)
-    totals = [0]
+    totals = [0, 0]
 
     @settings(max_examples=examples, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(trees(w))
-    def check(flow) -> None:
-        flow = mechanism(flow, pick)
+    def check(original) -> None:
+        flow = mechanism(original, pick)
         try:
             evaluate(w, arch, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, arch, flow)
         assert scalar_only(structure) == ""
-        totals[0] += assert_rows_equal(structure, random_rows(structure, rows, rng))[0]
+        factors = random_rows(structure, rows, rng)
+        totals[0] += assert_rows_equal(structure, factors)[0]
+        mine = evaluate_batch(structure, factors)
+        other = evaluate_batch(structure_of(*plain, original), factors)
+        changed = (mine.cycles != other.cycles) | (mine.energy_pj != other.energy_pj)
+        for level, words in mine.footprint_words.items():
+            changed |= words != other.footprint_words[level]
+        totals[1] += int(changed.sum())
 
     check()
-    return totals[0]
+    return totals[0], totals[1]
 
 
 # bits per element over the small accelerator's 16-bit word: a quarter to twice a word
 BITS = (4, 8, 16, 24, 32)
+
+
+def _precisions(w: Workload, seed: str) -> dict[str, int]:
+    """A width per tensor, the word's own for at most one of them."""
+    pick = random.Random(seed)
+    names = sorted(w.shapes)
+    same = pick.randrange(len(names) + 1)
+    return {t: 16 if k == same else pick.choice([b for b in BITS if b != 16])
+            for k, t in enumerate(names)}
 
 
 @pytest.mark.parametrize("overlap", CONVENTIONS)
@@ -62,8 +81,55 @@ def test_precision_in_the_batch(case: str, overlap: str) -> None:
     """Tensors with their own widths (`precision_bits`, drawn per case): footprints,
     transfer times and energy scale per tensor, counts stay in elements."""
     base = workload(CASES[case])
-    pick = random.Random(case)
-    w = replace(base, precision_bits={t: pick.choice(BITS) for t in sorted(base.shapes)})
-    assert any(b != 16 for b in w.precision_bits.values())
-    compared = _agree(w, replace(TIMED, overlap=overlap), lambda flow, _: flow, seed=5)
-    assert compared >= 40, f"only {compared} rows compared"
+    w = replace(base, precision_bits=_precisions(base, case))
+    arch = replace(TIMED, overlap=overlap)
+    compared, changed = _agree(w, arch, lambda flow, _: flow, seed=5, plain=(base, arch))
+    assert compared >= 40 and changed >= compared // 2, (compared, changed)
+
+
+def with_buffering(w: Workload) -> Callable[[Dataflow, random.Random], Dataflow]:
+    """Now and then a tile sets a depth (1 or 2) for a few of the workload's tensors."""
+    tensors = sorted(w.shapes)
+
+    def change(flow: Dataflow, pick: random.Random) -> Dataflow:
+        def one(_path: str, t):
+            if pick.random() < 0.4:
+                return t
+            named = pick.sample(tensors, pick.randint(1, len(tensors)))
+            return replace(t, buffering=tuple((n, pick.choice((1, 2))) for n in named))
+
+        return replace(flow, root=map_tiles(flow.root, one))
+
+    return change
+
+
+def _with_level_depths(arch, depths: tuple[int | None, ...]):
+    return replace(arch, levels=tuple(replace(lv, buffering=d)
+                                      for lv, d in zip(arch.levels, depths, strict=True)))
+
+
+@pytest.mark.parametrize("overlap", CONVENTIONS)
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo", "independent twins"])
+def test_tile_buffering_in_the_batch(case: str, overlap: str) -> None:
+    """Tiles that set a buffering depth per tensor: a depth-2 tensor's footprint doubles, a
+    depth-1 tensor's transfers run in series with the children (slot by slot in lock
+    step)."""
+    w = workload(CASES[case])
+    arch = replace(TIMED, overlap=overlap)
+    compared, changed = _agree(w, arch, with_buffering(w), seed=17, plain=(w, arch))
+    assert compared >= 40 and changed >= compared // 4, (compared, changed)
+
+
+@pytest.mark.parametrize("overlap", CONVENTIONS)
+@pytest.mark.parametrize(("case", "depths"), [("gemm", (None, 1, 2)), ("chain", (None, 2, 1)),
+                                              ("softmax", (1, 1, None)),
+                                              ("conv-halo", (None, 1, 1))])
+def test_level_buffering_in_the_batch(case: str, depths, overlap: str) -> None:
+    """Levels with a default depth, some tiles overriding it per tensor; with precision
+    too (a single-buffered tensor's serial time is in its words)."""
+    w = workload(CASES[case])
+    w = replace(w, precision_bits=_precisions(w, f"{case} {depths}"))
+    arch = _with_level_depths(replace(TIMED, overlap=overlap), depths)
+    compared, changed = _agree(w, arch, with_buffering(w), seed=19, examples=15,
+                               plain=(w, replace(TIMED, overlap=overlap)))
+    assert compared >= 30 and changed >= compared // 4, (compared, changed)

@@ -66,14 +66,11 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth,
-    first-touch fills that read nothing above, outputs
+    that bypass or keep a halo, first-touch fills that read nothing above, outputs
     written through a summed index, state carried across a reduction loop (its rescaling
     and epochs). Such structures are evaluated row by row with
     the scalar model, the reference."""
     w, arch = structure.workload, structure.arch
-    if any(lv.buffering for lv in arch.levels):
-        return "the accelerator sets a buffering depth"
     if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
         return "first-touch fills read nothing from the level above"
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
@@ -83,8 +80,8 @@ def scalar_only(structure: Structure) -> str:
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue
-        if node.bypass or node.buffering:
-            return "a tile bypasses a level or sets a buffering depth"
+        if node.bypass:
+            return "a tile bypasses a level"
         if any(mode == "cache" for _, mode in node.halo):
             return "a tile keeps an intermediate's halo (halo: cache)"
     return ""
@@ -193,7 +190,10 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
             inner = sum(stages[1:], stages[0]) + (steps - 1) * np.maximum.reduce(stages)
         load, latency = transfer_time(arch, tally.loads.get(path), steps)
         store, _ = transfer_time(arch, tally.stores.get(path), steps)
-        cycles = np.maximum(np.maximum(inner, load), store)
+        # single-buffered tensors' transfers in series with the children
+        serial = transfer_time(arch, tally.serial_loads.get(path), steps)[0] + \
+            transfer_time(arch, tally.serial_stores.get(path), steps)[0]
+        cycles = np.maximum(np.maximum(inner + serial, load), store)
         moving = (load != 0) | (store != 0)
         if dims:
             def factor(i: int) -> np.ndarray:
@@ -202,7 +202,9 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
             steps_run = np.broadcast_to(steps, (r.count,))
             lock = lockstep_cycles(arch, tile, dims, tally.tensor_loads.get(path, {}),
                                    tally.tensor_stores.get(path, {}),
-                                   np.broadcast_to(inner, (r.count,)), steps_run, factor)
+                                   np.broadcast_to(inner, (r.count,)), steps_run, factor,
+                                   tally.tensor_serial_loads.get(path, {}),
+                                   tally.tensor_serial_stores.get(path, {}))
             return np.where(moving, np.maximum(lock, cycles) + latency, cycles)
         if not fill_drain:
             return cycles

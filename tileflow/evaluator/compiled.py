@@ -11,6 +11,8 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from tileflow.analysis.buffering import depth as buffer_depth
+from tileflow.analysis.buffering import footprint_scale, serialised
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import split_fanout
 from tileflow.analysis.shape import node_key, shape_of, spec_key
@@ -41,6 +43,7 @@ class Crossing:
     axes: tuple[AxisRec, ...]
     plain_dims: tuple[str, ...] | None  # dims of its axes when all are plain, else None
     temporal: tuple[tuple[int, bool, bool], ...]  # (loop index, drop, epoch) above, in order
+    serial: bool = False  # single-buffered below the boundary: its transfers do not overlap
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Compiled:
         self.shape = shape
         # accelerator words per element of each tensor (`precision_bits`)
         self.width = {t: w.width_ratio(t, arch.word_bytes * 8) for t in w.shapes}
+        self._scales: dict[tuple, float] = {}
         self.tiles = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
         # every loop of the tree is a column of the factor rows, in tree-walk order
         self.slot_of = {(p, i): k for k, (p, i) in enumerate(
@@ -145,6 +149,12 @@ class Compiled:
                           if lp.spatial and run_start <= lp.node <= j)
             inst_y = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node <= j)
             crossings = []
+            y = levels[j + 1]
+            inner = []  # the tiles of the run below the boundary, outermost first
+            for k in range(j + 1, nodes):
+                if levels[k] != y:
+                    break
+                inner.append(self.tiles[chain[k]])
             for access, is_out, drops, no_reuse, epoch in info.values():
                 t = access.tensor
                 if t in self.homes and x < self.homes[t]:
@@ -153,7 +163,8 @@ class Compiled:
                     (i, lp.node in no_reuse or any(lp.node <= k <= j for k in drops), epoch[i])
                     for i, lp in enumerate(loops) if lp.node <= j and not lp.spatial)
                 crossings.append(Crossing(t, is_out, _axes(w, access), _plain_dims(w, access),
-                                          temporal))
+                                          temporal,
+                                          serialised(buffer_depth(self.arch, y, t, inner))))
             boundaries.append(Boundary(j, x, levels[j + 1], run_start, chain[j], inst_x, inst_y,
                                        union, tuple(crossings)))
         out = op.output.tensor
@@ -270,6 +281,17 @@ class Compiled:
                 limits[kind] = (limit, fanout)
             out.append((children, spread, limits))
         return out
+
+    def words_per_element(self, tensor: str, level: int, tiles: tuple[Tile, ...]) -> float:
+        """Words a buffer at `level` holds per element of `tensor`'s slice: its buffering
+        depth (set by the first of `tiles` that names it, else the level's) times its
+        width (`resources._own`, `resources._homed_here`)."""
+        key = (tensor, level, tuple(id(t) for t in tiles))
+        found = self._scales.get(key)
+        if found is None:
+            scale = footprint_scale(buffer_depth(self.arch, level, tensor, tiles))
+            found = self._scales[key] = scale * self.width[tensor]
+        return found
 
     @property
     def footprint_levels(self) -> list[int]:

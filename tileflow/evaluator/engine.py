@@ -140,10 +140,18 @@ class Tally:
         self.words = defaultdict(lambda: np.zeros(rows))
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
+        # the single-buffered tensors' part of them (`Transfer.serial`)
+        self.serial_loads: dict[str, Busy] = defaultdict(dict)
+        self.serial_stores: dict[str, Busy] = defaultdict(dict)
         per_tensor = arch.overlap == "lockstep"
         self.tensor_loads: dict[str, dict[str, Busy]] | None = \
             defaultdict(lambda: defaultdict(dict)) if per_tensor else None
         self.tensor_stores: dict[str, dict[str, Busy]] | None = \
+            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+        # per tile and single-buffered tensor, under lock step
+        self.tensor_serial_loads: dict[str, dict[str, Busy]] | None = \
+            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+        self.tensor_serial_stores: dict[str, dict[str, Busy]] | None = \
             defaultdict(lambda: defaultdict(dict)) if per_tensor else None
         # per (level, port) of a one-instance level, the time all of the tree's transfers
         # through it need (`cost._busiest_shared_port`)
@@ -155,25 +163,34 @@ class Tally:
         self.words[(level, kind)] += elements * width if width != 1.0 else elements
 
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
-                 kind: str) -> None:
-        """Book one transfer of `tensor` by tile `owner`: a load, or a store (`store`)."""
+                 kind: str, serial: bool = False) -> None:
+        """Book one transfer of `tensor` by tile `owner`: a load, or a store (`store`);
+        `serial`: a single-buffered tensor's, which does not overlap the compute."""
         lv = self.arch.levels[level]
         rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
         time = words / (np.maximum(instances, 1) * rate)
         key = (level, lv.port(kind))
-        for mine in self._tables(store, owner, tensor):
+        for mine in self._tables(store, owner, tensor, serial):
             mine[key] = mine[key] + time if key in mine else time
         if lv.instances == 1:
             alone = words / rate
             self.shared[key] = self.shared[key] + alone if key in self.shared else alone
 
-    def _tables(self, store: bool, owner: str, tensor: str) -> list[Busy]:
-        """The busy tables one transfer adds to: the tile's, and its tensor's if kept."""
-        table, per_tensor = (self.stores, self.tensor_stores) if store else \
-            (self.loads, self.tensor_loads)
-        if per_tensor is None:
-            return [table[owner]]
-        return [table[owner], per_tensor[owner][tensor]]
+    def _tables(self, store: bool, owner: str, tensor: str, serial: bool) -> list[Busy]:
+        """The busy tables one transfer adds to: the tile's (and its single-buffered part),
+        under lock step its tensor's (overlapped or single-buffered) instead of the part."""
+        if store:
+            table, part, per_tensor, serial_tensor = (
+                self.stores, self.serial_stores, self.tensor_stores, self.tensor_serial_stores)
+        else:
+            table, part, per_tensor, serial_tensor = (
+                self.loads, self.serial_loads, self.tensor_loads, self.tensor_serial_loads)
+        out = [table[owner]]
+        if serial:
+            out.append(part[owner])
+        if per_tensor is not None:
+            out.append((serial_tensor if serial else per_tensor)[owner][tensor])
+        return out
 
 
 def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
@@ -311,7 +328,7 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
             refill_y, refill_x, width: float = 1.0) -> None:
     """`traffic._record`: counts in elements, transfers (their time) in accelerator words,
     `width` per element (`precision_bits`)."""
-    x, y, owner, t = b.x, b.y, b.owner, cross.tensor
+    x, y, owner, t, serial = b.x, b.y, b.owner, cross.tensor, cross.serial
 
     def words(elements):
         return width * elements if width != 1.0 else elements
@@ -320,16 +337,16 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         tally.count(y, FILL, refill_y, width)
         tally.count(x, READ, refill_x, width)
         tally.count(x, UPDATE, moved_x, width)
-        tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read")
-        tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write")
-        tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write")
+        tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read", serial)
+        tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write", serial)
+        tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
-            tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read")
+            tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
     else:
         tally.count(y, FILL, moved_y, width)
         tally.count(x, READ, moved_x, width)
-        tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read")
-        tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write")
+        tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read", serial)
+        tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write", serial)
 
 
 class Leaf(NamedTuple):

@@ -91,7 +91,8 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
                 combined[t] = combined[t] + v if t in combined else v
     for t, lca in c.lca.items():
         if lca == path and c.homes[t] == level:
-            extent = _scaled(c.width[t], _lca_extent(r, t, path))
+            scale = c.words_per_element(t, level, (node,) if at_level else ())
+            extent = _scaled(scale, _lca_extent(r, t, path))
             combined[t] = combined[t] + extent if t in combined else extent
     if not at_level:
         return combined
@@ -211,6 +212,7 @@ def _own(r: Rows, path: str, level: int) -> Words:
     w = c.workload
     own: Words = {}
     depth = path.count(".")
+    node = c.tiles[path]
     for o in c.ops_below[path]:
         op_path = c.paths[o]
         for t in w.op_by_name[o].tensors:
@@ -218,7 +220,8 @@ def _own(r: Rows, path: str, level: int) -> Words:
                 home, lca_depth = c.homes[t], c.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue
-            box = _scaled(c.width[t], tile_words(r, op_path, t, depth))
+            scale = c.words_per_element(t, level, (node,))
+            box = _scaled(scale, tile_words(r, op_path, t, depth))
             own[t] = np.maximum(own[t], box) if t in own else box
     return own
 
