@@ -133,3 +133,24 @@ def test_level_buffering_in_the_batch(case: str, depths, overlap: str) -> None:
     compared, changed = _agree(w, arch, with_buffering(w), seed=19, examples=15,
                                plain=(w, replace(TIMED, overlap=overlap)))
     assert compared >= 30 and changed >= compared // 4, (compared, changed)
+
+
+# outputs filled on their first touch at L1 and Reg, the level above not read for them (a
+# zeroed accumulator: `first_touch_reads_parent: false`)
+ZEROED = replace(TIMED, levels=tuple(
+    replace(lv, first_touch_fills=lv.name != "DRAM", first_touch_reads_parent=False)
+    for lv in TIMED.levels))
+
+
+@pytest.mark.parametrize("overlap", CONVENTIONS)
+@pytest.mark.parametrize("case", ["gemm", "chain", "conv-halo", "strided"])
+def test_first_touch_fills_reading_nothing_above_in_the_batch(case: str, overlap: str) -> None:
+    """The inner level is filled on a first touch (as `first_touch_fills`), the level above
+    read only for partial sums (as without the fills): compared with the fills that read
+    the parent, the rows differ in energy or cycles."""
+    w = workload(CASES[case])
+    arch = replace(ZEROED, overlap=overlap)
+    reading = replace(arch, levels=tuple(replace(lv, first_touch_reads_parent=True)
+                                         for lv in arch.levels))
+    compared, changed = _agree(w, arch, lambda flow, _: flow, seed=23, plain=(w, reading))
+    assert compared >= 40 and changed >= compared // 4, (compared, changed)

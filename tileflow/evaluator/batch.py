@@ -66,13 +66,10 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass or keep a halo, first-touch fills that read nothing above, outputs
-    written through a summed index, state carried across a reduction loop (its rescaling
-    and epochs). Such structures are evaluated row by row with
-    the scalar model, the reference."""
-    w, arch = structure.workload, structure.arch
-    if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
-        return "first-touch fills read nothing from the level above"
+    that bypass or keep a halo, outputs written through a summed index, state carried
+    across a reduction loop (its rescaling and epochs). Such structures are evaluated row
+    by row with the scalar model, the reference."""
+    w = structure.workload
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
     if any(op.carried for op in w.ops):

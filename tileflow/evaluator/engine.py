@@ -207,10 +207,13 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
         ok, span = nested_chain(ext[d], mine)
         regular[d] = regular[d] & ok
         extent_x[d] = span
-    # outputs filled on their first touch too (the inner level's `first_touch_fills`)
-    first = r.c.arch.levels[b.y].first_touch_fills
+    # outputs filled on their first touch too (the inner level's `first_touch_fills`), the
+    # level above read for them unless `first_touch_reads_parent` is off
+    inner = r.c.arch.levels[b.y]
+    first = inner.first_touch_fills
+    parent = first and inner.first_touch_reads_parent
     for cross in b.crossings:
-        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y, first)
+        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y, first, parent)
         if cross.plain_dims is None:
             todo = np.arange(r.count)
         else:
@@ -219,7 +222,7 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
                 fine &= regular[d]
             todo = np.flatnonzero(~fine)
         if len(todo):
-            general = _general_counts(r, path, b, cross, todo, first)
+            general = _general_counts(r, path, b, cross, todo, first, parent)
             moved = [m.astype(float) if isinstance(m, np.ndarray) else np.full(r.count, float(m))
                      for m in moved]
             for m, g in zip(moved, general, strict=True):
@@ -264,9 +267,10 @@ def _steps(r: Rows, path: Path, cross: Crossing, dims, fresh: bool) -> np.ndarra
 
 
 def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent_x,
-                  inst_x, inst_y, first: bool = False):
+                  inst_x, inst_y, first: bool = False, parent: bool = False):
     """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly);
-    `first`: outputs are filled on their first touch too."""
+    `first`: outputs are filled on their first touch too, `parent`: the level above is
+    read for those fills (else its reads are those without them)."""
     dims = cross.plain_dims
     if dims is None:
         return [0, 0, 0, 0]
@@ -282,7 +286,7 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     if not cross.is_out:
         return [moved_y, moved_x, 0, 0]
     restarts = _steps(r, path, cross, dims, fresh=True)
-    if first:  # every entry is filled, first touches included
+    if first and parent:  # every entry is filled, first touches included
         return [moved_y, moved_x, slice_y * inst_y * restarts, slice_x * inst_x * restarts]
     epochs = np.ones(r.count, dtype=I64)
     for i, _, epoch in cross.temporal:
@@ -295,12 +299,15 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     spread_x = r.prod(path, [i for i in others if path.loops[i].node < b.run_start])
     refill_y = slice_y * inst_y * restarts - words * spread_y
     refill_x = slice_x * inst_x * restarts - words * spread_x
+    if first:  # filled on the first touch, the parent read only for partial sums
+        refill_y = slice_y * inst_y * restarts
     return [moved_y, moved_x, refill_y, refill_x]
 
 
 def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
-                    first: bool = False):
-    """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`."""
+                    first: bool = False, parent: bool = False):
+    """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`
+    (`first`, `parent`: as `_exact_counts`)."""
     k = len(rows)
     dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
     temporal = [(r.vloop(path, i, drop).take(rows), epoch) for i, drop, epoch in cross.temporal]
@@ -320,6 +327,7 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
     refill_x = sums.words_moved(axes, dims, loops_x, k, epoch_x, union)
     if not first:
         refill_y = refill_y - sums.first_touches(axes, dims, loops_y, epoch_y, k)
+    if not parent:
         refill_x = refill_x - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union)
     return moved_y, moved_x, refill_y, refill_x
 
