@@ -154,3 +154,49 @@ def test_first_touch_fills_reading_nothing_above_in_the_batch(case: str, overlap
                                          for lv in arch.levels))
     compared, changed = _agree(w, arch, lambda flow, _: flow, seed=23, plain=(w, reading))
     assert compared >= 40 and changed >= compared // 4, (compared, changed)
+
+
+def with_bypass(w: Workload) -> Callable[[Dataflow, random.Random], Dataflow]:
+    """Most on-chip tiles bypass one or two of the workload's tensors (inputs, outputs or
+    intermediates; an intermediate at its home level keeps it), innermost tiles included
+    (the unit is fed from above, by multicast over the spatial instances below)."""
+    tensors = sorted(w.shapes)
+
+    def change(flow: Dataflow, pick: random.Random) -> Dataflow:
+        def one(_path: str, t):
+            if t.level == "DRAM" or pick.random() < 0.3:
+                return t
+            return replace(t, bypass=tuple(pick.sample(tensors, pick.randint(1, 2))))
+
+        return replace(flow, root=map_tiles(flow.root, one))
+
+    return change
+
+
+@pytest.mark.parametrize("overlap", CONVENTIONS)
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo", "strided",
+                                  "independent twins"])
+def test_bypass_in_the_batch(case: str, overlap: str) -> None:
+    """Tiles that bypass tensors: the tensor crosses from the nearest run above that holds
+    it (the union of the spatial instances below), the bypassing level holds none of it,
+    a unit fed from above reads the distinct elements of each step once."""
+    w = workload(CASES[case])
+    arch = replace(TIMED, overlap=overlap)
+    compared, changed = _agree(w, arch, with_bypass(w), seed=29, plain=(w, arch))
+    assert compared >= 40 and changed >= compared // 4, (compared, changed)
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "conv-halo"])
+def test_bypass_with_the_other_mechanisms_in_the_batch(case: str) -> None:
+    """Bypass with buffering depths, precision and first-touch fills reading nothing above,
+    on shared ports and free write-backs, in lock step."""
+    w = workload(CASES[case])
+    w = replace(w, precision_bits=_precisions(w, f"{case} mixed"))
+    arch = replace(ZEROED, overlap="lockstep", levels=tuple(
+        replace(lv, ports="shared" if k % 2 == 0 else "separate",
+                writeback_on_read_port=k > 0, buffering=(None, 1, 2)[k])
+        for k, lv in enumerate(ZEROED.levels)))
+    bypass, buffering = with_bypass(w), with_buffering(w)
+    compared, changed = _agree(w, arch, lambda flow, pick: buffering(bypass(flow, pick), pick),
+                               seed=31, plain=(w, arch))
+    assert compared >= 40 and changed >= compared // 4, (compared, changed)

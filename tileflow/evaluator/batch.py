@@ -66,7 +66,7 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass or keep a halo, outputs written through a summed index, state carried
+    that keep a halo, outputs written through a summed index, state carried
     across a reduction loop (its rescaling and epochs). Such structures are evaluated row
     by row with the scalar model, the reference."""
     w = structure.workload
@@ -77,8 +77,6 @@ def scalar_only(structure: Structure) -> str:
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue
-        if node.bypass:
-            return "a tile bypasses a level"
         if any(mode == "cache" for _, mode in node.halo):
             return "a tile keeps an intermediate's halo (halo: cache)"
     return ""
@@ -169,7 +167,10 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
         write_time = lf.updates / (inst * lv.write_words_per_cycle)
         if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
             read_time = write_time = read_time + write_time
-        return np.maximum.reduce([lf.steps * unit.cycles(o.function), read_time, write_time])
+        slowest = np.maximum.reduce([lf.steps * unit.cycles(o.function), read_time,
+                                     write_time])
+        # tensors that bypass the innermost level, straight from a level above
+        return slowest if lf.fed is None else np.maximum(slowest, lf.fed)
 
     def node(path: str, tile: Tile, steps_above) -> np.ndarray:
         steps = steps_above

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale, serialised
+from tileflow.analysis.bypass import skips, source_run
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import split_fanout
 from tileflow.analysis.shape import node_key, shape_of, spec_key
@@ -71,6 +72,8 @@ class Path:
     leaf_level: int
     leaf_inst: tuple[int, ...]  # spatial loops above the innermost level's run
     leaf_epoch: tuple[bool, ...]  # per loop: starts the result afresh (epoch or spatial)
+    leaf_sources: dict[str, int]  # per tensor: the run (its first position) the compute
+    # reads it from (and writes a result to): the innermost one unless it is bypassed
 
 
 def _axes(w: Workload, access: Access) -> tuple[AxisRec, ...]:
@@ -101,6 +104,7 @@ class Compiled:
         # accelerator words per element of each tensor (`precision_bits`)
         self.width = {t: w.width_ratio(t, arch.word_bytes * 8) for t in w.shapes}
         self._scales: dict[tuple, float] = {}
+        self._holds: dict[tuple, bool] = {}
         self.tiles = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
         # every loop of the tree is a column of the factor rows, in tree-walk order
         self.slot_of = {(p, i): k for k, (p, i) in enumerate(
@@ -132,6 +136,7 @@ class Compiled:
             info[t] = (access, is_out, drops, no_reuse, epoch)
         boundaries = []
         nodes = len(chain)
+        tiles = [self.tiles[p] for p in chain]
         leaf = None
         for j in range(nodes):
             last = j == nodes - 1
@@ -141,39 +146,63 @@ class Compiled:
             run_start = j
             while run_start > 0 and levels[run_start - 1] == x:
                 run_start -= 1
-            inst_x = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node < run_start)
             if last:
-                leaf = (x, inst_x)
+                leaf = (x, tuple(i for i, lp in enumerate(loops)
+                                 if lp.spatial and lp.node < run_start))
                 continue
-            union = tuple(i for i, lp in enumerate(loops)
-                          if lp.spatial and run_start <= lp.node <= j)
             inst_y = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node <= j)
-            crossings = []
             y = levels[j + 1]
             inner = []  # the tiles of the run below the boundary, outermost first
             for k in range(j + 1, nodes):
                 if levels[k] != y:
                     break
-                inner.append(self.tiles[chain[k]])
+                inner.append(tiles[k])
+            by_source: dict[int, list[Crossing]] = {}  # run that sends each tensor
             for access, is_out, drops, no_reuse, epoch in info.values():
                 t = access.tensor
-                if t in self.homes and x < self.homes[t]:
+                home = self.homes.get(t)
+                if skips(levels, tiles, j + 1, t, home):
+                    continue  # the tensor skips level y: it crosses the boundary below it
+                source = source_run(levels, tiles, j, t, home)
+                if home is not None and levels[source] < home:
                     continue
                 temporal = tuple(
                     (i, lp.node in no_reuse or any(lp.node <= k <= j for k in drops), epoch[i])
                     for i, lp in enumerate(loops) if lp.node <= j and not lp.spatial)
-                crossings.append(Crossing(t, is_out, _axes(w, access), _plain_dims(w, access),
-                                          temporal,
-                                          serialised(buffer_depth(self.arch, y, t, inner))))
-            boundaries.append(Boundary(j, x, levels[j + 1], run_start, chain[j], inst_x, inst_y,
-                                       union, tuple(crossings)))
+                by_source.setdefault(source, []).append(Crossing(
+                    t, is_out, _axes(w, access), _plain_dims(w, access), temporal,
+                    serialised(buffer_depth(self.arch, y, t, inner))))
+            for source, crossings in by_source.items():
+                inst_x = tuple(i for i, lp in enumerate(loops)
+                               if lp.spatial and lp.node < source)
+                union = tuple(i for i, lp in enumerate(loops)
+                              if lp.spatial and source <= lp.node <= j)
+                boundaries.append(Boundary(j, levels[source], y, source, chain[j], inst_x,
+                                           inst_y, union, tuple(crossings)))
+        # where the compute reads each tensor: the innermost run, or the nearest run above
+        # that the tensor does not bypass
+        sources = {t: source_run(levels, tiles, nodes - 1, t, self.homes.get(t))
+                   for t in info}
         out = op.output.tensor
         if out in self.lca:
             depth = self.lca[out].count(".")
             epoch = tuple(lp.node <= depth or lp.spatial for lp in loops)
         else:
             epoch = tuple(lp.dim not in op.dims or lp.spatial for lp in loops)
-        return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch)
+        return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch,
+                    sources)
+
+    def holds(self, op: str, position: int, tensor: str) -> bool:
+        """Whether the tile at `position` of the operator's path holds `tensor` (it does
+        unless its run of same-level tiles bypasses it: `resources._held`)."""
+        key = (op, position, tensor)
+        found = self._holds.get(key)
+        if found is None:
+            path = self.paths[op]
+            found = self._holds[key] = not skips(
+                path.levels, [self.tiles[p] for p in path.chain], position, tensor,
+                self.homes.get(tensor))
+        return found
 
     # -- halos and windows -----------------------------------------------------------------
     def _halos(self) -> dict[str, list[tuple[str, int, tuple[int, ...]]]]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from tileflow.evaluator import sums
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
-from tileflow.evaluator.lattice import I64, VDim, VLoop
+from tileflow.evaluator.lattice import I64, Grid, VDim, VLoop, positions
 from tileflow.specs.workload import Workload
 from tileflow.tree import Op, Tile
 
@@ -366,6 +366,7 @@ class Leaf(NamedTuple):
     reads: np.ndarray
     updates: np.ndarray
     instances: np.ndarray
+    fed: np.ndarray | None = None  # time of the bypassing tensors' transfers to the unit
 
 
 def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
@@ -388,12 +389,26 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         ops[todo] = sums.iteration_count(axes, dims1, loops, (), len(todo))
     x = path.leaf_level
     width = r.c.width
+    sources = path.leaf_sources
+    fed: Busy = {}  # what bypassing tensors move straight to and from the unit
     reads = 0.0  # in accelerator words (`precision_bits`), as the transfers
     for access in op.inputs:
-        tally.count(x, READ, ops, width[access.tensor])
-        reads = reads + (ops * width[access.tensor] if width[access.tensor] != 1.0 else ops)
-    out_width = width[op.output.tensor]
-    tally.count(x, UPDATE, ops, out_width)
+        t = access.tensor
+        source = path.levels[sources[t]]
+        if source == x:
+            tally.count(x, READ, ops, width[t])
+            reads = reads + (ops * width[t] if width[t] != 1.0 else ops)
+            continue
+        # one word serves every instance below the source that needs the same one
+        sent = ops * multicast_share(r, path, sources[t], (access.tensor, access.axes))
+        tally.count(source, READ, sent, width[t])
+        _feed(r, fed, source, sent * width[t], r.prod(path, _spread_above(path, sources[t])),
+              "read")
+    out = op.output.tensor
+    out_width = width[out]
+    home = path.levels[sources[out]]
+    out_instances = r.prod(path, _spread_above(path, sources[out]))
+    tally.count(home, UPDATE, ops, out_width)
     if op.accumulates:
         out = op.output
         marks = path.leaf_epoch
@@ -407,8 +422,59 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
                          for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
             loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
             starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
-        tally.count(x, READ, ops - starts, out_width)
-        reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
-    steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
+        tally.count(home, READ, ops - starts, out_width)
+        if home == x:
+            reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
+        else:
+            _feed(r, fed, home, (ops - starts) * out_width, out_instances, "read")
     updates = ops * out_width if out_width != 1.0 else ops
-    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst))
+    if home != x:
+        _feed(r, fed, home, ops * out_width, out_instances, "write")
+        updates = np.zeros(r.count)
+    steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
+    fed_time = None
+    for busy in fed.values():  # `cost._transfer_time` of the fed transfers: the busiest port
+        fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
+    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time)
+
+
+def _spread_above(path: Path, position: int) -> tuple[int, ...]:
+    """The spatial loops above path `position` (their product: the instances there)."""
+    return tuple(i for i, lp in enumerate(path.loops) if lp.spatial and lp.node < position)
+
+
+def _feed(r: Rows, fed: Busy, level: int, words, instances, kind: str) -> None:
+    """Book a transfer between the unit and a level above its innermost one (a bypass)."""
+    lv = r.c.arch.levels[level]
+    rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
+    time = words / (np.maximum(instances, 1) * rate)
+    key = (level, lv.port(kind))
+    fed[key] = fed[key] + time if key in fed else time
+
+
+def multicast_share(r: Rows, path: Path, position: int, access) -> np.ndarray:
+    """`traffic.multicast_share` per row: the distinct elements of one step over the
+    spatial instances below path `position` (the index tuples the spatial loops there
+    reach), over those instances. `access`: (tensor, its axes)."""
+    loops = [i for i, lp in enumerate(path.loops) if lp.spatial and lp.node >= position]
+    if not loops:
+        return np.ones(r.count)
+    vloops = [r.vloop(path, i, False) for i in loops]
+    grid = Grid(r.count, [(lp, 0) for lp in vloops])
+    pos = positions(list(zip(vloops, grid.values, strict=True)), r.count)
+    key = np.zeros((r.count, grid.size), dtype=I64)
+    for axis in access[1]:
+        value = np.zeros((r.count, grid.size), dtype=I64)
+        for d, coef in axis.terms:
+            if d in pos:
+                value = value + coef * pos[d]
+        low = value.min()
+        key = key * (int(value.max() - low) + 1) + (value - low)
+    # padding takes the first instance's key (every loop at 0), which is always one
+    key = np.where(grid.valid, key, key[:, :1])
+    key = np.sort(key, axis=1)
+    distinct = 1 + (np.diff(key, axis=1) != 0).sum(axis=1)
+    spread = np.ones(r.count, dtype=I64)
+    for lp in vloops:
+        spread = spread * lp.n
+    return distinct / spread

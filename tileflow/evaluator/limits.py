@@ -220,6 +220,8 @@ def _own(r: Rows, path: str, level: int) -> Words:
                 home, lca_depth = c.homes[t], c.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue
+            if not c.holds(o, depth, t):  # bypassed: not held at this level
+                continue
             scale = c.words_per_element(t, level, (node,))
             box = _scaled(scale, tile_words(r, op_path, t, depth))
             own[t] = np.maximum(own[t], box) if t in own else box
