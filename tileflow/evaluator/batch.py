@@ -13,6 +13,7 @@ import numpy as np
 
 from tileflow.cost.model import evaluate
 from tileflow.cost.step_pipeline import tensor_dims
+from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints
@@ -66,14 +67,11 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that keep a halo, outputs written through a summed index, state carried
-    across a reduction loop (its rescaling and epochs). Such structures are evaluated row
-    by row with the scalar model, the reference."""
+    that keep a halo, outputs written through a summed index. Such structures are
+    evaluated row by row with the scalar model, the reference."""
     w = structure.workload
     if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
         return "an output is written through a summed index"
-    if any(op.carried for op in w.ops):
-        return "an operator carries state across a reduction loop (online softmax)"
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue
@@ -140,13 +138,18 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     for o, leaf in leaves.items():
         ops = ops + leaf.ops
         energy = energy + leaf.ops * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
+    rescale = carried.rescaling(r)
+    for counts in rescale.values():  # a carried operator's rescaling, on the vector unit
+        for n in counts:
+            ops = ops + n
+            energy = energy + n * arch.unit("vector").energy_pj_per_op
     dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
-    cycles = _latency(r, tally, leaves)
+    cycles = _latency(r, tally, leaves, rescale)
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
                        dict(violations.amounts))
 
 
-def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
+def _latency(r: Rows, tally: Tally, leaves, rescale) -> np.ndarray:
     """`cost.model._latency` for every row, under the accelerator's overlap convention:
     `fill-drain` adds each tile's first load and last store (one step's worth) to its
     slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
@@ -167,8 +170,13 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
         write_time = lf.updates / (inst * lv.write_words_per_cycle)
         if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
             read_time = write_time = read_time + write_time
-        slowest = np.maximum.reduce([lf.steps * unit.cycles(o.function), read_time,
-                                     write_time])
+        compute = lf.steps * unit.cycles(o.function)
+        if op in rescale:  # on the lanes the leaf uses: its operations per step
+            lanes = np.maximum(lf.ops / np.maximum(lf.steps, 1), 1.0)
+            extra = sum(n * unit.cycles(fn)
+                        for fn, n in zip(carried.RESCALE, rescale[op], strict=True))
+            compute = compute + extra / lanes
+        slowest = np.maximum.reduce([compute, read_time, write_time])
         # tensors that bypass the innermost level, straight from a level above
         return slowest if lf.fed is None else np.maximum(slowest, lf.fed)
 

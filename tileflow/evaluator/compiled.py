@@ -130,7 +130,8 @@ class Compiled:
             no_reuse = {k for k, p in enumerate(chain) if t in self.tiles[p].no_reuse}
             if t in self.lca:
                 depth = self.lca[t].count(".")
-                epoch = [lp.node <= depth for lp in loops]
+                # a loop that carries the running value is inside its epoch, not a new one
+                epoch = [lp.node <= depth and not self._carrying(t, lp) for lp in loops]
             else:
                 epoch = [lp.dim not in op.dims for lp in loops]
             info[t] = (access, is_out, drops, no_reuse, epoch)
@@ -186,11 +187,28 @@ class Compiled:
         out = op.output.tensor
         if out in self.lca:
             depth = self.lca[out].count(".")
-            epoch = tuple(lp.node <= depth or lp.spatial for lp in loops)
+            epoch = tuple((lp.node <= depth and not self._carrying(out, lp)) or lp.spatial
+                          for lp in loops)
         else:
             epoch = tuple(lp.dim not in op.dims or lp.spatial for lp in loops)
         return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch,
                     sources)
+
+    def _carrying(self, tensor: str, lp: SLoop) -> bool:
+        """`carried.is_carried`: a temporal loop over the producer's carried dim, at or
+        above the common ancestor of the producer and its consumers."""
+        w = self.workload
+        producer = w.producer.get(tensor)
+        if producer is None or tensor not in self.lca:
+            return False
+        d = w.op_by_name[producer].carried
+        return bool(d) and lp.dim == d and not lp.spatial and \
+            lp.node <= self.lca[tensor].count(".")
+
+    def carries(self, tensor: str) -> tuple[int, ...]:
+        """The loops (indices into its producer's path) that carry `tensor`'s running value."""
+        path = self.paths[self.workload.producer[tensor]]
+        return tuple(i for i, lp in enumerate(path.loops) if self._carrying(tensor, lp))
 
     def holds(self, op: str, position: int, tensor: str) -> bool:
         """Whether the tile at `position` of the operator's path holds `tensor` (it does

@@ -10,6 +10,7 @@ import numpy as np
 
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import compute_mesh, level_mesh, split_limit
+from tileflow.evaluator import carried as carried_state
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.lattice import Grid, interval, on_grid, positions, progression
@@ -294,10 +295,12 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
         producer = w.op_by_name[w.producer[t]]
         path = c.paths[producer.name]
         depth = lca.count(".")
-        for lp in path.loops:
-            if lp.node <= depth and lp.dim in producer.reduction_dims:
+        carried = c.carries(t)
+        for i, lp in enumerate(path.loops):
+            if lp.node <= depth and lp.dim in producer.reduction_dims and i not in carried:
                 n = r.n[lp.slot]
                 out.flag("dependency", n > 1, n - 1)
+    carried_state.check(r, out)
     for _t, producer, consumer, d, window, depth, tiling in c.windows:
         need = r.extents[consumer][depth + 1][d] + window
         has = r.extents[producer][depth + 1][d]
