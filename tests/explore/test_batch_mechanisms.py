@@ -232,3 +232,28 @@ def test_online_attention_baselines_in_the_batch(arch: str, name: str) -> None:
     # flash-pipe on the RTL chip leaves the sweep with a result of the running value (its
     # exp tile): every row breaks the carried-state rule, in the batch as in the model
     assert compared >= 10 or rejected == len(rows), (compared, rejected)
+
+
+SUMMED = {"tconv": """
+name: tconv
+dims: {p: 5, r: 3}
+ops:
+  - {name: tc, expr: "Y[p+r] += X[p] * W[r]"}
+""", "tconv2": """
+name: tconv2
+dims: {p: 4, r: 3, c: 2, k: 3}
+ops:
+  - {name: tc, expr: "Y[p+2*r, k] += X[p, c] * W[r, c, k]"}
+"""}
+
+
+@pytest.mark.parametrize("overlap", CONVENTIONS)
+@pytest.mark.parametrize("case", SUMMED)
+def test_summed_output_indices_in_the_batch(case: str, overlap: str) -> None:
+    """Outputs written through a summed index (a transposed convolution): several
+    iterations update one element, first touches counted per row; a spatial loop over a
+    dim of that index is rejected (the model raises, the batch flags a dependency)."""
+    w = workload(SUMMED[case])
+    arch = replace(TIMED, overlap=overlap)
+    compared, _ = _agree(w, arch, lambda flow, _: flow, seed=37, plain=(w, arch), rows=16)
+    assert compared >= 40, compared

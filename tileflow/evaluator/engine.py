@@ -416,6 +416,9 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         for i, m in enumerate(marks):
             if m and path.loops[i].dim not in out.dims:
                 starts = starts * r.n[path.loops[i].slot]
+        if not all(axis.is_plain for axis in out.axes):  # a summed index: on every row
+            todo = np.arange(r.count)
+            dims1 = {d: v.take(todo) for d, v in r.dims(path, 0, extent=1).items()}
         if len(todo):
             guards = [d for d in op.dims if d not in out.dims]
             axes = tuple(sums.AxisRec(a.terms, a.offset, s)

@@ -301,6 +301,12 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
                 n = r.n[lp.slot]
                 out.flag("dependency", n > 1, n - 1)
     carried_state.check(r, out)
+    for path in c.paths.values():  # `prepare._check_summed_outputs`, which the model raises
+        summed = {d for axis in path.op.output.axes if len(axis.terms) > 1
+                  for d, _ in axis.terms}
+        for lp in path.loops:
+            if lp.spatial and lp.dim in summed:
+                out.flag("dependency", r.n[lp.slot] > 1, 1.0)
     for _t, producer, consumer, d, window, depth, tiling in c.windows:
         need = r.extents[consumer][depth + 1][d] + window
         has = r.extents[producer][depth + 1][d]
