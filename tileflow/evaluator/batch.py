@@ -115,7 +115,7 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     r = Rows(c, full)
     r.served = served_masks(r)
     rows = r.count
-    tally = Tally(rows, c.arch)
+    tally = Tally(rows, c.arch, any(v != 1.0 for v in c.width.values()))
     leaves = {}
     for o, path in c.paths.items():
         for b in path.boundaries:

@@ -132,12 +132,13 @@ class Tally:
     stores keep each (level, port) busy; under `overlap: lockstep` also per tensor
     (`tensor_loads`, `tensor_stores`: a tensor moves on the steps where its slice changes)."""
 
-    def __init__(self, rows: int, arch):
+    def __init__(self, rows: int, arch, widths: bool = False):
         self.rows = rows
         self.arch = arch
         self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
-        # the same in accelerator words (`precision_bits`), what the energy is charged on
-        self.words = defaultdict(lambda: np.zeros(rows))
+        # the same in accelerator words (`precision_bits`), what the energy is charged on:
+        # kept apart only where some tensor's width differs from a word
+        self.words = defaultdict(lambda: np.zeros(rows)) if widths else self.traffic
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
         # the single-buffered tensors' part of them (`Transfer.serial`)
@@ -160,7 +161,8 @@ class Tally:
     def count(self, level: int, kind: int, elements, width: float) -> None:
         """Book `elements` moved at `level` (FILL, READ or UPDATE), `width` words each."""
         self.traffic[(level, kind)] += elements
-        self.words[(level, kind)] += elements * width if width != 1.0 else elements
+        if self.words is not self.traffic:
+            self.words[(level, kind)] += elements * width if width != 1.0 else elements
 
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
                  kind: str, serial: bool = False) -> None:
