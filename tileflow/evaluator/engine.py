@@ -460,26 +460,51 @@ def _feed(r: Rows, fed: Busy, level: int, words, instances, kind: str) -> None:
 def multicast_share(r: Rows, path: Path, position: int, access) -> np.ndarray:
     """`traffic.multicast_share` per row: the distinct elements of one step over the
     spatial instances below path `position` (the index tuples the spatial loops there
-    reach), over those instances. `access`: (tensor, its axes)."""
-    loops = [i for i, lp in enumerate(path.loops) if lp.spatial and lp.node >= position]
+    reach), over those instances. `access`: (tensor, its axes). Axes over disjoint dims
+    count apart (the tuples are then their product), each on the grid of its own loops."""
+    loops = [r.vloop(path, i, False) for i, lp in enumerate(path.loops)
+             if lp.spatial and lp.node >= position]
     if not loops:
         return np.ones(r.count)
-    vloops = [r.vloop(path, i, False) for i in loops]
-    grid = Grid(r.count, [(lp, 0) for lp in vloops])
-    pos = positions(list(zip(vloops, grid.values, strict=True)), r.count)
-    key = np.zeros((r.count, grid.size), dtype=I64)
-    for axis in access[1]:
-        value = np.zeros((r.count, grid.size), dtype=I64)
-        for d, coef in axis.terms:
-            if d in pos:
-                value = value + coef * pos[d]
-        low = value.min()
-        key = key * (int(value.max() - low) + 1) + (value - low)
-    # padding takes the first instance's key (every loop at 0), which is always one
-    key = np.where(grid.valid, key, key[:, :1])
-    key = np.sort(key, axis=1)
-    distinct = 1 + (np.diff(key, axis=1) != 0).sum(axis=1)
+    axes = access[1]
+    axis_dims = [{d for d, _ in axis.terms} for axis in axes]
+    if sum(len(ds) for ds in axis_dims) == len(set().union(*axis_dims)):  # disjoint axes
+        distinct = np.ones(r.count, dtype=I64)
+        for axis, ds in zip(axes, axis_dims, strict=True):
+            mine = [lp for lp in loops if lp.dim in ds]
+            if mine:
+                distinct = distinct * _distinct(r.count, mine, (axis,))
+    else:
+        distinct = _distinct(r.count, loops, axes)
     spread = np.ones(r.count, dtype=I64)
-    for lp in vloops:
+    for lp in loops:
         spread = spread * lp.n
     return distinct / spread
+
+
+GRID_CELLS = 1 << 22  # rows x grid points per block of `_distinct` (bounds its memory)
+
+
+def _distinct(rows: int, loops: list[VLoop], axes) -> np.ndarray:
+    """Per row, the distinct index tuples of `axes` over the values of `loops` (on a grid
+    of the loops' values, padded to the largest trip counts, in blocks of rows)."""
+    out = np.empty(rows, dtype=I64)
+    size = int(np.prod([max(int(lp.n.max(initial=1)), 1) for lp in loops], dtype=np.int64))
+    block = max(1, GRID_CELLS // max(size, 1))
+    for start in range(0, rows, block):
+        part = np.arange(start, min(rows, start + block))
+        mine = [lp.take(part) for lp in loops]
+        grid = Grid(len(part), [(lp, 0) for lp in mine])
+        pos = positions(list(zip(mine, grid.values, strict=True)), len(part))
+        key = np.zeros((len(part), grid.size), dtype=I64)
+        for axis in axes:
+            value = np.zeros((len(part), grid.size), dtype=I64)
+            for d, coef in axis.terms:
+                if d in pos:
+                    value = value + coef * pos[d]
+            low = value.min()
+            key = key * (int(value.max() - low) + 1) + (value - low)
+        # padding takes the first instance's key (every loop at 0), which is always one
+        key = np.sort(np.where(grid.valid, key, key[:, :1]), axis=1)
+        out[part] = 1 + (np.diff(key, axis=1) != 0).sum(axis=1)
+    return out
