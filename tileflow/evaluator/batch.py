@@ -15,7 +15,8 @@ from tileflow.cost.model import evaluate
 from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
-from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
+from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary
+from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
