@@ -52,11 +52,18 @@ def test_transfers_take_time_by_their_words():
     assert (plain.load_cycles, plain.store_cycles) == (8, 4)
 
 
-def test_the_batched_evaluator_takes_such_workloads_row_by_row():
+def test_the_batched_evaluator_models_such_workloads():
+    """The batch (not row by row) gives the hand-derived footprints and the model's cycles
+    and energy; DRAM words stay in elements (A, B read once, C written once: 48)."""
     structure = structure_of(MIXED, small_arch(), FLOW)
-    assert "precision" in scalar_only(structure)
+    assert scalar_only(structure) == ""
     batch = evaluate_batch(structure, structure.default_factors[None, :])
-    assert batch.cycles[0] == pytest.approx(evaluate(MIXED, small_arch(), FLOW).cycles)
+    ref = evaluate(MIXED, small_arch(), FLOW)
+    assert {lv: v[0] for lv, v in batch.footprint_words.items()} == \
+        {"L1": 8 + 16 + 32, "Reg": 2 + 4 + 2}
+    assert batch.dram_words[0] == 48
+    assert batch.cycles[0] == pytest.approx(ref.cycles, rel=1e-9)
+    assert batch.energy_pj[0] == pytest.approx(ref.energy_pj, rel=1e-9)
 
 
 def _parse(extra: str):

@@ -1,18 +1,24 @@
 """Bypass (Timeloop's bypass/keep per level): a tile may list tensors its level does not
 hold. Such a tensor moves straight between the nearest levels above and below that hold it
 (the upper one sends the union of what the spatial instances below need), and the compute
-reads it from the nearest level that holds it."""
+reads it from the nearest level that holds it.
+
+The rules take an operator's path as its levels and tiles (outermost first), so that the
+scalar analysis (`OpPath`) and the batched evaluator's compiled paths read the same ones."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tileflow.analysis.prepare import OpPath
+from tileflow.tree import Tile
 
 
-def bypassed(path: OpPath, position: int, tensor: str, home: int | None = None) -> bool:
-    """`tensor` skips the level of the tile at `position` on an operator's path: some tile
-    of the run of same-level tiles there lists it in `bypass` (Timeloop's bypass). An
+def skips(levels: Sequence[int], tiles: Sequence[Tile], position: int, tensor: str,
+          home: int | None = None) -> bool:
+    """`tensor` skips the level of the tile at `position` of a path with these levels and
+    tiles: some tile of the run of same-level tiles there lists it in `bypass`. An
     intermediate is never bypassed at its home level `home` (it keeps its homes rule)."""
-    levels = path.levels
     if home is not None and levels[position] == home:
         return False
     start = end = position
@@ -20,4 +26,23 @@ def bypassed(path: OpPath, position: int, tensor: str, home: int | None = None) 
         start -= 1
     while end + 1 < len(levels) and levels[end + 1] == levels[position]:
         end += 1
-    return any(tensor in path.tiles[k][1].bypass for k in range(start, end + 1))
+    return any(tensor in tiles[k].bypass for k in range(start, end + 1))
+
+
+def source_run(levels: Sequence[int], tiles: Sequence[Tile], j: int, tensor: str,
+               home: int | None = None) -> int:
+    """Start of the run of same-level tiles that sends `tensor` down across the boundary
+    below position j: the run ending at j, or the nearest one above it that the tensor does
+    not bypass (the outermost level is never bypassed)."""
+    start = j
+    while True:
+        while start > 0 and levels[start - 1] == levels[start]:
+            start -= 1
+        if start == 0 or not skips(levels, tiles, start, tensor, home):
+            return start
+        start -= 1
+
+
+def bypassed(path: OpPath, position: int, tensor: str, home: int | None = None) -> bool:
+    """`skips` on an operator's analysed path."""
+    return skips(path.levels, [tile for _, tile in path.tiles], position, tensor, home)

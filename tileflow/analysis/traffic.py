@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tileflow.analysis.buffering import depth, serialised
-from tileflow.analysis.bypass import bypassed
+from tileflow.analysis.bypass import bypassed, source_run
 from tileflow.analysis.carried import is_carried, rescaling
 from tileflow.analysis.movement import (
     AxisRec,
@@ -246,17 +246,8 @@ def _links(plan: Plan, path: OpPath) -> list[tuple]:
 
 
 def _source(path: OpPath, j: int, tensor: str, home: int | None = None) -> int:
-    """Start of the run of same-level tiles that sends `tensor` down across the boundary
-    below position j: the run ending at j, or the nearest one above it that the tensor does
-    not bypass (the outermost level is never bypassed)."""
-    levels = path.levels
-    start = j
-    while True:
-        while start > 0 and levels[start - 1] == levels[start]:
-            start -= 1
-        if start == 0 or not bypassed(path, start, tensor, home):
-            return start
-        start -= 1
+    """`bypass.source_run` on the operator's path."""
+    return source_run(path.levels, [tile for _, tile in path.tiles], j, tensor, home)
 
 
 def _geometry(plan: Plan, path: OpPath, j: int, run_start: int, extents: dict[str, int]):

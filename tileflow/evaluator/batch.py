@@ -13,9 +13,11 @@ import numpy as np
 
 from tileflow.cost.model import evaluate
 from tileflow.cost.step_pipeline import tensor_dims
+from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
-from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, leaf_counts
+from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary
 from tileflow.evaluator.lattice import GridTooLarge
+from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
@@ -70,34 +72,19 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that bypass, set buffering depths or keep a halo, levels with a default depth,
-    first-touch fills that read nothing above, Timeloop's delta rule (its sampled steps
-    and refills do not factor into the engine's per-loop sums), whole-block energy (it
-    needs each tensor's count per instance), tensors with their own
-    precision, outputs written through a summed index, state carried across a reduction
-    loop (its rescaling and epochs). Such structures are evaluated row by row with the
+    that keep a halo, or on an accelerator with Timeloop's delta rule (its sampled steps and
+    refills do not factor into the engine's per-loop sums) or whole-block energy (it needs
+    each tensor's count per instance). Such structures are evaluated row by row with the
     scalar model, the reference."""
-    w, arch = structure.workload, structure.arch
-    if any(lv.buffering for lv in arch.levels):
-        return "the accelerator sets a buffering depth"
-    if any(lv.first_touch_fills and not lv.first_touch_reads_parent for lv in arch.levels):
-        return "first-touch fills read nothing from the level above"
+    arch = structure.arch
     if any(lv.deltas == "timeloop" for lv in arch.levels):
         return "a level counts an input's fills by Timeloop's delta rule (deltas: timeloop)"
     if any(lv.block_words for lv in arch.levels):
         return ("a level charges energy in whole blocks per instance and tensor (block_words: "
                 "the engine sums words over tensors)")
-    if w.precision_bits:
-        return "tensors have their own precision (precision_bits)"
-    if any(len(axis.terms) > 1 for op in w.ops for axis in op.output.axes):
-        return "an output is written through a summed index"
-    if any(op.carried for op in w.ops):
-        return "an operator carries state across a reduction loop (online softmax)"
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue
-        if node.bypass or node.buffering:
-            return "a tile bypasses a level or sets a buffering depth"
         if any(mode == "cache" for _, mode in node.halo):
             return "a tile keeps an intermediate's halo (halo: cache)"
     return ""
@@ -141,7 +128,7 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     r = Rows(c, full)
     r.served = served_masks(r)
     rows = r.count
-    tally = Tally(rows, c.arch)
+    tally = Tally(rows, c.arch, any(v != 1.0 for v in c.width.values()))
     leaves = {}
     for o, path in c.paths.items():
         for b in path.boundaries:
@@ -152,17 +139,22 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     check(r, fps, violations)
     arch = c.arch
     energy = np.zeros(rows)
-    for (level, kind), words in tally.traffic.items():
+    for (level, kind), words in tally.words.items():
         lv = arch.levels[level]
         per_word = {FILL: lv.write_energy_pj, READ: lv.read_energy_pj,
                     UPDATE: lv.update_energy_pj}[kind]
         energy = energy + words * per_word
     ops = np.zeros(rows)
-    for o, (count, _, _, _) in leaves.items():
-        ops = ops + count
-        energy = energy + count * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
+    for o, leaf in leaves.items():
+        ops = ops + leaf.ops
+        energy = energy + leaf.ops * arch.unit(c.workload.op_by_name[o].unit).energy_pj_per_op
+    rescale = carried.rescaling(r)
+    for counts in rescale.values():  # a carried operator's rescaling, on the vector unit
+        for n in counts:
+            ops = ops + n
+            energy = energy + n * arch.unit("vector").energy_pj_per_op
     dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
-    cycles = _latency(r, tally, leaves)
+    cycles = _latency(r, tally, leaves, rescale)
     energy = energy + _leakage(r) * cycles
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
                        dict(violations.amounts))
@@ -201,7 +193,7 @@ def _leakage(r: Rows) -> np.ndarray:
     return per_cycle
 
 
-def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
+def _latency(r: Rows, tally: Tally, leaves, rescale) -> np.ndarray:
     """`cost.model._latency` for every row, under the accelerator's overlap convention:
     `fill-drain` adds each tile's first load and last store (one step's worth) to its
     slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
@@ -213,16 +205,24 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
     dims = tensor_dims(c.workload) if arch.overlap == "lockstep" else {}
 
     def leaf(op: str) -> np.ndarray:
-        ops, steps, reads, inst = leaves[op]
+        lf = leaves[op]
         o = c.workload.op_by_name[op]
         unit = arch.unit(o.unit)
         lv = arch.levels[c.paths[op].leaf_level]
-        inst = np.maximum(inst, 1)
-        read_time = reads / (inst * lv.read_words_per_cycle)
-        write_time = ops / (inst * lv.write_words_per_cycle)
+        inst = np.maximum(lf.instances, 1)
+        read_time = lf.reads / (inst * lv.read_words_per_cycle)
+        write_time = lf.updates / (inst * lv.write_words_per_cycle)
         if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
             read_time = write_time = read_time + write_time
-        return np.maximum.reduce([steps * unit.cycles(o.function), read_time, write_time])
+        compute = lf.steps * unit.cycles(o.function)
+        if op in rescale:  # on the lanes the leaf uses: its operations per step
+            lanes = np.maximum(lf.ops / np.maximum(lf.steps, 1), 1.0)
+            extra = sum(n * unit.cycles(fn)
+                        for fn, n in zip(carried.RESCALE, rescale[op], strict=True))
+            compute = compute + extra / lanes
+        slowest = np.maximum.reduce([compute, read_time, write_time])
+        # tensors that bypass the innermost level, straight from a level above
+        return slowest if lf.fed is None else np.maximum(slowest, lf.fed)
 
     def node(path: str, tile: Tile, steps_above) -> np.ndarray:
         steps = steps_above
@@ -240,7 +240,10 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
             inner = sum(stages[1:], stages[0]) + (steps - 1) * np.maximum.reduce(stages)
         load, latency = transfer_time(arch, tally.loads.get(path), steps)
         store, _ = transfer_time(arch, tally.stores.get(path), steps)
-        cycles = np.maximum(np.maximum(inner, load), store)
+        # single-buffered tensors' transfers in series with the children
+        serial = transfer_time(arch, tally.serial_loads.get(path), steps)[0] + \
+            transfer_time(arch, tally.serial_stores.get(path), steps)[0]
+        cycles = np.maximum(np.maximum(inner + serial, load), store)
         moving = (load != 0) | (store != 0)
         if dims:
             def factor(i: int) -> np.ndarray:
@@ -249,7 +252,9 @@ def _latency(r: Rows, tally: Tally, leaves) -> np.ndarray:
             steps_run = np.broadcast_to(steps, (r.count,))
             lock = lockstep_cycles(arch, tile, dims, tally.tensor_loads.get(path, {}),
                                    tally.tensor_stores.get(path, {}),
-                                   np.broadcast_to(inner, (r.count,)), steps_run, factor)
+                                   np.broadcast_to(inner, (r.count,)), steps_run, factor,
+                                   tally.tensor_serial_loads.get(path, {}),
+                                   tally.tensor_serial_stores.get(path, {}))
             return np.where(moving, lock + latency, cycles)
         if not fill_drain:
             return cycles

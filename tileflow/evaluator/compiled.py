@@ -11,6 +11,9 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from tileflow.analysis.buffering import depth as buffer_depth
+from tileflow.analysis.buffering import footprint_scale, serialised
+from tileflow.analysis.bypass import skips, source_run
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import split_fanout
 from tileflow.analysis.shape import node_key, shape_of, spec_key
@@ -41,6 +44,7 @@ class Crossing:
     axes: tuple[AxisRec, ...]
     plain_dims: tuple[str, ...] | None  # dims of its axes when all are plain, else None
     temporal: tuple[tuple[int, bool, bool], ...]  # (loop index, drop, epoch) above, in order
+    serial: bool = False  # single-buffered below the boundary: its transfers do not overlap
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Path:
     leaf_level: int
     leaf_inst: tuple[int, ...]  # spatial loops above the innermost level's run
     leaf_epoch: tuple[bool, ...]  # per loop: starts the result afresh (epoch or spatial)
+    leaf_sources: dict[str, int]  # per tensor: the run (its first position) the compute
+    # reads it from (and writes a result to): the innermost one unless it is bypassed
 
 
 def _axes(w: Workload, access: Access) -> tuple[AxisRec, ...]:
@@ -95,6 +101,10 @@ class Compiled:
         self.workload, self.arch, self.flow = w, arch, flow
         shape = shape_of(w, arch, flow)  # checks the structure once
         self.shape = shape
+        # accelerator words per element of each tensor (`precision_bits`)
+        self.width = {t: w.width_ratio(t, arch.word_bytes * 8) for t in w.shapes}
+        self._scales: dict[tuple, float] = {}
+        self._holds: dict[tuple, bool] = {}
         self.tiles = {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
         # every loop of the tree is a column of the factor rows, in tree-walk order
         self.slot_of = {(p, i): k for k, (p, i) in enumerate(
@@ -120,12 +130,14 @@ class Compiled:
             no_reuse = {k for k, p in enumerate(chain) if t in self.tiles[p].no_reuse}
             if t in self.lca:
                 depth = self.lca[t].count(".")
-                epoch = [lp.node <= depth for lp in loops]
+                # a loop that carries the running value is inside its epoch, not a new one
+                epoch = [lp.node <= depth and not self._carrying(t, lp) for lp in loops]
             else:
                 epoch = [lp.dim not in op.dims for lp in loops]
             info[t] = (access, is_out, drops, no_reuse, epoch)
         boundaries = []
         nodes = len(chain)
+        tiles = [self.tiles[p] for p in chain]
         leaf = None
         for j in range(nodes):
             last = j == nodes - 1
@@ -135,32 +147,80 @@ class Compiled:
             run_start = j
             while run_start > 0 and levels[run_start - 1] == x:
                 run_start -= 1
-            inst_x = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node < run_start)
             if last:
-                leaf = (x, inst_x)
+                leaf = (x, tuple(i for i, lp in enumerate(loops)
+                                 if lp.spatial and lp.node < run_start))
                 continue
-            union = tuple(i for i, lp in enumerate(loops)
-                          if lp.spatial and run_start <= lp.node <= j)
             inst_y = tuple(i for i, lp in enumerate(loops) if lp.spatial and lp.node <= j)
-            crossings = []
+            y = levels[j + 1]
+            inner = []  # the tiles of the run below the boundary, outermost first
+            for k in range(j + 1, nodes):
+                if levels[k] != y:
+                    break
+                inner.append(tiles[k])
+            by_source: dict[int, list[Crossing]] = {}  # run that sends each tensor
             for access, is_out, drops, no_reuse, epoch in info.values():
                 t = access.tensor
-                if t in self.homes and x < self.homes[t]:
+                home = self.homes.get(t)
+                if skips(levels, tiles, j + 1, t, home):
+                    continue  # the tensor skips level y: it crosses the boundary below it
+                source = source_run(levels, tiles, j, t, home)
+                if home is not None and levels[source] < home:
                     continue
                 temporal = tuple(
                     (i, lp.node in no_reuse or any(lp.node <= k <= j for k in drops), epoch[i])
                     for i, lp in enumerate(loops) if lp.node <= j and not lp.spatial)
-                crossings.append(Crossing(t, is_out, _axes(w, access), _plain_dims(w, access),
-                                          temporal))
-            boundaries.append(Boundary(j, x, levels[j + 1], run_start, chain[j], inst_x, inst_y,
-                                       union, tuple(crossings)))
+                by_source.setdefault(source, []).append(Crossing(
+                    t, is_out, _axes(w, access), _plain_dims(w, access), temporal,
+                    serialised(buffer_depth(self.arch, y, t, inner))))
+            for source, crossings in by_source.items():
+                inst_x = tuple(i for i, lp in enumerate(loops)
+                               if lp.spatial and lp.node < source)
+                union = tuple(i for i, lp in enumerate(loops)
+                              if lp.spatial and source <= lp.node <= j)
+                boundaries.append(Boundary(j, levels[source], y, source, chain[j], inst_x,
+                                           inst_y, union, tuple(crossings)))
+        # where the compute reads each tensor: the innermost run, or the nearest run above
+        # that the tensor does not bypass
+        sources = {t: source_run(levels, tiles, nodes - 1, t, self.homes.get(t))
+                   for t in info}
         out = op.output.tensor
         if out in self.lca:
             depth = self.lca[out].count(".")
-            epoch = tuple(lp.node <= depth or lp.spatial for lp in loops)
+            epoch = tuple((lp.node <= depth and not self._carrying(out, lp)) or lp.spatial
+                          for lp in loops)
         else:
             epoch = tuple(lp.dim not in op.dims or lp.spatial for lp in loops)
-        return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch)
+        return Path(op, chain, levels, loops, tuple(boundaries), leaf[0], leaf[1], epoch,
+                    sources)
+
+    def _carrying(self, tensor: str, lp: SLoop) -> bool:
+        """`carried.is_carried`: a temporal loop over the producer's carried dim, at or
+        above the common ancestor of the producer and its consumers."""
+        w = self.workload
+        producer = w.producer.get(tensor)
+        if producer is None or tensor not in self.lca:
+            return False
+        d = w.op_by_name[producer].carried
+        return bool(d) and lp.dim == d and not lp.spatial and \
+            lp.node <= self.lca[tensor].count(".")
+
+    def carries(self, tensor: str) -> tuple[int, ...]:
+        """The loops (indices into its producer's path) that carry `tensor`'s running value."""
+        path = self.paths[self.workload.producer[tensor]]
+        return tuple(i for i, lp in enumerate(path.loops) if self._carrying(tensor, lp))
+
+    def holds(self, op: str, position: int, tensor: str) -> bool:
+        """Whether the tile at `position` of the operator's path holds `tensor` (it does
+        unless its run of same-level tiles bypasses it: `resources._held`)."""
+        key = (op, position, tensor)
+        found = self._holds.get(key)
+        if found is None:
+            path = self.paths[op]
+            found = self._holds[key] = not skips(
+                path.levels, [self.tiles[p] for p in path.chain], position, tensor,
+                self.homes.get(tensor))
+        return found
 
     # -- halos and windows -----------------------------------------------------------------
     def _halos(self) -> dict[str, list[tuple[str, int, tuple[int, ...]]]]:
@@ -268,6 +328,17 @@ class Compiled:
                 limits[kind] = (limit, fanout)
             out.append((children, spread, limits))
         return out
+
+    def words_per_element(self, tensor: str, level: int, tiles: tuple[Tile, ...]) -> float:
+        """Words a buffer at `level` holds per element of `tensor`'s slice: its buffering
+        depth (set by the first of `tiles` that names it, else the level's) times its
+        width (`resources._own`, `resources._homed_here`)."""
+        key = (tensor, level, tuple(id(t) for t in tiles))
+        found = self._scales.get(key)
+        if found is None:
+            scale = footprint_scale(buffer_depth(self.arch, level, tensor, tiles))
+            found = self._scales[key] = scale * self.width[tensor]
+        return found
 
     @property
     def footprint_levels(self) -> list[int]:

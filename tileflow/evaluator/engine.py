@@ -13,7 +13,6 @@ import numpy as np
 from tileflow.evaluator import sums
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
 from tileflow.evaluator.lattice import I64, VDim, VLoop
-from tileflow.specs.workload import Workload
 from tileflow.tree import Op, Tile
 
 FILL, READ, UPDATE = 0, 1, 2
@@ -131,41 +130,67 @@ class Tally:
     stores keep each (level, port) busy; under `overlap: lockstep` also per tensor
     (`tensor_loads`, `tensor_stores`: a tensor moves on the steps where its slice changes)."""
 
-    def __init__(self, rows: int, arch):
+    def __init__(self, rows: int, arch, widths: bool = False):
         self.rows = rows
         self.arch = arch
         self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
+        # the same in accelerator words (`precision_bits`), what the energy is charged on:
+        # kept apart only where some tensor's width differs from a word
+        self.words = defaultdict(lambda: np.zeros(rows)) if widths else self.traffic
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
+        # the single-buffered tensors' part of them (`Transfer.serial`)
+        self.serial_loads: dict[str, Busy] = defaultdict(dict)
+        self.serial_stores: dict[str, Busy] = defaultdict(dict)
         per_tensor = arch.overlap == "lockstep"
         self.tensor_loads: dict[str, dict[str, Busy]] | None = \
             defaultdict(lambda: defaultdict(dict)) if per_tensor else None
         self.tensor_stores: dict[str, dict[str, Busy]] | None = \
             defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+        # per tile and single-buffered tensor, under lock step
+        self.tensor_serial_loads: dict[str, dict[str, Busy]] | None = \
+            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+        self.tensor_serial_stores: dict[str, dict[str, Busy]] | None = \
+            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
         # per (level, port) of a one-instance level, the time all of the tree's transfers
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
 
+    def count(self, level: int, kind: int, elements, width: float) -> None:
+        """Book `elements` moved at `level` (FILL, READ or UPDATE), `width` words each."""
+        self.traffic[(level, kind)] += elements
+        if self.words is not self.traffic:
+            self.words[(level, kind)] += elements * width if width != 1.0 else elements
+
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
-                 kind: str) -> None:
-        """Book one transfer of `tensor` by tile `owner`: a load, or a store (`store`)."""
+                 kind: str, serial: bool = False) -> None:
+        """Book one transfer of `tensor` by tile `owner`: a load, or a store (`store`);
+        `serial`: a single-buffered tensor's, which does not overlap the compute."""
         lv = self.arch.levels[level]
         rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
         time = words / (np.maximum(instances, 1) * rate)
         key = (level, lv.port(kind))
-        for mine in self._tables(store, owner, tensor):
+        for mine in self._tables(store, owner, tensor, serial):
             mine[key] = mine[key] + time if key in mine else time
         if lv.instances == 1:
             alone = words / rate
             self.shared[key] = self.shared[key] + alone if key in self.shared else alone
 
-    def _tables(self, store: bool, owner: str, tensor: str) -> list[Busy]:
-        """The busy tables one transfer adds to: the tile's, and its tensor's if kept."""
-        table, per_tensor = (self.stores, self.tensor_stores) if store else \
-            (self.loads, self.tensor_loads)
-        if per_tensor is None:
-            return [table[owner]]
-        return [table[owner], per_tensor[owner][tensor]]
+    def _tables(self, store: bool, owner: str, tensor: str, serial: bool) -> list[Busy]:
+        """The busy tables one transfer adds to: the tile's (and its single-buffered part),
+        under lock step its tensor's (overlapped or single-buffered) instead of the part."""
+        if store:
+            table, part, per_tensor, serial_tensor = (
+                self.stores, self.serial_stores, self.tensor_stores, self.tensor_serial_stores)
+        else:
+            table, part, per_tensor, serial_tensor = (
+                self.loads, self.serial_loads, self.tensor_loads, self.tensor_serial_loads)
+        out = [table[owner]]
+        if serial:
+            out.append(part[owner])
+        if per_tensor is not None:
+            out.append((serial_tensor if serial else per_tensor)[owner][tensor])
+        return out
 
 
 def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
@@ -173,7 +198,7 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
     ext = r.extents[path.op.name][b.j + 1]
     inst_x = r.prod(path, b.inst_x)
     inst_y = r.prod(path, b.inst_y)
-    exact = _exact_dims(r, path)
+    exact = exact_dims(r, path)
     regular = dict(exact)
     extent_x = {d: ext[d] for d in path.op.dims}
     for d in {path.loops[i].dim for i in b.union} & set(path.op.dims):
@@ -182,10 +207,13 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
         ok, span = nested_chain(ext[d], mine)
         regular[d] = regular[d] & ok
         extent_x[d] = span
-    # outputs filled on their first touch too (the inner level's `first_touch_fills`)
-    first = r.c.arch.levels[b.y].first_touch_fills
+    # outputs filled on their first touch too (the inner level's `first_touch_fills`), the
+    # level above read for them unless `first_touch_reads_parent` is off
+    inner = r.c.arch.levels[b.y]
+    first = inner.first_touch_fills
+    parent = first and inner.first_touch_reads_parent
     for cross in b.crossings:
-        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y, first)
+        moved = _exact_counts(r, path, b, cross, ext, extent_x, inst_x, inst_y, first, parent)
         if cross.plain_dims is None:
             todo = np.arange(r.count)
         else:
@@ -194,7 +222,7 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
                 fine &= regular[d]
             todo = np.flatnonzero(~fine)
         if len(todo):
-            general = _general_counts(r, path, b, cross, todo, first)
+            general = _general_counts(r, path, b, cross, todo, first, parent)
             moved = [m.astype(float) if isinstance(m, np.ndarray) else np.full(r.count, float(m))
                      for m in moved]
             for m, g in zip(moved, general, strict=True):
@@ -202,10 +230,10 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
         served = None if cross.is_out else r.served.get((path.op.name, b.j, cross.tensor))
         if served is not None:  # resident already: an earlier sibling loaded the same slice
             moved = [np.where(served, 0, m) for m in moved]
-        _record(tally, b, cross, inst_x, inst_y, *moved)
+        _record(tally, b, cross, inst_x, inst_y, *moved, width=r.c.width[cross.tensor])
 
 
-def _exact_dims(r: Rows, path: Path) -> dict[str, np.ndarray]:
+def exact_dims(r: Rows, path: Path) -> dict[str, np.ndarray]:
     """`OpPath.exact_dims` per row."""
     key = ("exact", path.op.name)
     cache = r.__dict__.setdefault("_cache", {})
@@ -239,9 +267,10 @@ def _steps(r: Rows, path: Path, cross: Crossing, dims, fresh: bool) -> np.ndarra
 
 
 def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent_x,
-                  inst_x, inst_y, first: bool = False):
+                  inst_x, inst_y, first: bool = False, parent: bool = False):
     """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly);
-    `first`: outputs are filled on their first touch too."""
+    `first`: outputs are filled on their first touch too, `parent`: the level above is
+    read for those fills (else its reads are those without them)."""
     dims = cross.plain_dims
     if dims is None:
         return [0, 0, 0, 0]
@@ -257,7 +286,7 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     if not cross.is_out:
         return [moved_y, moved_x, 0, 0]
     restarts = _steps(r, path, cross, dims, fresh=True)
-    if first:  # every entry is filled, first touches included
+    if first and parent:  # every entry is filled, first touches included
         return [moved_y, moved_x, slice_y * inst_y * restarts, slice_x * inst_x * restarts]
     epochs = np.ones(r.count, dtype=I64)
     for i, _, epoch in cross.temporal:
@@ -270,12 +299,15 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     spread_x = r.prod(path, [i for i in others if path.loops[i].node < b.run_start])
     refill_y = slice_y * inst_y * restarts - words * spread_y
     refill_x = slice_x * inst_x * restarts - words * spread_x
+    if first:  # filled on the first touch, the parent read only for partial sums
+        refill_y = slice_y * inst_y * restarts
     return [moved_y, moved_x, refill_y, refill_x]
 
 
 def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
-                    first: bool = False):
-    """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`."""
+                    first: bool = False, parent: bool = False):
+    """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`
+    (`first`, `parent`: as `_exact_counts`)."""
     k = len(rows)
     dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
     temporal = [(r.vloop(path, i, drop).take(rows), epoch) for i, drop, epoch in cross.temporal]
@@ -295,65 +327,31 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
     refill_x = sums.words_moved(axes, dims, loops_x, k, epoch_x, union)
     if not first:
         refill_y = refill_y - sums.first_touches(axes, dims, loops_y, epoch_y, k)
+    if not parent:
         refill_x = refill_x - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union)
     return moved_y, moved_x, refill_y, refill_x
 
 
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
-            refill_y, refill_x) -> None:
-    x, y, owner, t = b.x, b.y, b.owner, cross.tensor
+            refill_y, refill_x, width: float = 1.0) -> None:
+    """`traffic._record`: counts in elements, transfers (their time) in accelerator words,
+    `width` per element (`precision_bits`)."""
+    x, y, owner, t, serial = b.x, b.y, b.owner, cross.tensor, cross.serial
+
+    def words(elements):
+        return width * elements if width != 1.0 else elements
+
     if cross.is_out:
-        tally.traffic[(y, FILL)] += refill_y
-        tally.traffic[(x, READ)] += refill_x
-        tally.traffic[(x, UPDATE)] += moved_x
-        tally.transfer(False, owner, t, x, refill_x, inst_x, "read")
-        tally.transfer(False, owner, t, y, refill_y, inst_y, "write")
-        tally.transfer(True, owner, t, x, moved_x, inst_x, "write")
+        tally.count(y, FILL, refill_y, width)
+        tally.count(x, READ, refill_x, width)
+        tally.count(x, UPDATE, moved_x, width)
+        tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read", serial)
+        tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write", serial)
+        tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
-            tally.transfer(True, owner, t, y, moved_y, inst_y, "read")
+            tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
     else:
-        tally.traffic[(y, FILL)] += moved_y
-        tally.traffic[(x, READ)] += moved_x
-        tally.transfer(False, owner, t, x, moved_x, inst_x, "read")
-        tally.transfer(False, owner, t, y, moved_y, inst_y, "write")
-
-
-def leaf_counts(r: Rows, path: Path, tally: Tally):
-    """`traffic._count_compute`: (ops, temporal steps, operand reads, instances)."""
-    op = path.op
-    w: Workload = r.c.workload
-    all_loops = list(range(len(path.loops)))
-    exact = _exact_dims(r, path)
-    fine = np.ones(r.count, dtype=bool)
-    for d in op.dims:
-        fine &= exact[d]
-    ops = r.prod(path, all_loops)
-    todo = np.flatnonzero(~fine)
-    dims1 = None
-    if len(todo):
-        dims1 = {d: v.take(todo) for d, v in r.dims(path, 0, extent=1).items()}
-        loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
-        axes = tuple(sums.AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
-        ops = ops.copy()
-        ops[todo] = sums.iteration_count(axes, dims1, loops, (), len(todo))
-    x = path.leaf_level
-    reads = ops * len(op.inputs)
-    tally.traffic[(x, READ)] += ops * len(op.inputs)
-    tally.traffic[(x, UPDATE)] += ops
-    if op.accumulates:
-        out = op.output
-        marks = path.leaf_epoch
-        starts = w.tensor_words(out.tensor) * np.ones(r.count, dtype=I64)
-        for i, m in enumerate(marks):
-            if m and path.loops[i].dim not in out.dims:
-                starts = starts * r.n[path.loops[i].slot]
-        if len(todo):
-            guards = [d for d in op.dims if d not in out.dims]
-            axes = tuple(sums.AxisRec(a.terms, a.offset, s)
-                         for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
-            loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
-            starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
-        tally.traffic[(x, READ)] += ops - starts
-        reads = reads + ops - starts
-    steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
-    return ops, steps, reads, r.prod(path, path.leaf_inst)
+        tally.count(y, FILL, moved_y, width)
+        tally.count(x, READ, moved_x, width)
+        tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read", serial)
+        tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write", serial)

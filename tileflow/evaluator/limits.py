@@ -10,6 +10,7 @@ import numpy as np
 
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import compute_mesh, level_mesh, split_limit
+from tileflow.evaluator import carried as carried_state
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.lattice import Grid, interval, on_grid, positions, progression
@@ -91,7 +92,8 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
                 combined[t] = combined[t] + v if t in combined else v
     for t, lca in c.lca.items():
         if lca == path and c.homes[t] == level:
-            extent = _lca_extent(r, t, path)
+            scale = c.words_per_element(t, level, (node,) if at_level else ())
+            extent = _scaled(scale, _lca_extent(r, t, path))
             combined[t] = combined[t] + extent if t in combined else extent
     if not at_level:
         return combined
@@ -102,6 +104,12 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
     zero = np.zeros(r.count)
     return {t: np.where(looked, combined.get(t, zero), own.get(t, zero))
             for t in dict.fromkeys([*combined, *own])}
+
+
+def _scaled(words_per_element: float, elements: np.ndarray) -> np.ndarray:
+    """Words held: `elements` times the words each takes (its width in accelerator words,
+    times its buffering depth), as `resources._own` multiplies them."""
+    return words_per_element * elements if words_per_element != 1.0 else elements
 
 
 def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
@@ -205,6 +213,7 @@ def _own(r: Rows, path: str, level: int) -> Words:
     w = c.workload
     own: Words = {}
     depth = path.count(".")
+    node = c.tiles[path]
     for o in c.ops_below[path]:
         op_path = c.paths[o]
         for t in w.op_by_name[o].tensors:
@@ -212,7 +221,10 @@ def _own(r: Rows, path: str, level: int) -> Words:
                 home, lca_depth = c.homes[t], c.lca[t].count(".")
                 if home > level or (home == level and lca_depth < depth):
                     continue
-            box = tile_words(r, op_path, t, depth)
+            if not c.holds(o, depth, t):  # bypassed: not held at this level
+                continue
+            scale = c.words_per_element(t, level, (node,))
+            box = _scaled(scale, tile_words(r, op_path, t, depth))
             own[t] = np.maximum(own[t], box) if t in own else box
     return own
 
@@ -283,10 +295,18 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
         producer = w.op_by_name[w.producer[t]]
         path = c.paths[producer.name]
         depth = lca.count(".")
-        for lp in path.loops:
-            if lp.node <= depth and lp.dim in producer.reduction_dims:
+        carried = c.carries(t)
+        for i, lp in enumerate(path.loops):
+            if lp.node <= depth and lp.dim in producer.reduction_dims and i not in carried:
                 n = r.n[lp.slot]
                 out.flag("dependency", n > 1, n - 1)
+    carried_state.check(r, out)
+    for path in c.paths.values():  # `prepare._check_summed_outputs`, which the model raises
+        summed = {d for axis in path.op.output.axes if len(axis.terms) > 1
+                  for d, _ in axis.terms}
+        for lp in path.loops:
+            if lp.spatial and lp.dim in summed:
+                out.flag("dependency", r.n[lp.slot] > 1, 1.0)
     for _t, producer, consumer, d, window, depth, tiling in c.windows:
         need = r.extents[consumer][depth + 1][d] + window
         has = r.extents[producer][depth + 1][d]

@@ -56,6 +56,8 @@ def _signatures(r, c, sizes, child: str, j: int):
             t = access.tensor
             if t in c.lca:  # intermediates are shared through their home already
                 continue
+            if not c.holds(o, j + 1, t):  # no copy in the level below: it crosses lower
+                continue
             dims = sorted({d for axis in access.axes for d, _ in axis.terms})
             box = []
             for d in dims:

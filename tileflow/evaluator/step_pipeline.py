@@ -69,17 +69,25 @@ def _multiples(p: np.ndarray, low: int, high: np.ndarray) -> np.ndarray:
 
 def lockstep_cycles(arch, tile: Tile, dims: Mapping[str, frozenset[str]],
                     loads: Mapping[str, Busy], stores: Mapping[str, Busy], inner: np.ndarray,
-                    steps: np.ndarray, factor: Callable[[int], np.ndarray]) -> np.ndarray:
+                    steps: np.ndarray, factor: Callable[[int], np.ndarray],
+                    serial_loads: Mapping[str, Busy] | None = None,
+                    serial_stores: Mapping[str, Busy] | None = None) -> np.ndarray:
     """Cycles of `steps` steps run in lock step, per row. `loads` and `stores` give per
     tensor the time its transfers keep each (level, port) busy over the whole run; `inner`
-    is the children's time over the run, spread evenly over the steps."""
+    is the children's time over the run, spread evenly over the steps. The single-buffered
+    tensors' transfers (`serial_loads`, `serial_stores`) add to the compute of the step
+    they happen in: step s's loads of the tensors whose period divides s, its stores of
+    those whose period divides s + 1."""
     rows = len(steps)
-    tensors = sorted(set(loads) | set(stores))
+    serial_loads, serial_stores = serial_loads or {}, serial_stores or {}
+    tensors = sorted(set(loads) | set(stores) | set(serial_loads) | set(serial_stores))
     period = periods(tile, tensors, dims, factor, rows)
-    compute = inner / steps
+    spread = inner / steps
 
     def time(table: Mapping[str, Busy], moving: Mapping[str, np.ndarray]) -> np.ndarray:
         """One step's time of the tensors in `moving` (a mask per tensor)."""
+        if not table:
+            return np.zeros(rows)
         busy: Busy = {}
         for t, ports in table.items():
             scale = np.where(moving[t], period[t] / steps, 0.0)
@@ -87,19 +95,30 @@ def lockstep_cycles(arch, tile: Tile, dims: Mapping[str, frozenset[str]],
                 busy[key] = busy[key] + b * scale if key in busy else b * scale
         return np.broadcast_to(transfer_time(arch, busy, 1)[0], (rows,))
 
+    def compute(loaded: Mapping[str, np.ndarray],
+                stored: Mapping[str, np.ndarray]) -> np.ndarray:
+        """A step's compute with the single-buffered transfers it waits for."""
+        if not serial_loads and not serial_stores:
+            return spread
+        return spread + time(serial_loads, loaded) + time(serial_stores, stored)
+
     def dividing(s) -> dict[str, np.ndarray]:
         return {t: s % period[t] == 0 for t in tensors}
 
     # the ends: slots 0, 1, steps and steps + 1 (slot steps is slot 1 when steps is 1)
     total = time(loads, dividing(0))
-    total = total + np.maximum(np.where(steps > 1, time(loads, dividing(1)), 0.0), compute)
-    total = total + np.where(steps > 1, np.maximum(compute, time(stores, dividing(steps - 1))),
-                             0.0)
+    total = total + np.maximum(np.where(steps > 1, time(loads, dividing(1)), 0.0),
+                               compute(dividing(0), dividing(1)))
+    total = total + np.where(steps > 1, np.maximum(compute(dividing(steps - 1), dividing(steps)),
+                                                   time(stores, dividing(steps - 1))), 0.0)
     total = total + time(stores, dividing(steps))
     # the middle slots s in [2, steps): loads of the tensors whose period divides s, stores
-    # of those whose period divides s - 1; at most one side holds a period above 1
+    # of those whose period divides s - 1 (the compute of step s - 1 waits for the
+    # single-buffered loads of step s - 1 and stores of step s); at most one of s and s - 1
+    # is divided by a period above 1
     every = {t: period[t] == 1 for t in tensors}
     load_every, store_every = time(loads, every), time(stores, every)
+    compute_every = compute(every, every)
     middle = np.maximum(steps - 2, 0)
     counted = np.zeros(rows, dtype=np.int64)
     for k, t in enumerate(tensors):
@@ -117,6 +136,9 @@ def lockstep_cycles(arch, tile: Tile, dims: Mapping[str, frozenset[str]],
         on_store = _multiples(p, 1, steps - 2) - _multiples(larger, 1, steps - 2)
         on_load, on_store = np.where(first, on_load, 0), np.where(first, on_store, 0)
         counted = counted + on_load + on_store
-        total = total + on_load * np.maximum.reduce([time(loads, within), compute, store_every])
-        total = total + on_store * np.maximum.reduce([load_every, compute, time(stores, within)])
-    return total + (middle - counted) * np.maximum.reduce([load_every, compute, store_every])
+        total = total + on_load * np.maximum.reduce(
+            [time(loads, within), compute(every, within), store_every])
+        total = total + on_store * np.maximum.reduce(
+            [load_every, compute(within, every), time(stores, within)])
+    return total + (middle - counted) * np.maximum.reduce(
+        [load_every, compute_every, store_every])

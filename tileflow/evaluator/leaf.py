@@ -1,0 +1,167 @@
+"""What each operator's leaf does, for many rows at once (`traffic._count_compute`):
+operations, the operand reads and result updates at its innermost level, and what tensors
+that bypass that level move straight between the unit and a level above (multicast over
+the spatial instances below it)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from tileflow.evaluator import sums
+from tileflow.evaluator.compiled import Path
+from tileflow.evaluator.engine import READ, UPDATE, Busy, Rows, Tally, exact_dims
+from tileflow.evaluator.lattice import I64, Grid, VLoop, positions
+from tileflow.specs.workload import Workload
+
+
+class Leaf(NamedTuple):
+    """`traffic.Leaf` per row: operations, temporal steps, operand reads and result updates
+    at the innermost level (in accelerator words), and that level's instances in use."""
+
+    ops: np.ndarray
+    steps: np.ndarray
+    reads: np.ndarray
+    updates: np.ndarray
+    instances: np.ndarray
+    fed: np.ndarray | None = None  # time of the bypassing tensors' transfers to the unit
+
+
+def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
+    """`traffic._count_compute` for every row."""
+    op = path.op
+    w: Workload = r.c.workload
+    all_loops = list(range(len(path.loops)))
+    exact = exact_dims(r, path)
+    fine = np.ones(r.count, dtype=bool)
+    for d in op.dims:
+        fine &= exact[d]
+    ops = r.prod(path, all_loops)
+    todo = np.flatnonzero(~fine)
+    dims1 = None
+    if len(todo):
+        dims1 = {d: v.take(todo) for d, v in r.dims(path, 0, extent=1).items()}
+        loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
+        axes = tuple(sums.AxisRec(((d, 1),), 0, w.sizes[d]) for d in op.dims)
+        ops = ops.copy()
+        ops[todo] = sums.iteration_count(axes, dims1, loops, (), len(todo))
+    x = path.leaf_level
+    width = r.c.width
+    sources = path.leaf_sources
+    fed: Busy = {}  # what bypassing tensors move straight to and from the unit
+    reads = 0.0  # in accelerator words (`precision_bits`), as the transfers
+    for access in op.inputs:
+        t = access.tensor
+        source = path.levels[sources[t]]
+        if source == x:
+            tally.count(x, READ, ops, width[t])
+            reads = reads + (ops * width[t] if width[t] != 1.0 else ops)
+            continue
+        # one word serves every instance below the source that needs the same one
+        sent = ops * multicast_share(r, path, sources[t], (access.tensor, access.axes))
+        tally.count(source, READ, sent, width[t])
+        _feed(r, fed, source, sent * width[t], r.prod(path, _spread_above(path, sources[t])),
+              "read")
+    out = op.output.tensor
+    out_width = width[out]
+    home = path.levels[sources[out]]
+    out_instances = r.prod(path, _spread_above(path, sources[out]))
+    tally.count(home, UPDATE, ops, out_width)
+    if op.accumulates:
+        out = op.output
+        marks = path.leaf_epoch
+        starts = w.tensor_words(out.tensor) * np.ones(r.count, dtype=I64)
+        for i, m in enumerate(marks):
+            if m and path.loops[i].dim not in out.dims:
+                starts = starts * r.n[path.loops[i].slot]
+        if not all(axis.is_plain for axis in out.axes):  # a summed index: on every row
+            todo = np.arange(r.count)
+            dims1 = {d: v.take(todo) for d, v in r.dims(path, 0, extent=1).items()}
+        if len(todo):
+            guards = [d for d in op.dims if d not in out.dims]
+            axes = tuple(sums.AxisRec(a.terms, a.offset, s)
+                         for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
+            loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
+            starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
+        tally.count(home, READ, ops - starts, out_width)
+        if home == x:
+            reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
+        else:
+            _feed(r, fed, home, (ops - starts) * out_width, out_instances, "read")
+    updates = ops * out_width if out_width != 1.0 else ops
+    if home != x:
+        _feed(r, fed, home, ops * out_width, out_instances, "write")
+        updates = np.zeros(r.count)
+    steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
+    fed_time = None
+    for busy in fed.values():  # `cost._transfer_time` of the fed transfers: the busiest port
+        fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
+    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time)
+
+
+def _spread_above(path: Path, position: int) -> tuple[int, ...]:
+    """The spatial loops above path `position` (their product: the instances there)."""
+    return tuple(i for i, lp in enumerate(path.loops) if lp.spatial and lp.node < position)
+
+
+def _feed(r: Rows, fed: Busy, level: int, words, instances, kind: str) -> None:
+    """Book a transfer between the unit and a level above its innermost one (a bypass)."""
+    lv = r.c.arch.levels[level]
+    rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
+    time = words / (np.maximum(instances, 1) * rate)
+    key = (level, lv.port(kind))
+    fed[key] = fed[key] + time if key in fed else time
+
+
+def multicast_share(r: Rows, path: Path, position: int, access) -> np.ndarray:
+    """`traffic.multicast_share` per row: the distinct elements of one step over the
+    spatial instances below path `position` (the index tuples the spatial loops there
+    reach), over those instances. `access`: (tensor, its axes). Axes over disjoint dims
+    count apart (the tuples are then their product), each on the grid of its own loops."""
+    loops = [r.vloop(path, i, False) for i, lp in enumerate(path.loops)
+             if lp.spatial and lp.node >= position]
+    if not loops:
+        return np.ones(r.count)
+    axes = access[1]
+    axis_dims = [{d for d, _ in axis.terms} for axis in axes]
+    if sum(len(ds) for ds in axis_dims) == len(set().union(*axis_dims)):  # disjoint axes
+        distinct = np.ones(r.count, dtype=I64)
+        for axis, ds in zip(axes, axis_dims, strict=True):
+            mine = [lp for lp in loops if lp.dim in ds]
+            if mine:
+                distinct = distinct * _distinct(r.count, mine, (axis,))
+    else:
+        distinct = _distinct(r.count, loops, axes)
+    spread = np.ones(r.count, dtype=I64)
+    for lp in loops:
+        spread = spread * lp.n
+    return distinct / spread
+
+
+GRID_CELLS = 1 << 22  # rows x grid points per block of `_distinct` (bounds its memory)
+
+
+def _distinct(rows: int, loops: list[VLoop], axes) -> np.ndarray:
+    """Per row, the distinct index tuples of `axes` over the values of `loops` (on a grid
+    of the loops' values, padded to the largest trip counts, in blocks of rows)."""
+    out = np.empty(rows, dtype=I64)
+    size = int(np.prod([max(int(lp.n.max(initial=1)), 1) for lp in loops], dtype=np.int64))
+    block = max(1, GRID_CELLS // max(size, 1))
+    for start in range(0, rows, block):
+        part = np.arange(start, min(rows, start + block))
+        mine = [lp.take(part) for lp in loops]
+        grid = Grid(len(part), [(lp, 0) for lp in mine])
+        pos = positions(list(zip(mine, grid.values, strict=True)), len(part))
+        key = np.zeros((len(part), grid.size), dtype=I64)
+        for axis in axes:
+            value = np.zeros((len(part), grid.size), dtype=I64)
+            for d, coef in axis.terms:
+                if d in pos:
+                    value = value + coef * pos[d]
+            low = value.min()
+            key = key * (int(value.max() - low) + 1) + (value - low)
+        # padding takes the first instance's key (every loop at 0), which is always one
+        key = np.sort(np.where(grid.valid, key, key[:, :1]), axis=1)
+        out[part] = 1 + (np.diff(key, axis=1) != 0).sum(axis=1)
+    return out
