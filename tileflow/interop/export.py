@@ -1,11 +1,14 @@
 """A single-operator tile tree written as a Timeloop mapping: per storage level a temporal
 directive (every dimension's factor, the permutation innermost first), a spatial directive
-when the tile has spatial loops, and a bypass of every tensor at levels the tree skips."""
+when the tile has spatial loops (those on the Y axis after `split`), and a bypass of every
+tensor at levels the tree skips. A loopless tile above a tile of its own level (a layer of
+a layerwise tree) adds nothing and is left out."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
@@ -43,6 +46,12 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
                              "dimension names", flow.source or None)
     by_level: dict[str, tuple[str, Tile]] = {}
     for p, t in chain:
+        if t.level in by_level and not by_level[t.level][1].loops \
+                and not by_level[t.level][1].bypass:  # a loopless wrapper (one operator's
+            by_level[t.level] = (p, t)  # layer in a layerwise tree): the tile below says all
+            continue
+        if t.level in by_level and not t.loops and not t.bypass:
+            continue  # likewise below a tile of its own level
         if t.level in by_level and t.loops and all(lp.spatial for lp in t.loops) \
                 and not t.bypass:  # a further fan-out stage (imported inter_* level)
             above_path, above = by_level[t.level]
@@ -57,7 +66,7 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
     tensors = list(op.tensors)
     for lv in arch.levels:
         if lv.name not in by_level:
-            directives.append({"target": lv.name, "type": "bypass", "bypass": tensors})
+            directives.append({"target": lv.name, "type": "bypass", "bypass": list(tensors)})
             continue
         p, t = by_level[lv.name]
         if t.bypass:
@@ -75,13 +84,15 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
                                  "dimension and level", flow.source or None, p)
             factors = {d: 1 for d in op.dims}
             factors.update({lp.dim: lp.factor for lp in loops})
-            inner_first = [lp.dim for lp in reversed(loops)]
-            order = inner_first + [d for d in op.dims if d not in inner_first]
+            along_y = [lp.dim for lp in reversed(loops) if spatial and lp.axis == "y"]
+            inner_first = [lp.dim for lp in reversed(loops) if lp.dim not in along_y]
+            order = inner_first + along_y + [d for d in op.dims
+                                             if d not in inner_first and d not in along_y]
             entry = {"target": lv.name, "type": "spatial" if spatial else "temporal",
                      "factors": " ".join(f"{d}={factors[d]}" for d in op.dims),
                      "permutation": "".join(order)}
-            if spatial:
-                entry["split"] = len(order)  # every spatial loop along X
+            if spatial:  # the first `split` dimensions along X, the rest along Y
+                entry["split"] = len(inner_first) if along_y else len(order)
             directives.append(entry)
     return {"mapping": directives}
 
@@ -98,3 +109,29 @@ def _check_exact(chain, workload: Workload, dims, flow: Dataflow) -> None:
             if lp.dim not in dims:
                 raise InputError(f"loop over '{lp.dim}', which the operator does not use",
                                  flow.source or None)
+
+
+FILES = ("arch.yaml", "ERT.yaml", "problem.yaml", "mapping.yaml")
+
+
+def export_folder(folder: Path, flow: Dataflow, workload: Workload,
+                  arch: Architecture) -> tuple[list[Path], list[str]]:
+    """Write a Timeloop v0.4 architecture, its energy table, the problem and the mapping
+    into `folder` (every file built before the first is written: an error writes none);
+    returns the paths and the notes on what the files cannot state (also a comment at the
+    top of arch.yaml)."""
+    from tileflow.interop.export_arch import timeloop_architecture, timeloop_problem
+    from tileflow.outputs import write_yaml
+
+    problem = timeloop_problem(workload)
+    mapping = timeloop_mapping(flow, workload, arch)
+    exported = timeloop_architecture(arch)
+    header = "".join(f"# note: {text}\n" for text in exported.notes)
+    header = (f"# Timeloop v0.4 architecture of TileFlow accelerator '{arch.name}'; energies "
+              f"per action in ERT.yaml (block size 1: per word)\n{header}")
+    contents = (exported.arch, exported.ert, problem, mapping)
+    paths = []
+    for name, data in zip(FILES, contents, strict=True):
+        paths.append(write_yaml(folder / name, data, header if name == "arch.yaml" else "",
+                                flag="--out"))
+    return paths, exported.notes
