@@ -84,17 +84,48 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
                                  "dimension and level", flow.source or None, p)
             factors = {d: 1 for d in op.dims}
             factors.update({lp.dim: lp.factor for lp in loops})
-            along_y = [lp.dim for lp in reversed(loops) if spatial and lp.axis == "y"]
-            inner_first = [lp.dim for lp in reversed(loops) if lp.dim not in along_y]
-            order = inner_first + along_y + [d for d in op.dims
-                                             if d not in inner_first and d not in along_y]
+            if spatial and _two_dimensional(arch, lv.name):
+                order, split = _across_mesh(loops, op.dims)
+            else:
+                inner_first = [lp.dim for lp in reversed(loops)]
+                order = inner_first + [d for d in op.dims if d not in inner_first]
+                split = len(order)  # a row of instances: every loop along X
             entry = {"target": lv.name, "type": "spatial" if spatial else "temporal",
                      "factors": " ".join(f"{d}={factors[d]}" for d in op.dims),
                      "permutation": "".join(order)}
-            if spatial:  # the first `split` dimensions along X, the rest along Y
-                entry["split"] = len(inner_first) if along_y else len(order)
+            if spatial:
+                entry["split"] = split
             directives.append(entry)
     return {"mapping": directives}
+
+
+def _two_dimensional(arch: Architecture, level: str) -> bool:
+    """Whether the instances a tile at `level` spreads over form a rows x cols array (the
+    level below one per PE, or the MAC array of the innermost level)."""
+    i = arch.level_index[level]
+    m = arch.matrix
+    if i + 1 < len(arch.levels):
+        below = arch.levels[i + 1]
+        return bool(below.mesh) or (below.name == m.level and m.parallelism == 1
+                                    and m.rows * m.cols == below.fanout
+                                    and m.rows > 1 and m.cols > 1)
+    return m.parallelism == m.rows * m.cols and m.rows > 1 and m.cols > 1
+
+
+def _across_mesh(loops, dims) -> tuple[list[str], int]:
+    """The permutation and split of spatial loops over an array: TileFlow's y loops (its
+    columns, Timeloop's meshX) first, so along Timeloop's X; its x loops (rows, meshY) after
+    the split. An unmarked loop takes x when it is the first unmarked one, as TileFlow
+    places them; a loop of one iteration claims nothing."""
+    along: dict[str, list[str]] = {"x": [], "y": []}
+    unmarked = "x"
+    for lp in loops:
+        axis = lp.axis
+        if not axis and lp.factor > 1:
+            axis, unmarked = unmarked, "y"
+        along[axis or "y"].append(lp.dim)
+    placed = along["y"][::-1] + along["x"][::-1]
+    return placed + [d for d in dims if d not in placed], len(along["y"])
 
 
 def _check_exact(chain, workload: Workload, dims, flow: Dataflow) -> None:

@@ -59,7 +59,7 @@ def timeloop_architecture(arch: Architecture) -> Exported:
     tables = []
     for i, lv in enumerate(arch.levels):
         if i and lv.fanout > 1:
-            x, y = _mesh(lv, arch)
+            x, y = _mesh(lv, arch, notes)
             nodes.append(_node("!Container", name=f"{lv.name}_array",
                                spatial={"meshX": x, "meshY": y}))
         nodes.append(_node("!Component", name=lv.name, **_storage(lv, i == 0, word_bits,
@@ -82,11 +82,15 @@ def timeloop_architecture(arch: Architecture) -> Exported:
                     {"ERT": {"version": "0.4", "tables": tables}}, notes)
 
 
-def _mesh(lv: Level, arch: Architecture) -> tuple[int, int]:
-    """meshX by meshY of a fan-out: the level's `mesh`, the array's columns by rows where
-    the level holds one MAC each, else one row."""
+def _mesh(lv: Level, arch: Architecture, notes: list[str]) -> tuple[int, int]:
+    """meshX by meshY of a fan-out: TileFlow's y axis (an array's columns) is Timeloop's X
+    and its x axis (rows) Timeloop's Y, as the mapping's split places them; the level's
+    `mesh`, the array's where the level holds one MAC each, else one row."""
     if lv.mesh:
-        return lv.mesh[0], lv.mesh[1]
+        notes.append(f"{lv.name}: mesh {lv.mesh[0]} x {lv.mesh[1]} written as meshY x meshX; "
+                     "the importer reads the fan-out alone (spatial loops of an imported "
+                     "mapping are checked against the total)")
+        return lv.mesh[1], lv.mesh[0]
     m = arch.matrix
     if lv.name == m.level and m.parallelism == 1 and m.rows * m.cols == lv.fanout:
         return m.cols, m.rows

@@ -1,0 +1,254 @@
+"""Round trips of whole designs: every shipped accelerator with a GEMM tiling built for it is
+exported as Timeloop v0.4 files (architecture, ERT, problem, mapping), imported back, and the
+import gives the original's numbers under Timeloop's conventions (counts per level and
+tensor, cycles, energy); where a number cannot survive, the export's note says so and the
+difference is exactly the convention the note names."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tileflow.cli import _with_overlap, main
+from tileflow.cost import evaluate
+from tileflow.errors import InputError
+from tileflow.interop.export import export_folder
+from tileflow.interop.files import load_arch_any, load_dataflow_any, load_workload_any
+from tileflow.shipped import shipped
+from tileflow.specs.arch import Architecture, load_arch, parse_arch
+from tileflow.specs.dataflow import load_dataflow_file
+from tileflow.specs.workload import Workload, load_workload
+from tileflow.specs.yamlfile import Field
+from tileflow.tree import Dataflow, Loop, Op, Tile
+
+CHIPS = sorted(shipped("accelerators"))
+FIRST_TOUCH = "first_touch_fills"  # the one convention of a shipped chip a v0.4 file loses
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def spread(arch: Architecture, i: int) -> tuple[int, int] | None:
+    """rows x cols of the array a tile at level i spreads over, or None for a row."""
+    m, levels = arch.matrix, arch.levels
+    if i + 1 < len(levels):
+        below = levels[i + 1]
+        if below.name == m.level and m.parallelism == 1 and m.rows * m.cols == below.fanout \
+                and m.rows > 1 and m.cols > 1:
+            return m.rows, m.cols
+        return None
+    return (m.rows, m.cols) if m.parallelism > 1 and m.rows > 1 and m.cols > 1 else None
+
+
+def room(arch: Architecture, i: int) -> int:
+    levels = arch.levels
+    return levels[i + 1].fanout if i + 1 < len(levels) else arch.matrix.parallelism
+
+
+def chip_tiling(arch: Architecture, w: Workload, rng: random.Random | None = None) -> Dataflow:
+    """An exact tiling of the GEMM for this chip: at each level spatial loops over m and n
+    that fill the fan-out below (on an array, m along its rows (x) and n along its columns
+    (y)); without `rng` the largest such factors, m and n's rest at the outermost level and
+    k at the next; with it, random divisors, a random split of the rest over the levels and
+    random loop orders."""
+    rest = dict(w.sizes)
+    groups: list[list[Loop]] = []
+    for i in range(len(arch.levels)):
+        array = spread(arch, i)
+        caps = {"m": array[0], "n": array[1]} if array else {"m": room(arch, i), "n": None}
+        loops = []
+        free = room(arch, i)
+        for dim in ("m", "n"):
+            cap = caps[dim] if caps[dim] is not None else free
+            options = [d for d in divisors(math.gcd(rest[dim], cap)) if free % d == 0]
+            factor = rng.choice(options) if rng else max(options)
+            if factor > 1:
+                loops.append(Loop(dim, factor, True, ("x" if dim == "m" else "y")
+                                  if array else ""))
+                rest[dim] //= factor
+                free //= factor
+        groups.append(loops)
+    temporal: list[list[Loop]] = [[] for _ in arch.levels]
+    for dim, size in rest.items():
+        if rng is None:
+            at = 1 if dim == "k" and len(arch.levels) > 1 else 0
+            temporal[at].append(Loop(dim, size))
+            continue
+        parts = [1] * len(arch.levels)
+        n, p = size, 2
+        while n > 1:
+            while n % p == 0:
+                parts[rng.randrange(len(parts))] *= p
+                n //= p
+            p += 1
+        for at, factor in enumerate(parts):
+            if factor > 1:
+                temporal[at].append(Loop(dim, factor))
+    if rng is not None:
+        for loops in temporal:
+            rng.shuffle(loops)
+    node: Tile | Op = Op(w.ops[0].name)
+    for i in reversed(range(len(arch.levels))):
+        node = Tile(arch.levels[i].name, tuple(temporal[i] + groups[i]), (node,))
+    return Dataflow(node)
+
+
+def round_trip(folder: Path, arch: Architecture, w: Workload, flow: Dataflow):
+    """Export, import from the files, evaluate both: (original, imported, notes)."""
+    _, notes = export_folder(folder, flow, w, arch)
+    imported_arch = load_arch_any(str(folder / "arch.yaml"), folder / "ERT.yaml")
+    imported_w = load_workload_any(str(folder / "problem.yaml"))
+    imported_flow = load_dataflow_any(folder / "mapping.yaml", imported_w, imported_arch)
+    original = evaluate(w, _with_overlap(arch, None, "timeloop"), flow)
+    return original, evaluate(imported_w, imported_arch, imported_flow), notes
+
+
+def assert_same_numbers(original, imported) -> None:
+    assert imported.traffic == original.traffic  # every level, tensor, fill/read/update
+    assert imported.cycles == original.cycles
+    assert imported.valid == original.valid
+    assert imported.macs == original.macs
+    assert imported.energy_pj == pytest.approx(original.energy_pj, rel=1e-12)
+    for level, by_tensor in original.energy_by_level_pj.items():
+        assert imported.energy_by_level_pj[level] == pytest.approx(by_tensor, rel=1e-12)
+    assert imported.latency_ms == pytest.approx(original.latency_ms, rel=1e-12)
+
+
+def without_first_touch(arch: Architecture) -> Architecture:
+    return replace(arch, levels=tuple(replace(lv, first_touch_fills=False)
+                                      for lv in arch.levels))
+
+
+@pytest.fixture(scope="module")
+def gemm() -> Workload:
+    return load_workload("gemm")
+
+
+@pytest.mark.parametrize("chip", CHIPS)
+def test_every_shipped_chip_round_trips(tmp_path, gemm, chip):
+    arch = load_arch(chip)
+    flow = chip_tiling(arch, gemm)
+    original, imported, notes = round_trip(tmp_path, arch, gemm, flow)
+    assert original.valid, original.violations  # a tiling that fits the chip
+    assert any("--conventions timeloop" in n for n in notes)
+    assert any("vector unit" in n for n in notes) == (not arch.vector_on_matrix)
+    touched = [lv.name for lv in arch.levels if lv.first_touch_fills]
+    if not touched:
+        assert_same_numbers(original, imported)
+        return
+    # a v0.4 file cannot say that outputs are filled on their first touch: the note names
+    # each such level, and without that convention the numbers are the same
+    for name in touched:
+        assert any(n.startswith(f"{name}: {FIRST_TOUCH}") for n in notes)
+    assert imported.traffic != original.traffic
+    again = evaluate(gemm, _with_overlap(without_first_touch(arch), None, "timeloop"), flow)
+    assert_same_numbers(again, imported)
+
+
+@pytest.mark.parametrize("chip", [c for c in CHIPS if not c.startswith("gpu")])
+def test_the_layerwise_baseline_round_trips(tmp_path, gemm, chip):
+    """The shipped layerwise tree of one GEMM (a loopless layer tile above the operator's
+    tiles) is a Timeloop mapping."""
+    from tileflow.dataflows import build
+
+    arch = without_first_touch(load_arch(chip))
+    original, imported, _ = round_trip(tmp_path, arch, gemm, build("layerwise", gemm, arch))
+    assert_same_numbers(original, imported)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6))
+def test_random_exact_tilings_of_random_chips_round_trip(tmp_path_factory, gemm, seed):
+    rng = random.Random(seed)
+    arch = without_first_touch(load_arch(rng.choice(CHIPS)))
+    sizes = {d: rng.choice([16, 32, 48, 64, 96]) for d in gemm.sizes}
+    w = load_workload("gemm", sizes)
+    flow = chip_tiling(arch, w, rng)
+    original, imported, _ = round_trip(tmp_path_factory.mktemp("rt"), arch, w, flow)
+    assert_same_numbers(original, imported)
+
+
+def test_what_timeloop_cannot_state_becomes_a_note(tmp_path, gemm):
+    arch = parse_arch(Field({
+        "name": "odd", "clock_ghz": 2.5, "word_bits": 16,
+        "levels": [
+            {"name": "DRAM", "read_bandwidth_gbps": 50, "write_bandwidth_gbps": 50,
+             "latency_cycles": 100},
+            {"name": "Buf", "capacity_bytes": 1001, "buffering": 2, "ports": "shared",
+             "read_words_per_cycle": 8, "write_words_per_cycle": 4,
+             "step_overhead_cycles": 3},
+            {"name": "Reg", "capacity_words": 4, "fanout": 8, "mesh": [2, 4],
+             "read_words_per_cycle": 2, "write_words_per_cycle": 2, "buffering": 1}],
+        "compute": {"matrix": {"rows": 2, "cols": 4, "level": "Reg",
+                               "cycles_per_op": 2}}}, "odd.yaml"))
+    from tileflow.interop.export_arch import timeloop_architecture
+
+    exported = timeloop_architecture(arch)
+    text = "\n".join(exported.notes)
+    for expected in ("DRAM: latency_cycles 100 not written", "Buf: step_overhead_cycles 3",
+                     "Buf: capacity 500.5 words written as depth 500",
+                     "Buf: 'buffering: 2' written as multiple_buffering 2",
+                     "Buf: one shared port at 8 words per cycle",
+                     "Reg: 'buffering: 1'", "Reg: mesh 2 x 4", "cycles_per_op",
+                     "overlap fill-drain"):
+        assert expected in text
+    buf = next(n for n in exported.arch["architecture"]["nodes"] if n["name"] == "Buf")
+    assert buf["attributes"]["shared_bandwidth"] == 8
+    assert buf["attributes"]["multiple_buffering"] == 2
+    array = next(n for n in exported.arch["architecture"]["nodes"] if n["name"] == "Reg_array")
+    assert array["spatial"] == {"meshX": 4, "meshY": 2}  # TileFlow's x (2) is Timeloop's Y
+
+
+def test_the_command_writes_four_files_that_import_to_the_same_numbers(tmp_path, capsys):
+    out = tmp_path / "tl"
+    assert main(["export-timeloop", "--arch", "tpu-like", "--workload", "gemm",
+                 "--dataflow", "layerwise", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["ERT.yaml", "arch.yaml", "mapping.yaml",
+                                                    "problem.yaml"]
+    assert "notes (2):" in printed and "vector unit" in printed
+    assert "# note: vector unit" in (out / "arch.yaml").read_text()
+    back = tmp_path / "back"
+    assert main(["import", *(str(p) for p in sorted(out.iterdir())), "--out", str(back)]) == 0
+    arch = load_arch(str(back / "arch.arch.yaml"))
+    w = load_workload(str(back / "problem.workload.yaml"))
+    imported = evaluate(w, arch, load_dataflow_file(back / "mapping.dataflow.yaml"))
+    from tileflow.dataflows import build
+
+    original_arch, gemm = load_arch("tpu-like"), load_workload("gemm")
+    original = evaluate(gemm, _with_overlap(original_arch, None, "timeloop"),
+                        build("layerwise", gemm, original_arch))
+    assert_same_numbers(original, imported)
+
+
+def test_a_file_name_still_writes_the_mapping_alone(tmp_path, capsys):
+    path = tmp_path / "map.yaml"
+    assert main(["export-timeloop", "--arch", "edge", "--workload", "gemm",
+                 "--dataflow", "layerwise", "--out", str(path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["map.yaml"]
+    assert path.read_text().startswith("mapping:")
+
+
+def test_several_operators_are_refused_by_name(tmp_path, capsys):
+    code = main(["export-timeloop", "--arch", "edge", "--workload", "gemm-chain",
+                 "--dataflow", "chimera", "--out", str(tmp_path / "tl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "2 operators (gemm1, gemm2)" in err and "Traceback" not in err
+    assert not (tmp_path / "tl").exists() or not any((tmp_path / "tl").iterdir())
+
+
+def test_an_operator_that_is_not_a_multiply_accumulate_is_refused():
+    from tileflow.interop.export_arch import timeloop_problem
+    from tileflow.specs.workload import parse_workload
+
+    w = parse_workload(Field({"name": "e", "dims": {"m": 4},
+                              "ops": [{"name": "ex", "expr": "B[m] = exp(A[m])"}]}, "e.yaml"))
+    with pytest.raises(InputError, match="not a multiply-accumulate"):
+        timeloop_problem(w)
