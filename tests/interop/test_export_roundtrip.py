@@ -56,8 +56,8 @@ def chip_tiling(arch: Architecture, w: Workload, rng: random.Random | None = Non
     """An exact tiling of the GEMM for this chip: at each level spatial loops over m and n
     that fill the fan-out below (on an array, m along its rows (x) and n along its columns
     (y)); without `rng` the largest such factors, m and n's rest at the outermost level and
-    k at the next; with it, random divisors, a random split of the rest over the levels and
-    random loop orders."""
+    k at the next; with it, random divisors, a random split of the rest over the levels,
+    random loop orders and, half the time, some tensors kept out of one inner level."""
     rest = dict(w.sizes)
     groups: list[list[Loop]] = []
     for i in range(len(arch.levels)):
@@ -94,9 +94,15 @@ def chip_tiling(arch: Architecture, w: Workload, rng: random.Random | None = Non
     if rng is not None:
         for loops in temporal:
             rng.shuffle(loops)
+    bypass: dict[int, tuple[str, ...]] = {}
+    if rng is not None and len(arch.levels) > 1 and rng.random() < 0.5:
+        tensors = list(w.ops[0].tensors)  # some (not all) kept out of one inner level
+        bypass[rng.randrange(1, len(arch.levels))] = tuple(
+            rng.sample(tensors, rng.randrange(1, len(tensors))))
     node: Tile | Op = Op(w.ops[0].name)
     for i in reversed(range(len(arch.levels))):
-        node = Tile(arch.levels[i].name, tuple(temporal[i] + groups[i]), (node,))
+        node = Tile(arch.levels[i].name, tuple(temporal[i] + groups[i]), (node,),
+                    bypass=bypass.get(i, ()))
     return Dataflow(node)
 
 
