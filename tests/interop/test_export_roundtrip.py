@@ -53,24 +53,29 @@ def room(arch: Architecture, i: int) -> int:
 
 
 def chip_tiling(arch: Architecture, w: Workload, rng: random.Random | None = None) -> Dataflow:
-    """An exact tiling of the GEMM for this chip: at each level spatial loops over m and n
-    that fill the fan-out below (on an array, m along its rows (x) and n along its columns
-    (y)); without `rng` the largest such factors, m and n's rest at the outermost level and
-    k at the next; with it, random divisors, a random split of the rest over the levels,
+    """An exact tiling of a one-operator workload for this chip: at each level spatial loops
+    over the output's last two dimensions (m and n of a GEMM) that fill the fan-out below (on
+    an array, the first along its rows (x), the second along its columns (y)); without `rng`
+    the largest such factors, the other dimensions' rest at the outermost level and the
+    reduction dimensions at the next; with it, random divisors, a random split of the rest over the levels,
     random loop orders and, half the time, some tensors kept out of one inner level."""
+    op = w.ops[0]
+    across = op.output.dims[-2:]  # two output dimensions spread over the instances
+    reduced = set(op.reduction_dims)
     rest = dict(w.sizes)
     groups: list[list[Loop]] = []
     for i in range(len(arch.levels)):
         array = spread(arch, i)
-        caps = {"m": array[0], "n": array[1]} if array else {"m": room(arch, i), "n": None}
+        caps = dict(zip(across, array, strict=True)) if array else {
+            across[0]: room(arch, i), across[1]: None}
         loops = []
         free = room(arch, i)
-        for dim in ("m", "n"):
+        for dim in across:
             cap = caps[dim] if caps[dim] is not None else free
             options = [d for d in divisors(math.gcd(rest[dim], cap)) if free % d == 0]
             factor = rng.choice(options) if rng else max(options)
             if factor > 1:
-                loops.append(Loop(dim, factor, True, ("x" if dim == "m" else "y")
+                loops.append(Loop(dim, factor, True, ("x" if dim == across[0] else "y")
                                   if array else ""))
                 rest[dim] //= factor
                 free //= factor
@@ -78,7 +83,7 @@ def chip_tiling(arch: Architecture, w: Workload, rng: random.Random | None = Non
     temporal: list[list[Loop]] = [[] for _ in arch.levels]
     for dim, size in rest.items():
         if rng is None:
-            at = 1 if dim == "k" and len(arch.levels) > 1 else 0
+            at = 1 if dim in reduced and len(arch.levels) > 1 else 0
             temporal[at].append(Loop(dim, size))
             continue
         parts = [1] * len(arch.levels)
@@ -258,3 +263,27 @@ def test_an_operator_that_is_not_a_multiply_accumulate_is_refused():
                               "ops": [{"name": "ex", "expr": "B[m] = exp(A[m])"}]}, "e.yaml"))
     with pytest.raises(InputError, match="not a multiply-accumulate"):
         timeloop_problem(w)
+
+
+CONV = {"name": "conv", "dims": {"k": 16, "c": 8, "p": 14, "q": 14, "r": 3, "s": 3},
+        "ops": [{"name": "conv", "expr": "O[k,p,q] += I[c,2*p+r,2*q+s] * W[k,c,r,s]"}]}
+
+
+@pytest.mark.parametrize("chip", ["edge", "tpu-like", "cpu", "gpu-a100"])
+def test_a_strided_convolution_round_trips(tmp_path, chip):
+    """Input windows (coefficients 2 in the projection, a named `coefficients` entry) and
+    Timeloop's delta rule for them survive the round trip."""
+    from tileflow.specs.workload import parse_workload
+
+    w = parse_workload(Field(CONV, "conv.yaml"))
+    arch = load_arch(chip)
+    original, imported, _ = round_trip(tmp_path, arch, w, chip_tiling(arch, w))
+    problem = (tmp_path / "problem.yaml").read_text()
+    assert "coefficients" in problem and "c2" in problem
+    assert_same_numbers(original, imported)
+    rng = random.Random(chip)
+    for attempt in range(3):
+        folder = tmp_path / f"random{attempt}"
+        folder.mkdir()
+        original, imported, _ = round_trip(folder, arch, w, chip_tiling(arch, w, rng))
+        assert_same_numbers(original, imported)
