@@ -57,8 +57,9 @@ def chip_tiling(arch: Architecture, w: Workload, rng: random.Random | None = Non
     over the output's last two dimensions (m and n of a GEMM) that fill the fan-out below (on
     an array, the first along its rows (x), the second along its columns (y)); without `rng`
     the largest such factors, the other dimensions' rest at the outermost level and the
-    reduction dimensions at the next; with it, random divisors, a random split of the rest over the levels,
-    random loop orders and, half the time, some tensors kept out of one inner level."""
+    reduction dimensions at the next; with it, random divisors, a random split of the rest
+    over the levels, random loop orders and, half the time, some tensors kept out of one
+    inner level."""
     op = w.ops[0]
     across = op.output.dims[-2:]  # two output dimensions spread over the instances
     reduced = set(op.reduction_dims)
@@ -174,7 +175,7 @@ def test_the_layerwise_baseline_round_trips(tmp_path, gemm, chip):
     assert_same_numbers(original, imported)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.integers(0, 10**6))
 def test_random_exact_tilings_of_random_chips_round_trip(tmp_path_factory, gemm, seed):
     rng = random.Random(seed)
@@ -287,3 +288,22 @@ def test_a_strided_convolution_round_trips(tmp_path, chip):
         folder.mkdir()
         original, imported, _ = round_trip(folder, arch, w, chip_tiling(arch, w, rng))
         assert_same_numbers(original, imported)
+
+
+def test_energies_of_the_component_model_travel_in_the_ert(tmp_path, gemm):
+    """A chip given by its technology (no energies written): the energies TileFlow's
+    component model derives are the ERT's, so the import spends the same."""
+    from tileflow.dataflows import build
+    from tileflow.specs.yamlfile import load_mapping
+
+    data = dict(load_mapping(shipped("accelerators")["edge"]).data)
+    data["technology_nm"] = 45
+    data["levels"] = [{k: v for k, v in lv.items() if k != "energy_pj_per_word"}
+                      for lv in data["levels"]]
+    arch = parse_arch(Field(data, "edge-45nm.yaml"))
+    assert arch.levels[1].read_energy_pj != 100  # the model's, not the shipped file's
+    original, imported, notes = round_trip(tmp_path, arch, gemm,
+                                           build("layerwise", gemm, arch))
+    assert_same_numbers(original, imported)
+    assert "technology: 45nm" in (tmp_path / "arch.yaml").read_text()
+    assert any("areas" in n for n in notes)
