@@ -593,10 +593,8 @@ def cmd_export_timeloop(args) -> int:
     flow = _dataflow(args.dataflow, workload, arch, {})
     if args.out and Path(args.out).suffix not in (".yaml", ".yml"):  # a folder of files
         from tileflow.interop.export import export_folder
-        from tileflow.outputs import check_output_folder
 
-        paths, notes = export_folder(check_output_folder(args.out, "--out"), flow, workload,
-                                     arch)
+        paths, notes = export_folder(args.out, flow, workload, arch)
         if args.json:
             print(json.dumps({"wrote": [str(p) for p in paths], "notes": notes}, indent=2))
             return 0

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
-from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Op, Tile, label
+from tileflow.specs.workload import Workload, parse_workload
+from tileflow.specs.yamlfile import Field
+from tileflow.tree import Dataflow, Op, Tile, label, ops_under
 
 
 def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> dict:
@@ -142,27 +143,71 @@ def _check_exact(chain, workload: Workload, dims, flow: Dataflow) -> None:
                                  flow.source or None)
 
 
-FILES = ("arch.yaml", "ERT.yaml", "problem.yaml", "mapping.yaml")
+def operator_runs(flow: Dataflow, workload: Workload) -> list[tuple[Workload, Dataflow]]:
+    """The tree as Timeloop runs: itself for one operator; for several, one (operator,
+    tree) pair per child of a loopless Seq root whose children each hold one operator (a
+    layerwise tree: the operators one after another, each through the root's level), so
+    that the tree's counts, cycles and energy are the runs' sums. Any other tree of several
+    operators is refused, naming them: a Timeloop problem holds one."""
+    if len(workload.ops) == 1:
+        return [(workload, flow)]
+    names = ", ".join(op.name for op in workload.ops)
+    root = flow.root
+    refusal = (f"workload '{workload.name}' has {len(workload.ops)} operators ({names}) and "
+               "a Timeloop problem holds one: only a tree that runs them one after another "
+               "(a loopless Seq root tile whose children each hold one operator, as "
+               "'layerwise' builds) is written, as one problem and mapping per operator")
+    if not isinstance(root, Tile) or root.loops or root.bypass or root.primitive != "Seq" \
+            or len(root.children) != len(workload.ops):
+        raise InputError(refusal, flow.source or None, "root")
+    away = {t: lv for t, lv in flow.homes.items() if lv != root.level}
+    if away:  # each run starts and ends with its tensors at the outermost level
+        raise InputError(f"'homes' {away}: an intermediate kept below '{root.level}' has no "
+                         "Timeloop equivalent (each run reads and writes its tensors there)",
+                         flow.source or None, "homes")
+    runs = []
+    for child in root.children:
+        held = ops_under(child)
+        if len(held) != 1:
+            raise InputError(refusal, flow.source or None, "root")
+        op = workload.op_by_name[held[0]]
+        alone = parse_workload(Field({"name": op.name,
+                                      "dims": {d: workload.sizes[d] for d in op.dims},
+                                      "ops": [{"name": op.name, "expr": str(op)}]},
+                                     workload.source or workload.name))
+        runs.append((alone, replace(flow, root=replace(root, children=(child,)), homes={})))
+    return runs
 
 
-def export_folder(folder: Path, flow: Dataflow, workload: Workload,
+def export_folder(folder: str | Path, flow: Dataflow, workload: Workload,
                   arch: Architecture) -> tuple[list[Path], list[str]]:
-    """Write a Timeloop v0.4 architecture, its energy table, the problem and the mapping
-    into `folder` (every file built before the first is written: an error writes none);
-    returns the paths and the notes on what the files cannot state (also a comment at the
-    top of arch.yaml)."""
+    """Write a Timeloop v0.4 architecture (arch.yaml), its energy table (ERT.yaml), and
+    per operator a problem and a mapping (problem.yaml and mapping.yaml for one operator;
+    problem.OP.yaml and mapping.OP.yaml for each of several) into `folder`. Every file is
+    built before the folder is made and the first is written (an error writes none).
+    Returns the paths and the notes on what the files cannot state (also comments atop
+    arch.yaml)."""
     from tileflow.interop.export_arch import timeloop_architecture, timeloop_problem
-    from tileflow.outputs import write_yaml
+    from tileflow.outputs import check_output_folder, write_yaml
 
-    problem = timeloop_problem(workload)
-    mapping = timeloop_mapping(flow, workload, arch)
+    runs = operator_runs(flow, workload)
+    files: list[tuple[str, dict]] = []
+    for alone, tree in runs:
+        suffix = f".{alone.ops[0].name}" if len(runs) > 1 else ""
+        files.append((f"problem{suffix}.yaml", timeloop_problem(alone)))
+        files.append((f"mapping{suffix}.yaml", timeloop_mapping(tree, alone, arch)))
     exported = timeloop_architecture(arch)
-    header = "".join(f"# note: {text}\n" for text in exported.notes)
+    notes = list(exported.notes)
+    if len(runs) > 1:
+        notes.append(f"the {len(runs)} operators run one after another: each problem and "
+                     "mapping is a Timeloop run of its own, and the tree's counts, cycles and "
+                     "energy are the runs' sums (an intermediate tensor is written by one run "
+                     "and read by the next through the outermost level)")
+    header = "".join(f"# note: {text}\n" for text in notes)
     header = (f"# Timeloop v0.4 architecture of TileFlow accelerator '{arch.name}'; energies "
               f"per action in ERT.yaml (block size 1: per word)\n{header}")
-    contents = (exported.arch, exported.ert, problem, mapping)
-    paths = []
-    for name, data in zip(FILES, contents, strict=True):
-        paths.append(write_yaml(folder / name, data, header if name == "arch.yaml" else "",
-                                flag="--out"))
-    return paths, exported.notes
+    files = [("arch.yaml", exported.arch), ("ERT.yaml", exported.ert), *files]
+    folder = check_output_folder(folder, "--out")
+    paths = [write_yaml(folder / name, data, header if name == "arch.yaml" else "",
+                        flag="--out") for name, data in files]
+    return paths, notes
