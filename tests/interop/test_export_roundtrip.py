@@ -355,3 +355,31 @@ def test_a_fused_chain_and_a_vector_operator_are_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "operator 'gelu'" in err and "not a multiply-accumulate" in err
     assert not (tmp_path / "tl").exists()
+
+
+def test_json_lists_the_files_and_notes(tmp_path, capsys):
+    import json
+
+    assert main(["export-timeloop", "--arch", "cpu", "--workload", "gemm", "--dataflow",
+                 "layerwise", "--out", str(tmp_path / "tl"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [Path(p).name for p in report["wrote"]] == ["arch.yaml", "ERT.yaml",
+                                                       "problem.yaml", "mapping.yaml"]
+    assert any("vector unit (16 lanes at Reg" in n for n in report["notes"])
+
+
+@pytest.mark.parametrize("seconds, ok", [(1 / 2.6e9, True), (0, False), (-1e-9, False)])
+def test_a_cycle_below_a_nanosecond_imports(tmp_path, seconds, ok):
+    """A clock above 1 GHz (cpu: 2.6 GHz) is a global_cycle_seconds below 1e-9."""
+    folder = tmp_path / "tl"
+    export_folder(folder, chip_tiling(load_arch("cpu"), load_workload("gemm")),
+                  load_workload("gemm"), load_arch("cpu"))
+    text = (folder / "arch.yaml").read_text()
+    path = tmp_path / "arch.yaml"
+    path.write_text(text.replace(f"global_cycle_seconds: {1e-9 / 2.6}",
+                                 f"global_cycle_seconds: {seconds}"))
+    if ok:
+        assert load_arch_any(str(path)).clock_ghz == pytest.approx(2.6, rel=1e-12)
+    else:
+        with pytest.raises(InputError, match="global_cycle_seconds"):
+            load_arch_any(str(path))
