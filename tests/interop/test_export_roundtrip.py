@@ -383,3 +383,29 @@ def test_a_cycle_below_a_nanosecond_imports(tmp_path, seconds, ok):
     else:
         with pytest.raises(InputError, match="global_cycle_seconds"):
             load_arch_any(str(path))
+
+
+def test_per_tensor_precision_is_a_note(tmp_path):
+    from tileflow.specs.workload import parse_workload
+
+    w = parse_workload(Field({"name": "g", "dims": {"m": 8, "n": 8, "k": 8},
+                              "precision_bits": {"C": 32},
+                              "ops": [{"name": "gemm", "expr": "C[m,n] += A[m,k] * B[k,n]"}]},
+                             "g.yaml"))
+    arch = load_arch("edge")
+    _, notes = export_folder(tmp_path, chip_tiling(arch, w), w, arch)
+    assert any(n.startswith("precision_bits {'C': 32} not written") for n in notes)
+
+
+def test_a_level_called_mac_keeps_its_own_energy_table(tmp_path, gemm):
+    from tileflow.specs.yamlfile import load_mapping
+
+    data = dict(load_mapping(shipped("accelerators")["tpu-like"]).data)
+    data["levels"] = [dict(lv) for lv in data["levels"]]
+    data["levels"][-1]["name"] = "MAC"
+    data["compute"] = {k: dict(v, level="MAC") if v.get("level") == "Reg" else v
+                       for k, v in data["compute"].items()}
+    arch = parse_arch(Field(data, "tpu-mac.yaml"))
+    original, imported, _ = round_trip(tmp_path, arch, gemm, chip_tiling(arch, gemm))
+    assert_same_numbers(original, imported)
+    assert "name: MAC_unit" in (tmp_path / "arch.yaml").read_text()

@@ -198,6 +198,11 @@ def export_folder(folder: str | Path, flow: Dataflow, workload: Workload,
         files.append((f"mapping{suffix}.yaml", timeloop_mapping(tree, alone, arch)))
     exported = timeloop_architecture(arch)
     notes = list(exported.notes)
+    if workload.precision_bits:
+        notes.append(f"precision_bits {dict(workload.precision_bits)} not written: a "
+                     "Timeloop problem has no word widths (every tensor is the architecture's "
+                     f"{arch.word_bytes * 8}-bit datawidth): those tensors' footprints, transfer "
+                     "times and access energies are at the datawidth there")
     if len(runs) > 1:
         notes.append(f"the {len(runs)} operators run one after another: each problem and "
                      "mapping is a Timeloop run of its own, and the tree's counts, cycles and "

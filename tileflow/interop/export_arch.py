@@ -70,12 +70,14 @@ def timeloop_architecture(arch: Architecture) -> Exported:
             {"name": "update", "energy": lv.update_energy_pj}]})
         _level_notes(lv, notes)
     m = arch.matrix
-    mac: dict = {"name": "MAC", "class": "intmac",
+    mac_name = next(n for n in ("MAC", "MAC_unit", "MAC_array_unit")
+                    if n not in arch.level_index)  # one ERT table per name
+    mac: dict = {"name": mac_name, "class": "intmac",
                  "attributes": {"datawidth": word_bits, "meshX": m.cols}}
     if m.parallelism > 1:  # MACs per instance of the innermost level
         mac["spatial"] = {"meshX": m.cols, "meshY": m.rows}
     nodes.append(_node("!Component", **mac))
-    tables.append({"name": "MAC", "actions": [{"name": "mac_random",
+    tables.append({"name": mac_name, "actions": [{"name": "mac_random",
                                                 "energy": m.energy_pj_per_op}]})
     _compute_notes(arch, notes)
     return Exported({"architecture": {"version": "0.4", "nodes": nodes}},
