@@ -409,3 +409,24 @@ def test_a_level_called_mac_keeps_its_own_energy_table(tmp_path, gemm):
     original, imported, _ = round_trip(tmp_path, arch, gemm, chip_tiling(arch, gemm))
     assert_same_numbers(original, imported)
     assert "name: MAC_unit" in (tmp_path / "arch.yaml").read_text()
+
+
+def test_read_fill_and_update_energies_each_survive(tmp_path, gemm):
+    """Distinct energies per action: the ERT's read, write (fill) and update each land on
+    their own action, the MAC's compute on the operation."""
+    from tileflow.specs.yamlfile import load_mapping
+
+    data = dict(load_mapping(shipped("accelerators")["edge"]).data)
+    data["levels"] = [dict(lv, energy_pj_per_word={"read": 1.0 + i, "write": 10.0 + i,
+                                                    "update": 100.0 + i})
+                      for i, lv in enumerate(data["levels"])]
+    data["compute"] = dict(data["compute"], matrix=dict(data["compute"]["matrix"],
+                                                        energy_pj_per_op=0.25))
+    arch = parse_arch(Field(data, "edge-actions.yaml"))
+    original, imported, _ = round_trip(tmp_path, arch, gemm, chip_tiling(arch, gemm))
+    assert_same_numbers(original, imported)
+    back = load_arch_any(str(tmp_path / "arch.yaml"), tmp_path / "ERT.yaml")
+    assert [(lv.read_energy_pj, lv.write_energy_pj, lv.update_energy_pj)
+            for lv in back.levels] == [(1.0, 10.0, 100.0), (2.0, 11.0, 101.0),
+                                       (3.0, 12.0, 102.0)]
+    assert back.matrix.energy_pj_per_op == 0.25

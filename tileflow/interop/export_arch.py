@@ -66,7 +66,7 @@ def timeloop_architecture(arch: Architecture) -> Exported:
                                                                    notes)))
         tables.append({"name": lv.name, "actions": [
             {"name": "read", "energy": lv.read_energy_pj},
-            {"name": "fill", "energy": lv.write_energy_pj},
+            {"name": "write", "energy": lv.write_energy_pj},
             {"name": "update", "energy": lv.update_energy_pj}]})
         _level_notes(lv, notes)
     m = arch.matrix
@@ -77,7 +77,7 @@ def timeloop_architecture(arch: Architecture) -> Exported:
     if m.parallelism > 1:  # MACs per instance of the innermost level
         mac["spatial"] = {"meshX": m.cols, "meshY": m.rows}
     nodes.append(_node("!Component", **mac))
-    tables.append({"name": mac_name, "actions": [{"name": "mac_random",
+    tables.append({"name": mac_name, "actions": [{"name": "compute",
                                                 "energy": m.energy_pj_per_op}]})
     _compute_notes(arch, notes)
     return Exported({"architecture": {"version": "0.4", "nodes": nodes}},
