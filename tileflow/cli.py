@@ -184,10 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "ERT.yaml of a Timeloop run): the architecture's energies per level and "
                     "action are taken from it (an 'ERT:' file among FILES does the same)")
     ex = sub.add_parser("export-timeloop", help="write a single-operator dataflow as a "
-                        "Timeloop mapping")
+                        "Timeloop mapping, or with its accelerator and problem as Timeloop "
+                        "v0.4 files")
     _common(ex)
     ex.add_argument("--dataflow", required=True, help="a dataflow YAML file or baseline name")
-    ex.add_argument("--out", metavar="PATH", help="write here (default: print)")
+    ex.add_argument("--out", metavar="PATH", help="a FILE.yaml: the mapping alone; a folder: "
+                    "arch.yaml, ERT.yaml, problem.yaml and mapping.yaml, what Timeloop's "
+                    "format cannot state printed as notes (default: print the mapping)")
     bn = sub.add_parser("bench", help="evaluations per second of the analysis")
     _common(bn)
     bn.add_argument("--dataflow", action="append",
@@ -594,6 +597,20 @@ def cmd_export_timeloop(args) -> int:
 
     workload, arch = _load(args)
     flow = _dataflow(args.dataflow, workload, arch, {})
+    if args.out and Path(args.out).suffix not in (".yaml", ".yml"):  # a folder of files
+        from tileflow.interop.export import export_folder
+
+        paths, notes = export_folder(args.out, flow, workload, arch)
+        if args.json:
+            print(json.dumps({"wrote": [str(p) for p in paths], "notes": notes}, indent=2))
+            return 0
+        for path in paths:
+            print(f"wrote {path}")
+        if notes:  # what Timeloop's format cannot state (also atop arch.yaml)
+            print(f"notes ({len(notes)}):")
+            for text in notes:
+                print(f"  {text}")
+        return 0
     mapping = timeloop_mapping(flow, workload, arch)
     if args.json:
         print(json.dumps(mapping, indent=2))

@@ -358,7 +358,10 @@ def _clock_ghz(components: list[Component]) -> float:
     for c in components:
         if "global_cycle_seconds" in c.context:
             value, where = c.context["global_cycle_seconds"]
-            seconds = where.number("global_cycle_seconds")
+            seconds = where.number("global_cycle_seconds", positive=False, maximum=1.0)
+            if seconds <= 0:  # below 1 ns for a clock above 1 GHz: any positive time
+                raise where.error(f"'global_cycle_seconds' must be positive, got {value!r}",
+                                  "global_cycle_seconds")
             return 1e-9 / seconds
         if "latency" in c.context:
             value, where = c.context["latency"]
