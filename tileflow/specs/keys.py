@@ -416,7 +416,7 @@ SWEEP = Section("sweep", "`sweep` of a sweep config (`tileflow sweep`): an explo
         "bound is drawn against (docs in README, `tileflow sweep`)", "the level of the first "
         "capacity parameter, else `none`"),
     Key("bound_max_tilings", "integer >= 1", "structures with more tilings than this after "
-        "pruning are left out of the bound (and named in its report)", "3000000"),
+        "pruning are left out of the bound (and named in its report)", "300000"),
     Key("bound_sample_tilings", "integer >= 0", "random tilings of each left-out structure "
         "evaluated to show whether it would lower the bound (reported apart, never part of "
         "the bound)", "5000"),

@@ -25,7 +25,7 @@ UNIT_PARAMETERS = tuple(k.name for k in keys.SWEEP_PARAMETERS.keys
 INTEGER_PARAMETERS = ("fanout", "matrix.size", "matrix.rows", "matrix.cols", "vector.lanes")
 CAPACITY_PARAMETERS = ("capacity_bytes", "capacity_words")
 MODES = ("grid", "zip")
-DEFAULT_BOUND_MAX_TILINGS = 3_000_000
+DEFAULT_BOUND_MAX_TILINGS = 300_000  # a default bound takes seconds, not minutes
 DEFAULT_BOUND_SAMPLE_TILINGS = 5_000
 MAX_POINTS = 10_000
 
