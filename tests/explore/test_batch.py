@@ -26,7 +26,7 @@ from tileflow.evaluator.batch import evaluate_batch, footprint_words
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
-from tileflow.tree import Op, render
+from tileflow.tree import Dataflow, Op, render
 
 REJECTED = ("coverage", "dependency", "window")
 
@@ -507,3 +507,29 @@ def test_a_row_that_enumerates_too_many_steps_is_invalid_not_a_memory_error(monk
     enumerating = refused.violations.get("enumeration", np.zeros(len(rows))) > 0
     assert enumerating.any() and not refused.valid[enumerating].any()
     assert (refused.cycles[~enumerating] == split.cycles[~enumerating]).all()
+
+
+@pytest.mark.parametrize("inner, refused", [(2, True), (1, False)])
+def test_the_search_refuses_the_trees_the_command_line_refuses(inner, refused):
+    """GEMM with m = 10,007 (a prime): m:5004 over m:2 clips its last tile, so the counts
+    along m are sums over 10,008 steps, more than the 8,192 the command line enumerates:
+    the batch marks the row invalid ('enumeration': 10,008 - 8,192). m:10007 over m:1
+    tiles m exactly (closed forms): valid, as the command line agrees."""
+    from tileflow.analysis.prepare import prepare
+    from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS, check_enumeration
+    from tileflow.errors import InputError
+    from tileflow.tree import tile
+
+    w = workload(GEMM, m=10007, n=2, k=2)
+    outer = 5004 if inner == 2 else 10007
+    flow = Dataflow(tile("DRAM", f"m:{outer}", tile("L1", f"m:{inner} n:2 k:2", "mm")))
+    structure = structure_of(w, TIMED, flow)
+    result = evaluate_batch(structure, structure.default_factors[None, :])
+    said = result.violations.get("enumeration", np.zeros(1))[0]
+    if refused:
+        assert not result.valid[0] and said == 5004 * 2 - MAX_ENUMERATED_STEPS
+        with pytest.raises(InputError, match="10,008 steps"):
+            check_enumeration(prepare(w, TIMED, flow))
+    else:
+        assert said == 0
+        check_enumeration(prepare(w, TIMED, flow))

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS
 from tileflow.cost.model import evaluate
 from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
-from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary
+from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, exact_dims
 from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints
@@ -137,6 +138,7 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     fps = footprints(r)
     violations = Violations(rows)
     check(r, fps, violations)
+    violations.add("enumeration", _enumerated_steps(r), MAX_ENUMERATED_STEPS)
     arch = c.arch
     energy = np.zeros(rows)
     for (level, kind), words in tally.words.items():
@@ -158,6 +160,27 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     energy = energy + _leakage(r) * cycles
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
                        dict(violations.amounts))
+
+
+def _enumerated_steps(r: Rows) -> np.ndarray:
+    """Per row, the most steps of the loops along one tensor axis that the tiles do not
+    cover exactly (`analysis.workbound`): the scalar model sums such a count step by step,
+    so a row above MAX_ENUMERATED_STEPS is a tree the command line refuses, and the search
+    must not pick it."""
+    most = np.zeros(r.count)
+    for path in r.c.paths.values():
+        exact = exact_dims(r, path)
+        for access in (path.op.output, *path.op.inputs):
+            for axis in access.axes:
+                dims = set(axis.dims)
+                moving = [i for i, lp in enumerate(path.loops) if lp.dim in dims]
+                if not moving:
+                    continue
+                steps = r.prod(path, moving).astype(float)
+                if axis.is_plain:
+                    steps = np.where(np.all([exact[d] for d in dims], axis=0), 0.0, steps)
+                most = np.maximum(most, steps)
+    return most
 
 
 def _used(r: Rows, paths, level: int) -> np.ndarray:
