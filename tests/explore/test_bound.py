@@ -243,3 +243,17 @@ def test_left_out_structures_are_named_and_their_samples_kept_apart(chain):
         assert full.at(p.footprint_words) <= p.dram_words
     for capacity in (4, 10, 40):
         assert partial.at(capacity) >= full.at(capacity)
+
+
+def test_a_dimension_with_more_assignments_than_the_limit_is_left_out_before_listing_them():
+    """m = 2^20 over the gemm structures' loops along m: 21 divisors per loop, thousands of
+    exact assignments of m alone, more than a limit of 10: each such structure is named
+    as left out, without its assignments being listed (a size like 2^31 would fill the
+    memory), and the bound covers the others."""
+    w = workload(GEMM, m=2**20, n=2, k=2)
+    arch = small_arch(cores=1, pes=4)
+    structures = bound_structures(w, arch, "L1")
+    partial = data_movement_bound(structures, "L1", max_rows=10)
+    assert partial.skipped
+    assert all("more than 10 tilings" in s for s in partial.skipped)
+    assert any("of 'm' alone" in s for s in partial.skipped)

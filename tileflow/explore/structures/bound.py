@@ -127,8 +127,14 @@ def _slot_limit(structure: Structure, k: int, r: int) -> int:
     return r
 
 
-def _dim_assignments(structure: Structure, d: str) -> list[dict[int, int]]:
-    """Every exact assignment of dim `d`'s factors (slot -> factor), within spatial limits."""
+class TooManyTilings(Exception):
+    """A dimension alone has more exact assignments than the bound may enumerate."""
+
+
+def _dim_assignments(structure: Structure, d: str,
+                     limit: int | None = None) -> list[dict[int, int]]:
+    """Every exact assignment of dim `d`'s factors (slot -> factor), within spatial limits;
+    TooManyTilings past `limit` of them (a size with many divisors over many loops)."""
     w = structure.workload
     slot_at = {(s.path, s.index): k for k, s in enumerate(structure.slots)}
 
@@ -150,6 +156,8 @@ def _dim_assignments(structure: Structure, d: str) -> list[dict[int, int]]:
                 for part in parts:
                     row.update(part)
                 out.append(row)
+                if limit is not None and len(out) > limit:
+                    raise TooManyTilings(d)
         return out
 
     return go(structure.template.root, "root", w.sizes[d])
@@ -177,14 +185,16 @@ def _tiles(structure: Structure) -> dict[str, Tile]:
     return out
 
 
-def dim_blocks(structure: Structure, level: str | None = None) -> list[np.ndarray]:
+def dim_blocks(structure: Structure, level: str | None = None,
+               limit: int | None = None) -> list[np.ndarray]:
     """Per dimension, its exact assignments as rows over all slots (1 in other dims' slots).
     With `level`, pruned by dominance: one representative per assignment of the loops above
-    `level` (see the module's notes)."""
+    `level` (see the module's notes). TooManyTilings when a dimension has more than `limit`
+    assignments before pruning."""
     outer = outer_slots(structure, level) if level else None
     blocks = []
     for d in dict.fromkeys(s.dim for s in structure.slots):
-        rows = _dim_assignments(structure, d)
+        rows = _dim_assignments(structure, d, limit)
         if outer is not None:
             rows = _representatives(structure, rows, outer)
         block = np.ones((len(rows), len(structure.slots)), dtype=np.int64)
@@ -276,7 +286,11 @@ def data_movement_bound(structures: Sequence[tuple[str, Structure]], level: str,
     rng = np.random.default_rng(0)
     for k, (name, s) in enumerate(structures):
         total += Tilings(s, getattr(s, "slot_limits", None) or None).count
-        blocks = dim_blocks(s, level if prune else None)
+        try:
+            blocks = dim_blocks(s, level if prune else None, limit=max_rows)
+        except TooManyTilings as exc:
+            skipped.append(f"{name}: more than {max_rows:,} tilings of '{exc}' alone")
+            continue
         size = math.prod(len(b) for b in blocks)
         if size > max_rows:
             skipped.append(f"{name}: {size:,} tilings after pruning (more than {max_rows:,})")
