@@ -37,7 +37,7 @@ def _cases():
                 yield pytest.param(name, arch_name, flow, id=f"{name}-{arch_name}-{flow}")
 
 
-@pytest.mark.parametrize("workload,arch_name,flow", _cases())
+@pytest.mark.parametrize("workload,arch_name,flow", list(_cases()))
 def test_baseline_kernel_matches_reference(workload, arch_name, flow):
     w = load_workload(workload, SMALL[workload])
     arch = load_arch(arch_name)
