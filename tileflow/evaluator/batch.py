@@ -168,18 +168,13 @@ def _enumerated_steps(r: Rows) -> np.ndarray:
     so a row above MAX_ENUMERATED_STEPS is a tree the command line refuses, and the search
     must not pick it."""
     most = np.zeros(r.count)
-    for path in r.c.paths.values():
-        exact = exact_dims(r, path)
-        for access in (path.op.output, *path.op.inputs):
-            for axis in access.axes:
-                dims = set(axis.dims)
-                moving = [i for i, lp in enumerate(path.loops) if lp.dim in dims]
-                if not moving:
-                    continue
-                steps = r.prod(path, moving).astype(float)
-                if axis.is_plain:
-                    steps = np.where(np.all([exact[d] for d in dims], axis=0), 0.0, steps)
-                most = np.maximum(most, steps)
+    for name, dims, moving, plain in r.c.enumerated_axes:
+        path = r.c.paths[name]
+        steps = r.prod(path, moving)
+        if plain:
+            exact = exact_dims(r, path)
+            steps = np.where(np.all([exact[d] for d in dims], axis=0), 0, steps)
+        most = np.maximum(most, steps)
     return most
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale, serialised
@@ -116,6 +117,23 @@ class Compiled:
                       for op in w.ops}
         self.halos = self._halos()
         self.windows = self._windows()
+
+    @cached_property
+    def enumerated_axes(self) -> tuple[tuple[str, tuple[str, ...], tuple[int, ...], bool],
+                                       ...]:
+        """Per operator, each distinct tensor axis with loops along it: (operator, its dims,
+        the path's loops along them, whether the axis is a plain dim). Where the tiles do
+        not cover such an axis exactly, its counts are sums over those loops' steps
+        (`analysis.workbound`)."""
+        found = {}
+        for name, path in self.paths.items():
+            for access in (path.op.output, *path.op.inputs):
+                for axis in access.axes:
+                    dims = tuple(sorted(set(axis.dims)))
+                    moving = tuple(i for i, lp in enumerate(path.loops) if lp.dim in dims)
+                    if moving:
+                        found[(name, dims, moving, axis.is_plain)] = None
+        return tuple(found)
 
     # -- paths and boundaries --------------------------------------------------------------
     def _path(self, op: Operator, chain: tuple[str, ...], levels: tuple[int, ...]) -> Path:
