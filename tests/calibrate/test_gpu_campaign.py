@@ -10,6 +10,7 @@ import json
 import math
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,10 @@ import pytest
 
 from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.gpu_campaign import GpuCampaign, op_threads, prepare_campaign
+from tileflow.calibrate.gpu_inputs import hashed_inputs, hashed_uniform
 from tileflow.calibrate.gpu_results import read_ncu, shape_folds, topk_regret
 from tileflow.cli import main
+from tileflow.kernels.c_source import pitched
 from tileflow.kernels.cuda_emulate import run_emulated
 from tileflow.kernels.cuda_harness import COLUMNS, build_emulated
 from tileflow.kernels.cuda_source import MAX_THREADS, generate_cuda
@@ -75,12 +78,49 @@ def test_prepared_folder_holds_programs_data_predictions_and_run_script(prepared
             assert f"run_{i}(" in text  # every dataflow of the shape has its launcher
         w = load_workload(program.rsplit("_", 1)[0],
                           SHAPES[program.rsplit("_", 1)[0]][int(program[-1])])
-        for t in w.inputs:  # pitched float32: rows of a multiple of 64 get 16 more words
+        for t in w.outputs:  # pitched float32: rows of a multiple of 64 get 16 more words
             shape = w.shapes[t]
             words = math.prod(shape[:-1]) * (shape[-1] + (16 if shape[-1] % 64 == 0 else 0))
-            assert (prepared / "data" / program / f"{t}.f32").stat().st_size == 4 * words
+            assert (prepared / "data" / program / f"{t}.ref.f32").stat().st_size == 4 * words
+        assert not any((prepared / "data" / program / f"{t}.f32").exists() for t in w.inputs)
     done = subprocess.run(["bash", "-n", str(prepared / "run.sh")], capture_output=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_inputs_script_makes_the_inputs_the_references_came_from(prepared, tmp_path):
+    """inputs.py, run as on the GPU machine (its own python3, no tileflow), writes each
+    input bit for bit as gpu_inputs.hashed_inputs makes it, zero-padded to the pitch."""
+    folder = tmp_path / "copy"
+    shutil.copytree(prepared, folder)
+    done = subprocess.run([sys.executable, "-I", str(folder / "inputs.py"), str(folder)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for program, sizes in [(f"{w}_{j}", s) for w, shapes in SHAPES.items()
+                           for j, s in enumerate(shapes)]:
+        w = load_workload(program.rsplit("_", 1)[0], sizes)
+        expected = hashed_inputs(w, 0)
+        for t in w.inputs:
+            shape = w.shapes[t]
+            raw = np.fromfile(folder / "data" / program / f"{t}.f32", dtype=np.float32)
+            array = raw.reshape(pitched(shape))
+            inside = tuple(slice(0, e) for e in shape)
+            assert np.array_equal(array[inside], expected[t])
+            assert array.sum() == pytest.approx(expected[t].sum(), abs=1e-3)  # pad is zero
+            assert -1 <= expected[t].min() and expected[t].max() < 1
+        reference = run_reference(w, expected)
+        out = w.outputs[0]
+        ref_file = np.fromfile(folder / "data" / program / f"{out}.ref.f32", dtype=np.float32)
+        got = ref_file.reshape(pitched(w.shapes[out]))[tuple(slice(0, e) for e in w.shapes[out])]
+        assert np.allclose(got, reference[out], rtol=1e-6, atol=1e-6)
+
+
+def test_hashed_inputs_are_uniform_on_minus_one_to_one():
+    """Mean 0 and variance 1/3 of the uniform on [-1, 1), within sampling error of 10^6
+    values; two streams differ."""
+    x = hashed_uniform(10**6, 7).astype(np.float64)
+    assert abs(x.mean()) < 5 * math.sqrt(1 / 3 / 10**6)
+    assert abs(x.var() - 1 / 3) < 0.002
+    assert not np.array_equal(hashed_uniform(100, 1), hashed_uniform(100, 2))
 
 
 def test_run_script_with_cpu_built_programs_then_report(prepared, tmp_path):
@@ -95,7 +135,7 @@ def test_run_script_with_cpu_built_programs_then_report(prepared, tmp_path):
     tools.mkdir()
     (tools / "ncu").write_text(FAKE_NCU)
     (tools / "ncu").chmod(0o755)
-    env = {"PATH": f"{tools}:/usr/bin:/bin", "OUT": str(results),
+    env = {"PATH": f"{tools}:{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(results),
            "OMP_WAIT_POLICY": "passive"}
     done = subprocess.run(["bash", str(prepared / "run.sh")], env=env, capture_output=True,
                           text=True, timeout=600)

@@ -154,7 +154,7 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                  prepared: str | None = None) -> dict:
     """--prepare DIR: build the campaign's CUDA programs and run.sh here (nvcc, no GPU);
     --results DIR: read what run.sh measured on the GPU and write the report."""
-    from tileflow.calibrate import gpu_campaign, gpu_report, gpu_results
+    from tileflow.calibrate import gpu_campaign, gpu_report, gpu_results, gpu_vendor
 
     if bool(prepare) == bool(results):
         raise InputError("tileflow validate gpu needs either --prepare DIR (build the "
@@ -180,6 +180,8 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
     ncu, notes = gpu_results.read_ncu(folder / "ncu.csv")
     measured, counts = gpu_results.join(campaign, timings, ncu, str(folder / "timings.csv"))
     study = gpu_results.study(measured, load_arch(manifest.get("arch", gpu_campaign.ARCH)))
+    vendor = gpu_vendor.read_vendor(folder / gpu_vendor.FILE)
+    study.summary["kernel_vs_vendor"] = gpu_vendor.kernel_vs_vendor(study.frame, vendor)
     target = Path(out or "validate/gpu")
     command = f"tileflow validate gpu --results {results}" + (
         f" --prepared {prepared}" if prepared else "") + (f" --out {out}" if out else "")

@@ -1,8 +1,9 @@
 """`tileflow validate gpu --prepare DIR`: a GPU campaign compiled on this machine and run
 on another. For each workload shape, named baselines and random valid GPU trees; their
 CUDA, one nvcc-built program per shape with a timing harness (`kernels.cuda_harness`), the
-inputs and NumPy reference outputs as raw files, the model's predictions
-(campaign.csv) and `run.sh`, which needs only bash, the CUDA driver and optionally ncu."""
+NumPy reference outputs as raw files, the model's predictions (campaign.csv) and `run.sh`,
+which needs bash, the CUDA driver and python3 with NumPy (inputs.py makes the inputs there),
+and optionally ncu and PyTorch (vendor.py times the vendor libraries on the same shapes)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.calibrate import gpu_latency
+from tileflow.calibrate import gpu_inputs, gpu_latency, gpu_vendor
+from tileflow.calibrate.gpu_inputs import hashed_inputs, recipe
 from tileflow.calibrate.gpu_latency import op_threads
 from tileflow.calibrate.latency import words_column
 from tileflow.cost.model import evaluate_plan
@@ -28,13 +30,13 @@ from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
 from tileflow.kernels.c_source import pitched
 from tileflow.kernels.campaign import model_terms, tree_key
-from tileflow.kernels.cuda_harness import HarnessFlow, harness_source, reference_file, tensor_file
+from tileflow.kernels.cuda_harness import HarnessFlow, harness_source, reference_file
 from tileflow.kernels.cuda_source import generate_cuda
 from tileflow.kernels.gpu_trees import random_valid_gpu_trees
 from tileflow.kernels.inner_loops import COLUMNS as INNER_COLUMNS
 from tileflow.kernels.inner_loops import features as inner_features
 from tileflow.kernels.nest import analyse
-from tileflow.kernels.reference import random_inputs, run_reference
+from tileflow.kernels.reference import run_reference
 from tileflow.outputs import write_csv, write_text_atomic
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
@@ -45,11 +47,21 @@ ARCH = "gpu-h100"
 # compiler asks for a newer glibc than the GPU machine may have (the programs need 2.34)
 NVCC_FLAGS = ("-O3", "-gencode", "arch=compute_90,code=[sm_90,compute_90]")
 WORD_BYTES = 4  # the kernels compute in float32
+# six shapes per workload, so a shape can be held out and predicted from the other five;
+# every size a multiple of 16 (whole tensor-core tiles are possible)
 DEFAULT_SHAPES = {
     "attention": [{"b": 8, "m": 512, "l": 512, "k": 64, "n": 64},
-                  {"b": 16, "m": 256, "l": 256, "k": 128, "n": 128}],
+                  {"b": 16, "m": 256, "l": 256, "k": 128, "n": 128},
+                  {"b": 12, "m": 256, "l": 256, "k": 64, "n": 64},
+                  {"b": 16, "m": 256, "l": 256, "k": 80, "n": 80},
+                  {"b": 1, "m": 1024, "l": 512, "k": 64, "n": 64},
+                  {"b": 4, "m": 256, "l": 1024, "k": 64, "n": 64}],
     "gemm-chain": [{"b": 8, "m": 512, "l": 512, "k": 64, "n": 64},
-                   {"b": 4, "m": 1024, "l": 256, "k": 128, "n": 64}],
+                   {"b": 4, "m": 1024, "l": 256, "k": 128, "n": 64},
+                   {"b": 12, "m": 256, "l": 256, "k": 64, "n": 64},
+                   {"b": 16, "m": 256, "l": 256, "k": 80, "n": 80},
+                   {"b": 1, "m": 1024, "l": 512, "k": 64, "n": 64},
+                   {"b": 4, "m": 256, "l": 1024, "k": 64, "n": 64}],
 }
 
 
@@ -59,14 +71,14 @@ class GpuCampaign:
 
     shapes: dict[str, list[dict[str, int]]] = field(
         default_factory=lambda: {k: list(v) for k, v in DEFAULT_SHAPES.items()})
-    points: int = 75  # dataflows per shape
+    points: int = 50  # dataflows per shape
     seed: int = 0
     arch: str = ARCH
     min_blocks: int = 32  # random trees spread over at least this many thread blocks
-    budget_s: float = 80.0  # timing of all programs together on the GPU
+    budget_s: float = 120.0  # timing of all programs together on the GPU
     kernel_s: float = 0.1  # timed repetitions per dataflow (3 to 50; 1 for a slow one)
-    profile: int = 160  # dataflows measured under ncu (40 per program)
-    profile_timeout_s: int = 60  # ncu, all programs together (cut by run.sh's deadline)
+    profile: int = 480  # dataflows measured under ncu (40 per program)
+    profile_timeout_s: int = 120  # ncu, all programs together (cut by run.sh's deadline)
     profile_max_s: float = 0.05  # ncu profiles dataflows whose median is below this
 
 
@@ -112,16 +124,15 @@ def thread_features(nest) -> dict[str, float]:
 
 
 def _data(w: Workload, folder: Path, seed: int) -> None:
-    """Inputs and NumPy reference outputs as raw float32 in the kernels' pitched layouts."""
+    """The NumPy reference outputs as raw float32 in the kernels' pitched layouts; the
+    inputs they come from are made on the GPU machine (`gpu_inputs`, inputs.py)."""
     folder.mkdir(parents=True, exist_ok=True)
-    x = random_inputs(w, seed)
-    ref = run_reference(w, x)
-    for t, value, file in [*((t, x[t], tensor_file(t)) for t in w.inputs),
-                           *((t, ref[t], reference_file(t)) for t in w.outputs)]:
+    ref = run_reference(w, hashed_inputs(w, seed))
+    for t in w.outputs:
         shape = w.shapes[t]
         array = np.zeros(pitched(shape), dtype=np.float32)
-        array[tuple(slice(0, e) for e in shape)] = value
-        array.tofile(folder / file)
+        array[tuple(slice(0, e) for e in shape)] = ref[t]
+        array.tofile(folder / reference_file(t))
 
 
 def nvcc_missing() -> str | None:
@@ -143,6 +154,8 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
     folder.mkdir(parents=True, exist_ok=True)
     arch = load_arch(campaign.arch)
     rows, programs = [], []
+    program_shapes: dict[str, dict] = {}
+    inputs: dict[str, list[dict]] = {}
     next_id = 0
     for workload, shapes in campaign.shapes.items():
         for j, sizes in enumerate(shapes):
@@ -180,15 +193,21 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                 harness_source(flows, shapes_of, w.inputs, w.outputs))
             _data(w, folder / "data" / program, campaign.seed)
             programs.append(program)
+            program_shapes[program] = {"workload": workload, "sizes": dict(w.sizes)}
+            inputs[program] = recipe(w, campaign.seed)
             progress(f"{program}: {len(flows)} dataflows ({shape_text(w.sizes)})")
     frame = pd.DataFrame(rows)
     write_csv(frame, folder / "campaign.csv")
     manifest = {"arch": campaign.arch, "nvcc_flags": list(NVCC_FLAGS),
                 "programs": programs, "points": campaign.points, "seed": campaign.seed,
-                "shapes": campaign.shapes, "word_bytes": WORD_BYTES,
+                "shapes": campaign.shapes, "program_shapes": program_shapes,
+                "inputs": inputs,
+                "word_bytes": WORD_BYTES,
                 "budget_s": campaign.budget_s, "kernel_s": campaign.kernel_s,
                 "profile": campaign.profile, "nvcc": _nvcc_version()}
     write_text_atomic(folder / "manifest.json", json.dumps(manifest, indent=2) + "\n")
+    write_text_atomic(folder / "vendor.py", gpu_vendor.SCRIPT)
+    write_text_atomic(folder / "inputs.py", gpu_inputs.SCRIPT)
     write_text_atomic(folder / "run.sh", run_script(campaign, programs, frame))
     (folder / "run.sh").chmod(0o755)
     if build_binaries:
@@ -235,11 +254,13 @@ def run_script(campaign: GpuCampaign, programs: list[str], frame: pd.DataFrame) 
                          profile_each=max(10, campaign.profile_timeout_s // len(programs)))
 
 
-DEADLINE_S = 135  # run.sh stops starting work after this many seconds
+DEADLINE_S = 300  # run.sh stops starting work after this many seconds
 RUN_SH = r"""#!/usr/bin/env bash
-# GPU campaign: times every prepared dataflow (CUDA events), then measures DRAM and L2
-# bytes of a subset under ncu where it is available. Needs the programs beside this
-# script, the CUDA driver, and optionally ncu. Results go to ${{OUT:-results}}.
+# GPU campaign: times every prepared dataflow (CUDA events), the vendor libraries on the
+# same shapes (vendor.py, where python3 has PyTorch), then measures DRAM and L2 bytes of a
+# subset under ncu where it is available. Needs the programs beside this script, the
+# CUDA driver, python3 with NumPy (inputs.py makes the inputs), and optionally ncu and
+# PyTorch. Results go to ${{OUT:-results}}.
 set -u
 HERE="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 RESULTS="${{OUT:-$PWD/results}}"
@@ -254,6 +275,11 @@ log "device: $(nvidia-smi --query-gpu=$QUERY --format=csv,noheader 2>/dev/null |
 BIN="$(mktemp -d)"  # the programs, executable whatever the copy of this folder kept
 trap 'rm -rf "$BIN"' EXIT
 for p in {programs}; do cp "$HERE/$p" "$BIN/" && chmod +x "$BIN/$p"; done
+log "inputs (inputs.py)"
+if ! python3 "$HERE/inputs.py" "$HERE" 2>>"$LOG"; then
+    log "inputs.py failed (python3 with NumPy is needed to make the inputs): nothing timed"
+    exit 1
+fi
 START=$(date +%s)
 DEADLINE=$(( START + {deadline_s} ))
 left() {{ echo $(( DEADLINE - $(date +%s) )); }}
@@ -280,6 +306,11 @@ run_profiled() {{  # program, how many, candidate ids: those that ran ok and fas
     log "ncu on $1 ($ids) finished with status $? after $(( $(date +%s) - START )) s"
 }}
 {timing}
+if command -v python3 >/dev/null 2>&1 && [ "$(left)" -gt 20 ]; then
+    log "vendor libraries (vendor.py)"
+    timeout 60 python3 "$HERE/vendor.py" "$HERE" "$RESULTS" 2>>"$LOG"
+    log "vendor.py finished with status $? after $(( $(date +%s) - START )) s"
+fi
 if command -v ncu >/dev/null 2>&1; then
     log "ncu: $(ncu --version 2>/dev/null | tail -1)"
 {profiled}

@@ -84,6 +84,7 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
             f"| {_fmt(s['uncalibrated']['top1_regret'].get(key), True)} "
             f"| {best['dataflow']} ({best['kind']}): {best['median_s'] * 1e3:.3f} ms, "
             f"{best['gflops']:.0f} |")
+    lines += _vendor_lines(s.get("kernel_vs_vendor", {}))
     lines += ["", "## Traffic (ncu)", ""]
     if s["traffic_r2"]:
         lines += ["| view | points | R^2 (y = x) | Spearman | median measured / predicted |",
@@ -123,3 +124,28 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
         lines += ["", "Notes: " + "; ".join(notes) + "."]
     return write_text_atomic(folder / "report.md", "\n".join(lines) + "\n")
 
+
+
+def _vendor_lines(table: dict) -> list[str]:
+    """The best generated kernel of each shape against the vendor libraries (PyTorch on
+    cuBLAS), float32 and TF32."""
+    lines = ["", "## Best generated kernel against the vendor libraries", ""]
+    if not table:
+        return lines + ["No vendor times (the GPU machine's python3 had no PyTorch, or "
+                        "vendor.py did not run)."]
+    lines += ["| workload shape | best kernel ms | vendor fp32 ms (library) | kernel / vendor "
+              "fp32 | vendor tf32 ms | best kernel / vendor tf32 |", "|---|---|---|---|---|---|"]
+    for key, e in table.items():
+        fp32 = e.get("vendor_fp32_s")
+        lines.append(
+            f"| {key} | {e['best_kernel_s'] * 1e3:.4f} ({e['best_kernel']}) | "
+            + (f"{fp32 * 1e3:.4f} ({e.get('vendor_fp32_library')})" if fp32 else "n/a")
+            + f" | {_fmt(e.get('ratio_fp32'))} | "
+            + (f"{e['vendor_tf32_s'] * 1e3:.4f}" if e.get("vendor_tf32_s") else "n/a")
+            + f" | {_fmt(e.get('ratio_tf32'))} |")
+    lines += ["", "Vendor times: the fastest of PyTorch's batched products on cuBLAS (with its "
+              "softmax for attention) and its scaled_dot_product_attention, median of "
+              "CUDA-event timings after three warm-ups, on the same shapes and GPU; fp32 "
+              "with TF32 off, tf32 with it on. A ratio below 1: the generated kernel is "
+              "faster."]
+    return lines
