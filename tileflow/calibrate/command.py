@@ -151,7 +151,7 @@ def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: 
 
 def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                  prepare: str | None, results: str | None,
-                 prepared: str | None = None) -> dict:
+                 prepared: str | None = None, learn: bool = False) -> dict:
     """--prepare DIR: build the campaign's CUDA programs and run.sh here (nvcc, no GPU);
     --results DIR: read what run.sh measured on the GPU and write the report."""
     from tileflow.calibrate import gpu_campaign, gpu_report, gpu_results, gpu_vendor
@@ -184,9 +184,22 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
     study.summary["kernel_vs_vendor"] = gpu_vendor.kernel_vs_vendor(study.frame, vendor)
     target = Path(out or "validate/gpu")
     command = f"tileflow validate gpu --results {results}" + (
-        f" --prepared {prepared}" if prepared else "") + (f" --out {out}" if out else "")
-    gpu_report.write(study, target, command, gpu_results.fingerprint(timings, manifest),
-                     counts, notes)
+        f" --prepared {prepared}" if prepared else "") + (f" --out {out}" if out else "") + (
+        " --learn" if learn else "")
+    machine = gpu_results.fingerprint(timings, manifest)
+    sections: list[str] = []
+    if learn:
+        from tileflow.calibrate import gpu_learned
+
+        target.mkdir(parents=True, exist_ok=True)
+        meta = gpu_learned.run(study.frame, load_arch(manifest.get("arch", gpu_campaign.ARCH)),
+                               target, machine)
+        shapes = meta["held_out_shapes"]
+        study.summary["learned_model"] = {
+            name: {k: v for k, v in shapes[name].items() if k != "groups"}
+            for name in shapes}
+        sections = gpu_learned.report_lines(meta)
+    gpu_report.write(study, target, command, machine, counts, notes, sections)
     return {**study.summary, "report": str(target / "report.md")}
 
 
@@ -211,10 +224,10 @@ def add_campaign_options(parser) -> None:
                              "recompute the model's traffic columns, keeping their timings; "
                              "then rebuild the report")
     parser.add_argument("--learn", action="store_true",
-                        help="cpu: also train the learned cost model (needs the 'learn' "
-                             "extra), validate it on held-out workload shapes and store it "
-                             "with this machine's fingerprint (learned.md, learned.json, "
-                             "learned-model.pkl)")
+                        help="cpu, gpu --results: also train the learned cost model (needs "
+                             "the 'learn' extra), validate it on held-out workload shapes and "
+                             "store it with the measured machine's fingerprint (learned.json, "
+                             "learned-model.pkl; cpu also learned.md, gpu a report section)")
 
 
 def run(args) -> int:
@@ -227,7 +240,8 @@ def run(args) -> int:
                                    getattr(args, "learn", False))
         else:
             summary = validate_gpu(args.config, args.points, out, args.prepare,
-                                   args.results, args.prepared)
+                                   args.results, args.prepared,
+                                   getattr(args, "learn", False))
             if args.json or "prepared" in summary:
                 print(json.dumps(summary, indent=2, default=str))
             else:

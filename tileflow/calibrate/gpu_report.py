@@ -18,7 +18,7 @@ def _fmt(v, pct: bool = False) -> str:
 
 
 def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts: dict,
-          notes: list[str]) -> Path:
+          notes: list[str], sections: list[str] = ()) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     columns = [c for c in study.frame.columns if c != "tree"] + ["tree"]
     write_csv(study.frame[columns], folder / "measurements.csv")
@@ -85,6 +85,7 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
             f"| {best['dataflow']} ({best['kind']}): {best['median_s'] * 1e3:.3f} ms, "
             f"{best['gflops']:.0f} |")
     lines += _vendor_lines(s.get("kernel_vs_vendor", {}))
+    lines += list(sections)
     lines += ["", "## Traffic (ncu)", ""]
     if s["traffic_r2"]:
         lines += ["| view | points | R^2 (y = x) | Spearman | median measured / predicted |",
