@@ -87,6 +87,7 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
 }
 } }
 """
+SHIM += WMMA_SHIM
 FLAGS = ("-x", "c++", "-O1", "-fopenmp", "-fno-exceptions", "-fno-rtti", "-fPIC", "-shared", "-w")
 
 
@@ -103,7 +104,7 @@ def emulator_source(cuda: CudaSource) -> str:
             "        { threadIdx.x = omp_get_thread_num();"
             f" {launch.name}({args}); }}\n"
             "    }\n}\n")
-    return SHIM + WMMA_SHIM + cuda.text + "\n" + "\n".join(wrappers)
+    return SHIM + cuda.text + "\n" + "\n".join(wrappers)
 
 
 def run_emulated(cuda: CudaSource, shapes, inputs) -> dict[str, np.ndarray]:

@@ -54,6 +54,13 @@ class CudaSource:
     tensors: tuple[str, ...]  # arrays the host allocates (logical shapes, pitched layouts)
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     scratch_words: dict[str, int] = field(default_factory=dict)  # global scratch per buffer
+    mma_ops: tuple[str, ...] = ()  # operators computed on tensor cores (TF32 WMMA)
+
+    @property
+    def precision(self) -> str:
+        """'tf32' where some operator runs on tensor cores (inputs rounded to TF32), else
+        'fp32'."""
+        return "tf32" if self.mma_ops else "fp32"
 
 
 def generate_cuda(nest: Nest, prefix: str = "tf", stage_inputs: bool = True,
@@ -146,7 +153,8 @@ class CudaGenerator(CGenerator):
             (la.blocks for la in launches if f"{t}_scratch" in la.arguments), default=1)
             for t in self.scratch}
         return CudaSource("\n".join(texts), tuple(launches), tensors,
-                          {t: pitched(w.shapes[t]) for t in tensors}, scratch_words)
+                          {t: pitched(w.shapes[t]) for t in tensors}, scratch_words,
+                          tuple(self.mma_ops))
 
     _stage_locals: list[str] = []
 

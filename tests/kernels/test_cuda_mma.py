@@ -1,0 +1,152 @@
+"""Contractions on tensor cores (TF32 WMMA m16n16k8) where an operator's SM-level tile fits
+them: which trees use them, the code compiles with nvcc for sm_90, and (emulated on the
+CPU, a warp's fragment operations done by its first lane) the results equal NumPy's with
+the inputs of each contraction rounded to TF32."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tileflow.calibrate.gpu_results import MAX_REL_ERR, TF32_REL_ERR, tolerance
+from tileflow.kernels.cuda_emulate import run_emulated
+from tileflow.kernels.cuda_mma import mma_instructions
+from tileflow.kernels.cuda_source import CudaGenerator, generate_cuda
+from tileflow.kernels.gpu_trees import random_valid_gpu_trees
+from tileflow.kernels.nest import analyse
+from tileflow.kernels.reference import random_inputs, run_reference
+from tileflow.specs.arch import load_arch
+from tileflow.specs.workload import load_workload
+from tileflow.tree import Dataflow
+
+FITS = {"b": 2, "m": 32, "l": 32, "k": 16, "n": 16}
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to TF32 (10-bit mantissa), nearest, ties away from zero."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def block_share(flow: Dataflow, w) -> dict[str, int]:
+    """Per dim, the extent one thread block's operator tiles cover in a `random_gpu_tree`
+    (the size over the root's loops on that dim)."""
+    share = dict(w.sizes)
+    for lp in flow.root.loops:
+        share[lp.dim] //= lp.factor
+    return share
+
+
+def expected_mma(flow: Dataflow, w) -> set[str]:
+    """The contractions whose SM tile fits (docs): one batch index, a multiple of 16 in
+    each output dim, of 8 in the reduction (the ops' other dims are whole in the tile)."""
+    share = block_share(flow, w)
+    fits = (share["b"] == 1 and share["m"] % 16 == 0 and share["l"] % 16 == 0
+            and share["n"] % 16 == 0 and share["k"] % 8 == 0)
+    return {o.name for o in w.ops if o.unit == "matrix"} if fits else set()
+
+
+def trees(workload: str, sizes=FITS, count: int = 6):
+    w = load_workload(workload, sizes)
+    arch = load_arch("gpu-h100")
+    return w, arch, random_valid_gpu_trees(w, arch, count, seed=1, min_blocks=2)
+
+
+@pytest.mark.parametrize("workload", ["gemm-chain", "attention"])
+def test_trees_that_fit_use_tensor_cores_and_the_others_do_not(workload):
+    w, arch, flows = trees(workload)
+    used = 0
+    for flow in flows:
+        gen = CudaGenerator(analyse(w, arch, flow), "tf")
+        source = gen.build()
+        assert set(gen.mma_ops) == expected_mma(flow, w), flow.name
+        assert ("mma_sync" in source.text) == bool(gen.mma_ops)
+        assert source.precision == ("tf32" if gen.mma_ops else "fp32")
+        used += bool(gen.mma_ops)
+        scalar = generate_cuda(analyse(w, arch, flow), tensor_cores=False)
+        assert "mma_sync" not in scalar.text and scalar.precision == "fp32"
+    assert 0 < used < len(flows)  # both kinds among the trees
+
+
+def test_a_share_not_a_multiple_of_16_stays_scalar():
+    """m = 24: no block share of rows is a multiple of 16."""
+    w, arch, flows = trees("gemm-chain", {"b": 2, "m": 24, "l": 32, "k": 16, "n": 16})
+    for flow in flows:
+        gen = CudaGenerator(analyse(w, arch, flow), "tf")
+        assert "mma_sync" not in gen.build().text and not gen.mma_ops
+
+
+def test_gemm_chain_on_tensor_cores_equals_numpy_with_tf32_inputs():
+    w, arch, flows = trees("gemm-chain")
+    x = random_inputs(w, 7)
+    # C = A B, E = C D, every operand of each contraction rounded to TF32 first
+    c = np.einsum("bmk,bkl->bml", tf32(x["A"]).astype(np.float64), tf32(x["B"]))
+    e = np.einsum("bml,bln->bmn", tf32(c.astype(np.float32)).astype(np.float64),
+                  tf32(x["D"]))
+    checked = 0
+    for flow in flows:
+        source = generate_cuda(analyse(w, arch, flow))
+        if not source.mma_ops:
+            continue
+        out = run_emulated(source, w.shapes, x)
+        assert np.abs(out["E"] - e).max() <= 1e-5 * np.abs(e).max(), flow.name
+        checked += 1
+    assert checked
+
+
+def test_attention_on_tensor_cores_within_the_tf32_tolerance():
+    w, arch, flows = trees("attention")
+    x = random_inputs(w, 7)
+    ref = run_reference(w, x)
+    checked = 0
+    for flow in flows:
+        source = generate_cuda(analyse(w, arch, flow))
+        if not source.mma_ops:
+            continue
+        out = run_emulated(source, w.shapes, x)
+        err = np.abs(out["O"] - ref["O"]).max() / np.abs(ref["O"]).max()
+        assert err <= TF32_REL_ERR, flow.name
+        checked += 1
+    assert checked
+
+
+def test_mma_instructions_count_16x16x8_blocks():
+    w = load_workload("gemm-chain", FITS)
+    gemm1 = w.op_by_name["gemm1"]  # b x m x l x k = 2 x 32 x 32 x 16
+    assert mma_instructions(gemm1, w.sizes) == 2 * 2 * 2 * 2
+
+
+def test_tolerance_by_precision():
+    frame = pd.DataFrame({"precision": ["tf32", "fp32"]})
+    assert list(tolerance(frame)) == [TF32_REL_ERR, MAX_REL_ERR]
+    assert list(tolerance(pd.DataFrame({"x": [1]}))) == [MAX_REL_ERR]  # older campaigns
+
+
+def test_half_the_campaign_trees_put_their_contractions_on_tensor_cores():
+    w = load_workload("attention", {"b": 8, "m": 512, "l": 512, "k": 64, "n": 64})
+    arch = load_arch("gpu-h100")
+    flows = random_valid_gpu_trees(w, arch, 24, seed=0, min_blocks=32)
+    share = np.mean([len(expected_mma(f, w)) / 2 for f in flows])
+    assert 1 / 4 <= share <= 3 / 4
+    for flow in flows[:6]:
+        gen = CudaGenerator(analyse(w, arch, flow), "tf")
+        gen.build()
+        assert set(gen.mma_ops) == expected_mma(flow, w), flow.name
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_tensor_core_source_compiles_for_sm_90(tmp_path):
+    for workload in ("gemm-chain", "attention"):
+        w, arch, flows = trees(workload)
+        flow = next(f for f in flows if expected_mma(f, w))
+        source = generate_cuda(analyse(w, arch, flow))
+        assert source.text.count("mma_sync(") == 2  # both contractions
+        path = tmp_path / f"{workload}.cu"
+        path.write_text(source.text)
+        done = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-c", str(path), "-o",
+                               str(tmp_path / f"{workload}.o")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
