@@ -302,6 +302,8 @@ def _summary(frame: pd.DataFrame, whole: Fit, heldout: bool) -> dict:
                 out["traffic_ratio_median"][name] = float(np.median(f[measured] / f[model]))
     staged = frame[gpu_latency.STAGED] if gpu_latency.STAGED in frame else pd.Series([0.0])
     out["staged_tiles"] = {"dataflows": int((staged > 0).sum()), "tiles": int(staged.sum())}
+    mma = frame["mma_ops"] if "mma_ops" in frame else pd.Series([0.0])
+    out["tensor_cores"] = {"dataflows": int((mma > 0).sum()), "operators": int(mma.sum())}
     out["parameters"] = whole.as_dict()
     out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in whole.bound_hits]
     out["fit_rms_log_error_all"] = whole.rms_log_error
