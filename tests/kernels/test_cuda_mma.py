@@ -150,3 +150,45 @@ def test_tensor_core_source_compiles_for_sm_90(tmp_path):
         done = subprocess.run(["nvcc", "-O3", "-arch=sm_90", "-c", str(path), "-o",
                                str(tmp_path / f"{workload}.o")], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_campaign_rows_say_which_kernels_use_tensor_cores_and_the_harness_checks_them(
+        tmp_path):
+    """A prepared campaign on a shape that fits: `mma_ops` and `precision` per row; its
+    program built for the CPU runs every dataflow within its precision's tolerance."""
+    from tileflow.calibrate.gpu_campaign import GpuCampaign, prepare_campaign
+    from tileflow.kernels.cuda_harness import build_emulated
+
+    folder = tmp_path / "prepared"
+    prepare_campaign(GpuCampaign(shapes={"gemm-chain": [FITS]}, points=6, min_blocks=2,
+                                 profile=0), folder, build_binaries=False,
+                     progress=lambda m: None)
+    campaign = pd.read_csv(folder / "campaign.csv")
+    w = load_workload("gemm-chain", FITS)
+    for row in campaign.itertuples():
+        flow = parse_tree(row.tree)
+        expected = expected_mma(flow, w) if row.kind == "random" else None
+        if expected is not None:
+            assert row.mma_ops == len(expected), row.dataflow
+        assert row.precision == ("tf32" if row.mma_ops else "fp32")
+    assert (campaign.mma_ops > 0).any() and (campaign.mma_ops == 0).any()
+    binary = build_emulated((folder / "gemm-chain_0.cu").read_text(), tmp_path / "build")
+    shutil.copy(binary, folder / "gemm-chain_0")
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "results"),
+           "OMP_WAIT_POLICY": "passive"}
+    done = subprocess.run(["bash", str(folder / "run.sh")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    timings = pd.read_csv(tmp_path / "results" / "timings.csv").merge(campaign, on="id")
+    assert (timings.status == "ok").all()
+    assert (timings.max_rel_err <= tolerance(timings)).all()
+    assert (timings[timings.precision == "fp32"].max_rel_err < 1e-5).all()
+
+
+def parse_tree(text: str) -> Dataflow:
+    import json
+
+    from tileflow.specs.dataflow import parse_dataflow
+    from tileflow.specs.yamlfile import Field
+
+    return parse_dataflow(Field(json.loads(text), "campaign.csv"))
