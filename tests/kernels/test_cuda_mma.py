@@ -192,3 +192,20 @@ def parse_tree(text: str) -> Dataflow:
     from tileflow.specs.yamlfile import Field
 
     return parse_dataflow(Field(json.loads(text), "campaign.csv"))
+
+
+def test_latency_counts_put_tensor_core_contractions_in_their_own_term():
+    from tileflow.calibrate.gpu_latency import kernel_features
+    from tileflow.kernels.gpu_trees import blocks_of
+
+    w, arch, flows = trees("gemm-chain")
+    flow = next(f for f in flows if expected_mma(f, w))
+    nest = analyse(w, arch, flow)
+    mma = kernel_features(nest)
+    scalar = kernel_features(nest, tensor_cores=False)
+    # gemm1 2x32x32x16 and gemm2 2x32x16x32 words: 16 + 16 steps of 16x16x8, over the blocks
+    assert mma["mma_per_sm"] == pytest.approx((16 + 16) / min(blocks_of(flow), 132))
+    assert scalar["mma_per_sm"] == 0
+    # only the two contractions had scalar statements: none are left
+    assert mma["serial_steps"] == 0 and mma["warp_steps_per_sm"] == 0
+    assert scalar["serial_steps"] > 0

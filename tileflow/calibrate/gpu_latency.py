@@ -113,8 +113,12 @@ def kernel_features(nest: Nest, stage_inputs: bool = True,
     out["launches"] = float(len(source.launches))
     for op in w.ops:
         la = launch_of[op.name]
-        if op.name in gen.mma_ops:
+        staging = gen.staged_words.get(op.name, 0.0)  # words of its tiles in shared memory
+        if op.name in gen.mma_ops:  # no scalar statements; its input tiles still staged
             out["mma_per_sm"] += mma_instructions(op, w.sizes) / min(la.blocks, sms)
+            out["global_steps"] += staging / (la.blocks * max(la.threads, 1)) * math.ceil(
+                la.blocks / sms)
+            out["global_access_bytes"] += WORD_BYTES * staging
             continue
         ops = counts.leaves[op.name].ops
         weight = 1.0 if op.unit == "matrix" else arch.unit(op.unit).cycles(op.function)
@@ -131,7 +135,6 @@ def kernel_features(nest: Nest, stage_inputs: bool = True,
         in_shared = shared | gen.staged_for.get(op.name, set())
         global_operands = sum(t not in in_shared for t in operands)
         # tiles staged in shared memory: their words loaded by all the block's threads
-        staging = gen.staged_words.get(op.name, 0.0)
         out["global_steps"] += (per_thread * global_operands
                                 + staging / (la.blocks * max(la.threads, 1))) * waves
         out["global_access_bytes"] += WORD_BYTES * (ops * global_operands + staging)

@@ -40,7 +40,10 @@ def random_gpu_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
     dims, its spatial loops on the SMs; every operator gets a tile at the SM level whose
     temporal loops walk its remaining extent and whose spatial loops spread output dims
     over threads (at most MAX_THREADS), above a register tile that may hold a short
-    constant-trip loop of the operator's reduction or an output dim."""
+    constant-trip loop of the operator's reduction or an output dim. With probability
+    MMA_SHARE the root walks the batch dim one index per block and leaves each block a
+    multiple of 16 rows (up to MMA_MAX_ROWS, where the size has one), so that contractions
+    whose other sizes fit run on tensor cores (`cuda_mma`)."""
     r = Roles.of(w)
     levels = [lv.name for lv in arch.levels]
     core = next(i for i, lv in enumerate(arch.levels) if lv.fanout > 1)
