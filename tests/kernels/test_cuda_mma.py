@@ -245,3 +245,18 @@ def test_column_major_operands_and_output(tmp_path):
             assert done.returncode == 0, done.stderr[-2000:]
         checked += 1
     assert checked
+
+
+def test_rows_of_a_campaign_before_tensor_cores_are_read_as_scalar_kernels():
+    import json
+
+    from tileflow.calibrate.gpu_latency import features_of
+    from tileflow.tree import to_dict
+
+    w, arch, flows = trees("gemm-chain")
+    flow = next(f for f in flows if expected_mma(f, w))
+    rows = pd.DataFrame({"workload": ["gemm-chain"], "tree": [json.dumps(to_dict(flow))],
+                         "shape": [" ".join(f"{d}={v}" for d, v in FITS.items())]})
+    assert features_of(rows, arch)["mma_per_sm"][0] == 0  # no mma_ops column
+    rows["mma_ops"] = 2
+    assert features_of(rows, arch)["mma_per_sm"][0] > 0
