@@ -62,6 +62,9 @@ def test_counts_follow_blocks_threads_and_operands(seed):
 
 def test_cycles_are_the_weighted_sum_of_the_counts():
     features = {c: np.array([1.0, 2.0]) * (k + 1) for k, c in enumerate(gpu_latency.COLUMNS)}
-    values = np.array([10.0, 2.0, 0.5, 3.0])
-    expected = np.array([10 + 4 + 1.5 + 12, 20 + 8 + 3 + 24])
+    values = np.array([10.0, 2.0, 0.5, 3.0, 7.0])
+    expected = np.array([10 + 4 + 1.5 + 12 + 35, 20 + 8 + 3 + 24 + 70])
     assert np.allclose(gpu_latency.cycles(features, values), expected)
+    # a campaign from before tensor cores has no MMA count: the term is 0
+    older = {c: v for c, v in features.items() if c != "mma_per_sm"}
+    assert np.allclose(gpu_latency.cycles(older, values), expected - [35, 70])

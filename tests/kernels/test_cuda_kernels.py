@@ -86,7 +86,7 @@ def test_blocks_for_core_spatial_loops_threads_for_register_tiles():
     stage = source.launches[-1]
     assert stage.blocks == 108  # m spread over the SMs (a thread block per core-level tile)
     assert "blocks stride" in source.text and "threads stride" in source.text
-    assert "__shared__ float C_pool" in source.text  # C homed in shared memory
+    assert "__shared__ __align__(32) float C_pool" in source.text  # C homed in shared memory
 
 
 @pytest.mark.skipif(gpu_missing() is not None, reason=f"no GPU launch here: {gpu_missing()}")

@@ -180,6 +180,8 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                              "blocks": max(la.blocks for la in stages),
                              "threads": max(la.threads for la in stages),
                              "scratch_words": sum(source.scratch_words.values()),
+                             "mma_ops": len(source.mma_ops),
+                             "precision": source.precision,
                              **model_row(w, arch, flow),
                              **{c: features[c] for c in INNER_COLUMNS},
                              **kernel,

@@ -14,10 +14,15 @@ tree's traffic. Per dataflow, from the tree and the kernels generated from it:
 * `global_steps`: the serial steps weighted by the operands each statement reads from or
   writes to global memory (inputs, outputs and intermediates not in shared memory), plus
   each thread's share of the input tiles its block loads into shared memory: the words one
-  thread moves through L2 in turn (latency-bound, one after the other).
+  thread moves through L2 in turn (latency-bound, one after the other);
+* `mma_per_sm`: warp-level TF32 matrix operations (m16n16k8 `mma_sync`, their fragment
+  loads included) an SM issues, for the operators the generator puts on tensor cores
+  (`kernels.cuda_mma`); those operators add nothing to the three scalar counts above.
 
 Cycles = launch_cycles x launches + step_cycles x serial_steps
-+ warp_cycles x warp_steps_per_sm + global_cycles x global_steps."""
++ warp_cycles x warp_steps_per_sm + global_cycles x global_steps + mma_cycles x mma_per_sm.
+Campaigns prepared before tensor cores (no `mma_ops` column) are read with every operator
+scalar, so their `mma_per_sm` is 0."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import numpy as np
 
 from tileflow.analysis.traffic import count
 from tileflow.calibrate.parameters import Parameter, ParameterSet
+from tileflow.kernels.cuda_mma import mma_instructions
 from tileflow.kernels.cuda_source import CudaGenerator
 from tileflow.kernels.nest import Nest, analyse
 from tileflow.specs.arch import Architecture
@@ -39,7 +45,7 @@ WARP = 32
 THREADS_PER_SM = 2048  # resident threads per SM (compute capability 9.0)
 BLOCKS_PER_SM = 32
 SHARED_PER_SM_BYTES = 228 * 1024
-COLUMNS = ("launches", "serial_steps", "warp_steps_per_sm", "global_steps")
+COLUMNS = ("launches", "serial_steps", "warp_steps_per_sm", "global_steps", "mma_per_sm")
 # traffic views compared with ncu: every input read once and every output written once
 # (DRAM when the working set fits in L2), and every global operand access of the statements
 # (L2 and L1 requests before any caching)
@@ -83,12 +89,13 @@ def op_threads(nest) -> dict[str, int]:
     return out
 
 
-def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
-    """The four counts of the module docstring for one analysed dataflow, for the kernels
-    `generate_cuda(nest, stage_inputs=...)` makes of it."""
+def kernel_features(nest: Nest, stage_inputs: bool = True,
+                    tensor_cores: bool = True) -> dict[str, float]:
+    """The counts of the module docstring for one analysed dataflow, for the kernels
+    `generate_cuda(nest, stage_inputs=..., tensor_cores=...)` makes of it."""
     arch, w = nest.plan.arch, nest.workload
     sms = arch.levels[nest.core_level].fanout
-    gen = CudaGenerator(nest, "f", stage_inputs)
+    gen = CudaGenerator(nest, "f", stage_inputs, tensor_cores)
     source = gen.build()
     stage_launches = [la for la in source.launches if "_stage" in la.name]
     stages = _stages(nest.plan.flow)
@@ -106,6 +113,13 @@ def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
     out["launches"] = float(len(source.launches))
     for op in w.ops:
         la = launch_of[op.name]
+        staging = gen.staged_words.get(op.name, 0.0)  # words of its tiles in shared memory
+        if op.name in gen.mma_ops:  # no scalar statements; its input tiles still staged
+            out["mma_per_sm"] += mma_instructions(op, w.sizes) / min(la.blocks, sms)
+            out["global_steps"] += staging / (la.blocks * max(la.threads, 1)) * math.ceil(
+                la.blocks / sms)
+            out["global_access_bytes"] += WORD_BYTES * staging
+            continue
         ops = counts.leaves[op.name].ops
         weight = 1.0 if op.unit == "matrix" else arch.unit(op.unit).cycles(op.function)
         n = max(threads[op.name], 1)
@@ -121,7 +135,6 @@ def kernel_features(nest: Nest, stage_inputs: bool = True) -> dict[str, float]:
         in_shared = shared | gen.staged_for.get(op.name, set())
         global_operands = sum(t not in in_shared for t in operands)
         # tiles staged in shared memory: their words loaded by all the block's threads
-        staging = gen.staged_words.get(op.name, 0.0)
         out["global_steps"] += (per_thread * global_operands
                                 + staging / (la.blocks * max(la.threads, 1))) * waves
         out["global_access_bytes"] += WORD_BYTES * (ops * global_operands + staging)
@@ -138,13 +151,14 @@ def features_of(rows, arch: Architecture, stage_inputs: bool = True
 
     cache: dict[tuple[str, str], Workload] = {}
     out: dict[str, list[float]] = {c: [] for c in (*COLUMNS, *TRAFFIC_COLUMNS, STAGED)}
+    tensor_cores = "mma_ops" in getattr(rows, "columns", ())  # older campaigns: scalar
     for r in rows.itertuples():
         key = (r.workload, r.shape)
         if key not in cache:
             sizes = {k: int(v) for k, v in (p.split("=") for p in r.shape.split())}
             cache[key] = load_workload(r.workload, sizes)
         flow = parse_dataflow(Field(json.loads(r.tree), "campaign.csv"))
-        f = kernel_features(analyse(cache[key], arch, flow), stage_inputs)
+        f = kernel_features(analyse(cache[key], arch, flow), stage_inputs, tensor_cores)
         for c in out:
             out[c].append(f[c])
     return {c: np.asarray(v, float) for c, v in out.items()}
@@ -163,6 +177,8 @@ def parameter_set() -> ParameterSet:
                   "cycles"),
         Parameter("global_cycles", "cycles per global-memory word of one thread in turn",
                   0.1, 1024.0, 30.0, "cycles"),
+        Parameter("mma_cycles", "cycles per warp-level TF32 mma_sync (m16n16k8) of an SM",
+                  0.25, 256.0, 4.0, "cycles"),
     ))
 
 
@@ -171,4 +187,5 @@ def cycles(features: Mapping[str, np.ndarray], values: np.ndarray) -> np.ndarray
     return (v["launch_cycles"] * features["launches"]
             + v["step_cycles"] * features["serial_steps"]
             + v["warp_cycles"] * features["warp_steps_per_sm"]
-            + v["global_cycles"] * features["global_steps"])
+            + v["global_cycles"] * features["global_steps"]
+            + v["mma_cycles"] * features.get("mma_per_sm", 0.0))

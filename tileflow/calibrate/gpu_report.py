@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tileflow.calibrate.gpu_results import MAX_REL_ERR, GpuStudy
+from tileflow.calibrate.gpu_results import MAX_REL_ERR, TF32_REL_ERR, GpuStudy
 from tileflow.outputs import write_csv, write_text_atomic
 
 
@@ -38,7 +38,8 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
         f"{fingerprint.get('nvcc')} ({fingerprint.get('nvcc_flags')}).", "",
         f"Dataflows: {counts['prepared']} prepared, {counts['reported']} reported, "
         f"{counts['ran']} ran, {counts['correct']} correct (max relative error <= "
-        f"{MAX_REL_ERR:g}) and used below; {counts['wrong_results']} with wrong results; "
+        f"{MAX_REL_ERR:g}, {TF32_REL_ERR:g} on tensor cores) and used below; "
+        f"{counts['wrong_results']} with wrong results; "
         f"not run: {counts['not_run'] or 'none'}; missing from the results: "
         f"{counts['missing_from_results']}.", "",
         "Each time is the median of CUDA-event timings of the dataflow's whole launch "
@@ -50,7 +51,9 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
         f"each workload's shape held out in turn ({s['heldout']}): every held-out prediction "
         "comes from parameters that never saw that shape.", "",
         f"Input tiles loaded into shared memory: {s['staged_tiles']['tiles']} in "
-        f"{s['staged_tiles']['dataflows']} of the dataflows.", "",
+        f"{s['staged_tiles']['dataflows']} of the dataflows. Contractions on tensor cores "
+        f"(TF32 WMMA): {s.get('tensor_cores', {}).get('operators', 0)} in "
+        f"{s.get('tensor_cores', {}).get('dataflows', 0)} of the dataflows.", "",
         "## Latency: GPU form against the CPU path's form (held out by shape)", "",
         "| metric | GPU form | CPU form |", "|---|---|---|",
         f"| Spearman (all rows) | {_fmt(s['latency_spearman_heldout'])} | "

@@ -24,7 +24,70 @@ static tf_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __restrict__ __restrict
 #define __shared__ static
 #define __syncthreads() _Pragma("omp barrier")
+#define __align__(n) __attribute__((aligned(n)))
 """
+# Warp-level matrix operations on the CPU: lane 0 of each warp does the warp's whole
+# operation (the other lanes' calls do nothing), so a warp acts as one in lock step.
+WMMA_SHIM = """#include <stdint.h>
+#include <string.h>
+namespace nvcuda { namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+struct row_major {}; struct col_major {};
+namespace precision { struct tf32 {}; }
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K> struct shape_of;
+template <int M, int N, int K> struct shape_of<matrix_a, M, N, K> { enum { r = M, c = K }; };
+template <int M, int N, int K> struct shape_of<matrix_b, M, N, K> { enum { r = K, c = N }; };
+template <int M, int N, int K> struct shape_of<accumulator, M, N, K> { enum { r = M, c = N }; };
+template <class Use, int M, int N, int K, class T, class L = void> struct fragment {
+    enum { rows = shape_of<Use, M, N, K>::r, cols = shape_of<Use, M, N, K>::c,
+           num_elements = rows * cols };
+    float x[rows * cols];  /* row-major, the whole matrix */
+};
+static inline bool tf_lead() { return threadIdx.x % 32 == 0; }
+static inline float __float_to_tf32(float v) {  /* nearest, ties away from zero */
+    uint32_t u; memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4); return v;
+}
+template <class F> static inline void tf_load(F &f, const float *p, unsigned ld, bool row) {
+    if (!tf_lead()) return;
+    for (int i = 0; i < F::rows; ++i) for (int j = 0; j < F::cols; ++j)
+        f.x[i * F::cols + j] = row ? p[i * ld + j] : p[j * ld + i];
+}
+template <class U, int M, int N, int K, class T>
+static inline void load_matrix_sync(fragment<U, M, N, K, T, row_major> &f, const float *p,
+                                    unsigned ld) { tf_load(f, p, ld, true); }
+template <class U, int M, int N, int K, class T>
+static inline void load_matrix_sync(fragment<U, M, N, K, T, col_major> &f, const float *p,
+                                    unsigned ld) { tf_load(f, p, ld, false); }
+template <int M, int N, int K>
+static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p,
+                                    unsigned ld, layout_t l) {
+    tf_load(f, p, ld, l == mem_row_major);
+}
+template <int M, int N, int K>
+static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f,
+                                     unsigned ld, layout_t l) {
+    if (!tf_lead()) return;
+    for (int i = 0; i < M; ++i) for (int j = 0; j < N; ++j)
+        (l == mem_row_major ? p[i * ld + j] : p[j * ld + i]) = f.x[i * N + j];
+}
+template <int M, int N, int K, class TA, class LA, class TB, class LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
+                            const fragment<matrix_a, M, N, K, TA, LA> &a,
+                            const fragment<matrix_b, M, N, K, TB, LB> &b,
+                            const fragment<accumulator, M, N, K, float> &c) {
+    if (!tf_lead()) return;
+    for (int i = 0; i < M; ++i) for (int j = 0; j < N; ++j) {
+        float s = c.x[i * N + j];
+        for (int q = 0; q < K; ++q) s += a.x[i * K + q] * b.x[q * N + j];
+        d.x[i * N + j] = s;
+    }
+}
+} }
+"""
+SHIM += WMMA_SHIM
 FLAGS = ("-x", "c++", "-O1", "-fopenmp", "-fno-exceptions", "-fno-rtti", "-fPIC", "-shared", "-w")
 
 

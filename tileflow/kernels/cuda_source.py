@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from tileflow.kernels.c_source import INIT, CGenerator, CLoop, CScope, flat_index, pitched
+from tileflow.kernels.cuda_mma import WARP, emit_mma, mma_plan
 from tileflow.kernels.nest import Nest
 from tileflow.tree import Op, Tile, ops_under
 
@@ -23,6 +24,9 @@ MAX_THREADS = 1024
 CUDA_PRELUDE = """#ifndef TF_CUDA_PRELUDE
 #define TF_CUDA_PRELUDE
 #include <math.h>
+#ifdef __CUDACC__
+#include <mma.h>
+#endif
 #define TF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define TF_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define TF_CEILDIV(a, b) (((a) + (b) - 1) / (b))
@@ -50,19 +54,32 @@ class CudaSource:
     tensors: tuple[str, ...]  # arrays the host allocates (logical shapes, pitched layouts)
     layouts: dict[str, tuple[int, ...]] = field(default_factory=dict)
     scratch_words: dict[str, int] = field(default_factory=dict)  # global scratch per buffer
+    mma_ops: tuple[str, ...] = ()  # operators computed on tensor cores (TF32 WMMA)
+
+    @property
+    def precision(self) -> str:
+        """'tf32' where some operator runs on tensor cores (inputs rounded to TF32), else
+        'fp32'."""
+        return "tf32" if self.mma_ops else "fp32"
 
 
-def generate_cuda(nest: Nest, prefix: str = "tf", stage_inputs: bool = True) -> CudaSource:
+def generate_cuda(nest: Nest, prefix: str = "tf", stage_inputs: bool = True,
+                  tensor_cores: bool = True) -> CudaSource:
     """`stage_inputs`: load input tiles into shared memory where the tree keeps them at the
-    SM level (False: every input read from global memory, as kernels generated before)."""
-    return CudaGenerator(nest, prefix, stage_inputs).build()
+    SM level (False: every input read from global memory, as kernels generated before).
+    `tensor_cores`: contractions whose SM-level tile fits TF32 WMMA run on tensor cores
+    (`cuda_mma`; False: scalar code everywhere, as kernels generated before)."""
+    return CudaGenerator(nest, prefix, stage_inputs, tensor_cores).build()
 
 
 class CudaGenerator(CGenerator):
-    def __init__(self, nest: Nest, prefix: str, stage_inputs: bool = True):
+    def __init__(self, nest: Nest, prefix: str, stage_inputs: bool = True,
+                 tensor_cores: bool = True):
         super().__init__(nest, threads=True)
         self.prefix = prefix
         self.stage_inputs = stage_inputs
+        self.tensor_cores = tensor_cores
+        self.mma_ops: list[str] = []  # operators computed on tensor cores, in order
         self.grid: list[tuple[str, int]] = []  # (variable, factor) of block-mapped loops
         self.block: list[tuple[str, int]] = []
         self.thread_product = 1
@@ -123,9 +140,10 @@ class CudaGenerator(CGenerator):
                     head.append(f"    float *{t}_pool = {t}_scratch + (long)blockIdx.x * "
                                 f"{words}L;")
                 else:
-                    head.append(f"    __shared__ float {t}_pool[{words}];")
+                    head.append(f"    __shared__ __align__(32) float {t}_pool[{words}];")
             for array, words in self._stage_tiles:
-                head.append(f"    __shared__ float {array}[{words}];  /* an input's tile */")
+                head.append(f"    __shared__ __align__(32) float {array}[{words}];  "
+                            "/* an input's tile */")
             texts.append("\n".join(head + body + ["}"]) + "\n")
             blocks = math.prod(f for _, f in self.grid) or 1
             launches.append(Launch(name, blocks, threads,
@@ -135,7 +153,8 @@ class CudaGenerator(CGenerator):
             (la.blocks for la in launches if f"{t}_scratch" in la.arguments), default=1)
             for t in self.scratch}
         return CudaSource("\n".join(texts), tuple(launches), tensors,
-                          {t: pitched(w.shapes[t]) for t in tensors}, scratch_words)
+                          {t: pitched(w.shapes[t]) for t in tensors}, scratch_words,
+                          tuple(self.mma_ops))
 
     _stage_locals: list[str] = []
 
@@ -149,6 +168,15 @@ class CudaGenerator(CGenerator):
         below = set(ops_under(tile))
         reductions = self.nest.reduction_dims_below(tile)
         staged = self._stage_inputs(path, tile, scope, depth)
+        mma = mma_plan(self, path, tile, scope)
+        if mma is not None:  # the tile's loops become warp-level matrix operations
+            self.mma_ops.append(mma.op.name)
+            self.thread_product = max(self.thread_product, self._thread_total(tile), WARP)
+            emit_mma(self, mma, scope, depth)
+            for t in staged:
+                del self.staged[t]
+            self.emit("__syncthreads();", depth)
+            return
         accumulator = self._register_tile(tile)
         if accumulator:
             op = self.w.op_by_name[tile.children[0].op]

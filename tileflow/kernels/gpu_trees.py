@@ -18,6 +18,8 @@ from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile
 
 MAX_THREADS = 1024  # per block
+MMA_SHARE = 0.5  # trees whose blocks' shares fit TF32 WMMA where the sizes allow
+MMA_MAX_ROWS = 64  # rows per block in those trees (their intermediates fit shared memory)
 
 
 def _pick(rng: np.random.Generator, n: int, cap: int) -> int:
@@ -38,7 +40,10 @@ def random_gpu_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
     dims, its spatial loops on the SMs; every operator gets a tile at the SM level whose
     temporal loops walk its remaining extent and whose spatial loops spread output dims
     over threads (at most MAX_THREADS), above a register tile that may hold a short
-    constant-trip loop of the operator's reduction or an output dim."""
+    constant-trip loop of the operator's reduction or an output dim. With probability
+    MMA_SHARE the root walks the batch dim one index per block and leaves each block a
+    multiple of 16 rows (up to MMA_MAX_ROWS, where the size has one), so that contractions
+    whose other sizes fit run on tensor cores (`cuda_mma`)."""
     r = Roles.of(w)
     levels = [lv.name for lv in arch.levels]
     core = next(i for i, lv in enumerate(arch.levels) if lv.fanout > 1)
@@ -49,12 +54,24 @@ def random_gpu_tree(w: Workload, arch: Architecture, rng: np.random.Generator,
     spatial: list[Loop] = []
     blocks = 1
     left = dict(w.sizes)
+    # half the trees leave each block a share that tensor cores fit (cuda_mma): one batch
+    # index and a multiple of 16 rows
+    mma = rng.random() < MMA_SHARE
     for d in [x for x in (r.batch, r.rows) if x]:
-        s = _pick(rng, left[d], max(sms // blocks, 1))
+        cap = max(sms // blocks, 1)
+        rows = [e for e in divisors(left[d]) if e % 16 == 0 and e <= MMA_MAX_ROWS]
+        if mma and d == r.batch:  # every block one batch index at a time
+            s = _pick(rng, left[d], cap)
+            t = left[d] // s
+        elif mma and d == r.rows and rows:
+            e = int(rng.choice(rows))
+            s = _pick(rng, left[d] // e, cap)
+            t = left[d] // e // s
+        else:
+            s = _pick(rng, left[d], cap)
+            t = _pick(rng, left[d] // s, left[d] // s)
         blocks *= s
-        left[d] //= s
-        t = _pick(rng, left[d], left[d])
-        left[d] //= t
+        left[d] //= s * t
         if t > 1:
             outer.append(Loop(d, t))
         if s > 1:
