@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -174,7 +176,7 @@ def test_campaign_rows_say_which_kernels_use_tensor_cores_and_the_harness_checks
     assert (campaign.mma_ops > 0).any() and (campaign.mma_ops == 0).any()
     binary = build_emulated((folder / "gemm-chain_0.cu").read_text(), tmp_path / "build")
     shutil.copy(binary, folder / "gemm-chain_0")
-    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "results"),
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "OUT": str(tmp_path / "results"),
            "OMP_WAIT_POLICY": "passive"}
     done = subprocess.run(["bash", str(folder / "run.sh")], env=env, capture_output=True,
                           text=True, timeout=600)
