@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
@@ -19,15 +21,25 @@ from tileflow.cost.model import Result, evaluate, evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
+from tileflow.kernels.blas import time_numpy
 from tileflow.kernels.boundary import boundary_words, inbound_words
-from tileflow.kernels.c_source import generate_c
+from tileflow.kernels.build import compile_shared
+from tileflow.kernels.c_source import STYLES, generate_c
 from tileflow.kernels.cache_view import cache_view_words
 from tileflow.kernels.cachegrind import geometry, measure, valgrind_missing
 from tileflow.kernels.columns import boundaries, words_column
 from tileflow.kernels.cpu import build_checked
+from tileflow.kernels.near_picks import near_pick_trees
 from tileflow.kernels.nest import analyse
+from tileflow.kernels.reference import random_inputs
 from tileflow.kernels.timing import environment, time_kernel
-from tileflow.kernels.trees import lanes_on_row, random_valid_trees, single_core
+from tileflow.kernels.trees import (
+    lanes_on_row,
+    parallel_rows,
+    random_valid_trees,
+    single_core,
+    threaded,
+)
 from tileflow.outputs import write_csv
 from tileflow.outputs import write_text_atomic as write_text
 from tileflow.specs.arch import Architecture, load_arch
@@ -51,15 +63,21 @@ class CampaignConfig:
     # per workload: its sizes, or a list of sizes (several shapes of the same workload)
     workloads: dict[str, dict[str, int] | list[dict[str, int]]] = field(
         default_factory=lambda: dict(DEFAULT_WORKLOADS))
-    points: int = 200  # dataflows per workload
+    points: int = 200  # dataflows per workload shape
     arch: str = "host"
-    threads: int = 1
+    # every chosen dataflow is timed at each thread count (a row per (key, threads))
+    threads: tuple[int, ...] = (1,)
     warmup: int = 1
     repetitions: int = 7
     seed: int = 0
     traffic: bool = True  # cachegrind
     first_level: str = "L1"
     last_level: str = "L2"  # the last level of one core's own hierarchy
+    # the fraction of the random dataflows sampled one step away from the model's picks
+    near_picks: float = 0.0
+    # with traffic on: measure cachegrind traffic on this many random rows only (0: all)
+    traffic_sample: int = 0
+    compile_workers: int = 2  # processes of the compile pass that precedes the timing
 
     def shapes(self) -> list[tuple[str, dict[str, int]]]:
         """(workload, sizes) of every shape measured, in the config's order."""
@@ -73,7 +91,8 @@ def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
     if path:
         f = Field(load_yaml(path), str(path))
         f.check_keys({"workloads", "points", "arch", "threads", "warmup", "repetitions", "seed",
-                      "traffic", "first_level", "last_level"})
+                      "traffic", "first_level", "last_level", "near_picks", "traffic_sample",
+                      "compile_workers"})
         workloads = dict(config.workloads)
         if f.has("workloads"):
             workloads = {}
@@ -89,9 +108,10 @@ def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
             raise f.error(f"'traffic' must be true or false, got {traffic!r}", "traffic")
         config = CampaignConfig(
             workloads, f.integer("points", config.points), f.string("arch", config.arch),
-            f.integer("threads", 1), f.integer("warmup", 1, minimum=0),
+            _threads(f), f.integer("warmup", 1, minimum=0),
             f.integer("repetitions", 7), f.integer("seed", 0, minimum=0), traffic,
-            f.string("first_level", "L1"), f.string("last_level", "L2"))
+            f.string("first_level", "L1"), f.string("last_level", "L2"), _fraction(f),
+            f.integer("traffic_sample", 0, minimum=0), f.integer("compile_workers", 2))
     if points is not None:
         if points < 1:
             raise InputError(f"--points must be at least 1, got {points}")
@@ -99,15 +119,40 @@ def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
     return config
 
 
+def _threads(f: Field) -> tuple[int, ...]:
+    """`threads`: one thread count or a list of them, each an integer from 1 to 1,024."""
+    if not f.has("threads"):
+        return (1,)
+    value = f.child("threads")
+    items = value.elements() if isinstance(value.data, list) else [value]
+    if not items:
+        raise f.error("'threads' must be a thread count or a non-empty list of them",
+                      "threads")
+    counts = tuple(item.as_integer("threads", 1, 1024) for item in items)
+    if len(set(counts)) != len(counts):
+        raise f.error(f"'threads' lists a count twice: {list(counts)}", "threads")
+    return counts
+
+
+def _fraction(f: Field) -> float:
+    """`near_picks`: a number from 0 to 1."""
+    value = f.get("near_picks", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise f.error(f"'near_picks' must be a number from 0 to 1 (the fraction of the random "
+                      f"dataflows sampled near the model's picks), got {value!r}", "near_picks")
+    return float(value)
+
+
 def tree_key(w: Workload, flow: Dataflow) -> str:
     text = json.dumps({"sizes": dict(w.sizes), "tree": to_dict(flow)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def choose_dataflows(w: Workload, arch: Architecture, points: int,
-                     seed: int) -> list[tuple[str, Dataflow]]:
-    """Named baselines the model finds valid on `arch`, then random valid trees up to
-    `points` in all: (kind, dataflow)."""
+def choose_dataflows(w: Workload, arch: Architecture, points: int, seed: int,
+                     near_picks: float = 0.0) -> list[tuple[str, Dataflow]]:
+    """Named baselines the model finds valid on `arch`, then up to `points` in all: the
+    fraction `near_picks` of the rest one step away from the model's best trees
+    (kernels.near_picks), the others uniformly random valid trees: (kind, dataflow)."""
     chosen: list[tuple[str, Dataflow]] = []
     for name in baselines_for(w):
         try:
@@ -117,8 +162,14 @@ def choose_dataflows(w: Workload, arch: Architecture, points: int,
         except (InputError, InvalidDataflow):
             continue
     chosen = chosen[:points]
-    randoms = random_valid_trees(w, arch, points - len(chosen), seed)
-    return chosen + [("random", f) for f in randoms]
+    left = points - len(chosen)
+    near = int(round(left * near_picks))
+    randoms = random_valid_trees(w, arch, left - near, seed)
+    pool = [f for _, f in chosen] + randoms
+    if near and len(pool) < 16:  # too few trees to pick from: a search pool of its own
+        pool += random_valid_trees(w, arch, 16 * max(near, 4), seed + 1)
+    nears = near_pick_trees(w, arch, pool, near, seed)
+    return chosen + [("random", f) for f in randoms] + [("near-pick", f) for f in nears]
 
 
 def model_row(w: Workload, arch: Architecture, flow: Dataflow,
@@ -164,13 +215,17 @@ def model_traffic(w: Workload, arch: Architecture, flow: Dataflow, result: Resul
     return row
 
 
-def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: CampaignConfig) -> dict:
-    checked = build_checked(w, arch, flow, threads=config.threads, seed=config.seed)
-    timing = time_kernel(checked.kernel, config.threads, config.warmup, config.repetitions)
+def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: CampaignConfig,
+                threads: int = 1, traffic: bool | None = None) -> dict:
+    """Check and time the kernel of `flow` on `threads` threads (`flow` already split over
+    them, `arch` the description its code is generated for); its traffic where asked (by
+    default where the config measures traffic), from the single-threaded code."""
+    checked = build_checked(w, arch, flow, threads=threads, seed=config.seed)
+    timing = time_kernel(checked.kernel, threads, config.warmup, config.repetitions)
     row = {"measured_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
            "spread": timing.spread, "repetitions": timing.repetitions,
            "threads": timing.threads, "max_error": checked.max_error}
-    if config.traffic:
+    if config.traffic if traffic is None else traffic:
         row.update(measure_traffic(w, arch, flow, config))
     return row
 
@@ -210,17 +265,24 @@ def remeasure(config: CampaignConfig, out: Path,
     for column in ("traffic_measured_by", "traffic_error"):
         text = frame[column].astype(object) if column in frame else pd.Series("", frame.index)
         frame[column] = text.where(text.notna(), "").astype(str)
+    sampled = traffic_keys(frame, config)
+    measured: dict[str, dict] = {}  # per dataflow: one single-threaded measurement
+    for r in frame[frame.traffic_measured_by == TRAFFIC_METHOD].to_dict("records"):
+        measured.setdefault(r["key"], {c: r.get(c) for c in TRAFFIC_COLUMNS})
     bar = progress(total=len(frame)) if progress else None
     for i, r in frame.iterrows():
         w = load_workload(r.workload, shape_sizes(r["shape"]))
         flow = parse_dataflow(Field(json.loads(r.tree), str(csv)))
         values = model_traffic(w, arch, flow, evaluate(w, arch, flow), config)
-        if r.traffic_measured_by != TRAFFIC_METHOD:
-            values.update(measure_traffic(w, arch, flow, config),
-                          traffic_measured_by=TRAFFIC_METHOD)
+        fresh = r.traffic_measured_by != TRAFFIC_METHOD and r.key in sampled
+        if fresh:
+            if r.key not in measured:
+                measured[r.key] = {**measure_traffic(w, arch, flow, config),
+                                   "traffic_measured_by": TRAFFIC_METHOD}
+            values.update(measured[r.key])
         for k, v in values.items():
             frame.loc[i, k] = v
-        if r.traffic_measured_by != TRAFFIC_METHOD:
+        if fresh:
             write_atomic(frame, csv)
         if bar:
             bar.update(1)
@@ -228,6 +290,21 @@ def remeasure(config: CampaignConfig, out: Path,
     if bar:
         bar.close()
     return frame
+
+
+TRAFFIC_COLUMNS = ("measured_first_level_bytes", "measured_last_level_bytes", "traffic_error",
+                   "traffic_measured_by")
+
+
+def traffic_keys(frame: pd.DataFrame, config: CampaignConfig) -> set[str]:
+    """The dataflows (keys) whose traffic is measured: all, or `traffic_sample` of them
+    drawn with the campaign's seed (the same draw on every run, so a resumed pass
+    continues it)."""
+    keys = sorted(set(frame.key.astype(str)))
+    if config.traffic_sample and config.traffic_sample < len(keys):
+        rng = np.random.default_rng(config.seed)
+        keys = rng.choice(keys, config.traffic_sample, replace=False).tolist()
+    return set(keys)
 
 
 def read_rows(csv: Path) -> pd.DataFrame:
@@ -240,10 +317,92 @@ def write_atomic(frame: pd.DataFrame, path: Path) -> None:
     write_csv(frame, path)
 
 
+@dataclass(frozen=True)
+class Job:
+    """One kernel to time: a chosen dataflow of one shape at one thread count."""
+
+    name: str
+    w: Workload
+    kind: str
+    flow: Dataflow  # as chosen, for one core: the row's `tree`
+    point: int
+    threads: int
+    timed: Dataflow  # `flow` with its outermost unreduced loop split over the threads
+    key: str
+
+
+def plan_jobs(config: CampaignConfig, seen: set[tuple[str, int]]) -> list[Job]:
+    """Every (dataflow, thread count) of the campaign not in `seen` ((key, threads)).
+    Dataflows are chosen once per shape on the one-core description; each is timed at every
+    thread count, split over the threads by `parallel_rows` (a dataflow with no outermost
+    unreduced loop the count divides is timed on fewer counts)."""
+    arch = _campaign_arch(config)
+    jobs = []
+    for name, sizes in config.shapes():
+        w = load_workload(name, sizes)
+        chosen = choose_dataflows(w, arch, config.points, config.seed, config.near_picks)
+        for index, (kind, flow) in enumerate(chosen):
+            key = tree_key(w, flow)
+            for t in config.threads:
+                if (key, t) in seen:
+                    continue
+                try:
+                    timed = parallel_rows(w, flow, t)
+                except InputError:
+                    continue
+                jobs.append(Job(name, w, kind, flow, index, t, timed, key))
+    return jobs
+
+
+def kernel_arch(config: CampaignConfig, threads: int) -> Architecture:
+    """The description a kernel's code is generated for: one core's view for one thread,
+    the whole description (its cores' fan-out) for more."""
+    return _campaign_arch(config) if threads == 1 else load_arch(config.arch)
+
+
+def _compile(text: str) -> str:
+    return str(compile_shared(text))
+
+
+def compile_pass(jobs: list[Job], config: CampaignConfig, progress: Callable | None = None
+                 ) -> None:
+    """Compile every job's kernel into the build cache before any is timed, in
+    `compile_workers` processes (the timing pass then compiles nothing: nothing else runs
+    on the machine while it times)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    texts = {generate_c(analyse(j.w, kernel_arch(config, j.threads), j.timed),
+                        threads=j.threads > 1, style=STYLES[-1]).text for j in jobs}
+    bar = progress(total=len(texts), desc="compile") if progress else None
+    if config.compile_workers <= 1 or len(texts) < 2:
+        for text in texts:
+            compile_shared(text)
+            if bar:
+                bar.update(1)
+    else:
+        with ProcessPoolExecutor(config.compile_workers) as pool:
+            for _ in pool.map(_compile, sorted(texts)):
+                if bar:
+                    bar.update(1)
+    if bar:
+        bar.close()
+
+
+def fingerprint_columns() -> dict[str, str]:
+    """The machine every row was measured on, as columns (CPU model, caches, compiler,
+    flags, kernel style)."""
+    env = environment()
+    return {"machine_cpu": env["cpu"], "machine_cpus": env["cpus"],
+            "machine_caches": env["caches"], "machine_compiler": env["compiler"],
+            "machine_flags": env["flags"], "kernel_style": env["kernel_style"]}
+
+
 def run_campaign(config: CampaignConfig, out: Path,
                  progress: Callable | None = None) -> pd.DataFrame:
-    """Measure every chosen dataflow not yet in out/measurements.csv; the CSV is rewritten
-    (atomically) after each one, so an interrupted campaign keeps what it measured."""
+    """Measure every chosen (dataflow, thread count) not yet in out/measurements.csv: a
+    compile pass, then the timing pass; the CSV is rewritten (atomically) after each
+    kernel, so an interrupted campaign keeps what it measured. NumPy's time for the same
+    computation (BLAS matrix products, same shape and thread count) goes into every row."""
     out.mkdir(parents=True, exist_ok=True)
     if config.traffic and valgrind_missing():
         raise InputError(f"cannot measure traffic: {valgrind_missing()} (set traffic: false "
@@ -253,34 +412,67 @@ def run_campaign(config: CampaignConfig, out: Path,
         if level not in arch.level_index or arch.level_index[level] == 0:
             raise InputError(f"campaign level '{level}' is not a cache level of {arch.name} "
                              f"({', '.join(arch.level_index)})")
+    if max(config.threads) > 1:  # OpenMP threads sleep between parallel loops (read at load)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     csv = out / "measurements.csv"
     done = read_rows(csv)
-    seen = set(done["key"]) if "key" in done else set()
     rows = done.to_dict("records")
+    seen = {(r["key"], _threads_of(r)) for r in rows}
     write_text(out / "environment.json", json.dumps(
         {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
-    jobs = []
-    for name, sizes in config.shapes():
-        w = load_workload(name, sizes)
-        for kind, flow in choose_dataflows(w, arch, config.points, config.seed):
-            jobs.append((name, w, kind, flow))
+    jobs = plan_jobs(config, seen)
+    compile_pass(jobs, config, progress)
+    traffic = _traffic_rows(jobs, config)
+    machine = fingerprint_columns()
+    blas: dict[tuple[str, int], dict] = {}
     bar = progress(total=len(jobs)) if progress else None
-    for index, (name, w, kind, flow) in enumerate(jobs):
-        key = tree_key(w, flow)
-        if key not in seen:
-            row = {"key": key, "workload": name, "shape": _shape(w), "kind": kind,
-                   "dataflow": flow.name, "point": index,
-                   **model_row(w, arch, flow, config), **measure_one(w, arch, flow, config),
-                   "traffic_measured_by": TRAFFIC_METHOD if config.traffic else "",
-                   "tree": json.dumps(to_dict(flow))}
-            rows.append(row)
-            seen.add(key)
-            write_atomic(pd.DataFrame(rows), csv)
+    for j in jobs:
+        shape = _shape(j.w)
+        if (shape, j.threads) not in blas:
+            blas[shape, j.threads] = time_numpy(j.name, random_inputs(j.w, config.seed),
+                                                j.threads, repetitions=config.repetitions)
+        model_arch = threaded(load_arch(config.arch), j.threads)
+        terms, _ = model_terms(j.w, model_arch, j.timed)
+        row = {"key": j.key, "workload": j.name, "shape": shape, "kind": j.kind,
+               "dataflow": j.flow.name, "point": j.point,
+               **terms, **model_traffic(j.w, arch, j.flow, evaluate(j.w, arch, j.flow), config),
+               **measure_one(j.w, kernel_arch(config, j.threads), j.timed, config, j.threads,
+                             False),
+               **blas[shape, j.threads], **machine, "traffic_measured_by": ""}
+        if (j.key, j.threads) in traffic:
+            row.update(measure_traffic(j.w, arch, j.flow, config),
+                       traffic_measured_by=TRAFFIC_METHOD)
+        row["tree"] = json.dumps(to_dict(j.flow))
+        rows.append(row)
+        write_atomic(pd.DataFrame(rows), csv)
         if bar:
             bar.update(1)
     if bar:
         bar.close()
     return pd.DataFrame(rows)
+
+
+def _traffic_rows(jobs: list[Job], config: CampaignConfig) -> set[tuple[str, int]]:
+    """(key, threads) of the jobs whose traffic is measured in the timing pass: none
+    without `traffic`; else one row per dataflow (its smallest thread count: the traffic
+    comes from the single-threaded code), all of them or `traffic_sample` seeded random
+    ones."""
+    if not config.traffic:
+        return set()
+    first: dict[str, int] = {}
+    for j in jobs:
+        first[j.key] = min(first.get(j.key, j.threads), j.threads)
+    keys = sorted(first)
+    if config.traffic_sample and config.traffic_sample < len(keys):
+        rng = np.random.default_rng(config.seed)
+        keys = sorted(rng.choice(keys, config.traffic_sample, replace=False).tolist())
+    return {(k, first[k]) for k in keys}
+
+
+def _threads_of(row: dict) -> int:
+    """A saved row's thread count (rows saved before thread counts were recorded: 1)."""
+    value = row.get("threads")
+    return 1 if value is None or value != value else int(value)
 
 
 def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int = 40,
@@ -290,24 +482,26 @@ def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int =
     error."""
     from tileflow.specs.dataflow import parse_dataflow
 
-    arch = _campaign_arch(config)
     rows = []
-    for r in frame.sample(min(sample, len(frame)), random_state=seed).itertuples():
-        w = load_workload(r.workload, shape_sizes(r.shape))
-        flow = parse_dataflow(Field(json.loads(r.tree), str(out / "measurements.csv")))
-        checked = build_checked(w, arch, flow, threads=config.threads, seed=config.seed)
-        timing = time_kernel(checked.kernel, config.threads, config.warmup, config.repetitions)
-        rows.append({"key": r.key, "workload": r.workload, "min_s": r.min_s,
-                     "min_s_again": timing.min_s})
+    for r in frame.sample(min(sample, len(frame)), random_state=seed).to_dict("records"):
+        w = load_workload(r["workload"], shape_sizes(r["shape"]))
+        flow = parse_dataflow(Field(json.loads(r["tree"]), str(out / "measurements.csv")))
+        threads = _threads_of(r)
+        checked = build_checked(w, kernel_arch(config, threads),
+                                parallel_rows(w, flow, threads), threads=threads,
+                                seed=config.seed)
+        timing = time_kernel(checked.kernel, threads, config.warmup, config.repetitions)
+        rows.append({"key": r["key"], "workload": r["workload"], "threads": threads,
+                     "min_s": r["min_s"], "min_s_again": timing.min_s})
     result = pd.DataFrame(rows)
     write_atomic(result, out / "retest.csv")
     return result
 
 
 def _campaign_arch(config: CampaignConfig) -> Architecture:
-    """The description the kernels run on: one core's view when single-threaded."""
-    arch = load_arch(config.arch)
-    return single_core(arch) if config.threads == 1 else arch
+    """The description dataflows are chosen on and traffic is modelled on: one core's
+    view (each kernel's code is that of one core; more threads split its outer loop)."""
+    return single_core(load_arch(config.arch))
 
 
 def shape_sizes(shape: str) -> dict[str, int]:
@@ -319,10 +513,10 @@ def _shape(w: Workload) -> str:
     return " ".join(f"{d}={s}" for d, s in w.sizes.items())
 
 
-def tqdm_progress(**kw):
+def tqdm_progress(desc: str = "kernels", **kw):
     from tqdm import tqdm
 
-    return tqdm(file=sys.stderr, desc="kernels", unit="kernel", **kw)
+    return tqdm(file=sys.stderr, desc=desc, unit="kernel", **kw)
 
 
 def total_points(frame: pd.DataFrame) -> dict[str, int]:
