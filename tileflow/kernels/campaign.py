@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,11 @@ DEFAULT_WORKLOADS = {
     "attention": {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64},
 }
 
+
+# the timing pass rewrites measurements.csv at most this often (and at its end): an
+# interrupted campaign loses at most this much measuring, and thousands of rows are not
+# rewritten after every kernel
+SAVE_EVERY_S = 10.0
 
 # how measured traffic is obtained: whole-program cachegrind counts less a baseline run of
 # the same driver without the kernel call (so memset/memcpy/libm calls count, setup does not)
@@ -400,9 +406,10 @@ def fingerprint_columns() -> dict[str, str]:
 def run_campaign(config: CampaignConfig, out: Path,
                  progress: Callable | None = None) -> pd.DataFrame:
     """Measure every chosen (dataflow, thread count) not yet in out/measurements.csv: a
-    compile pass, then the timing pass; the CSV is rewritten (atomically) after each
-    kernel, so an interrupted campaign keeps what it measured. NumPy's time for the same
-    computation (BLAS matrix products, same shape and thread count) goes into every row."""
+    compile pass, then the timing pass; the CSV is rewritten (atomically) every
+    SAVE_EVERY_S, at the end and when interrupted, so an interrupted campaign keeps what it
+    measured. NumPy's time for the same computation (BLAS matrix products, same shape and
+    thread count) goes into every row."""
     out.mkdir(parents=True, exist_ok=True)
     if config.traffic and valgrind_missing():
         raise InputError(f"cannot measure traffic: {valgrind_missing()} (set traffic: false "
@@ -426,27 +433,35 @@ def run_campaign(config: CampaignConfig, out: Path,
     machine = fingerprint_columns()
     blas: dict[tuple[str, int], dict] = {}
     bar = progress(total=len(jobs)) if progress else None
-    for j in jobs:
-        shape = _shape(j.w)
-        if (shape, j.threads) not in blas:
-            blas[shape, j.threads] = time_numpy(j.name, random_inputs(j.w, config.seed),
-                                                j.threads, repetitions=config.repetitions)
-        model_arch = threaded(load_arch(config.arch), j.threads)
-        terms, _ = model_terms(j.w, model_arch, j.timed)
-        row = {"key": j.key, "workload": j.name, "shape": shape, "kind": j.kind,
-               "dataflow": j.flow.name, "point": j.point,
-               **terms, **model_traffic(j.w, arch, j.flow, evaluate(j.w, arch, j.flow), config),
-               **measure_one(j.w, kernel_arch(config, j.threads), j.timed, config, j.threads,
-                             False),
-               **blas[shape, j.threads], **machine, "traffic_measured_by": ""}
-        if (j.key, j.threads) in traffic:
-            row.update(measure_traffic(j.w, arch, j.flow, config),
-                       traffic_measured_by=TRAFFIC_METHOD)
-        row["tree"] = json.dumps(to_dict(j.flow))
-        rows.append(row)
-        write_atomic(pd.DataFrame(rows), csv)
-        if bar:
-            bar.update(1)
+    saved_at = time.monotonic()
+    # the model of a t-thread kernel: the host with t cores under its outermost level
+    models = {t: threaded(load_arch(config.arch), t) for t in config.threads}
+    try:
+        for j in jobs:
+            shape = _shape(j.w)
+            if (shape, j.threads) not in blas:
+                blas[shape, j.threads] = time_numpy(j.name, random_inputs(j.w, config.seed),
+                                                    j.threads, repetitions=config.repetitions)
+            terms, _ = model_terms(j.w, models[j.threads], j.timed)
+            own = model_traffic(j.w, arch, j.flow, evaluate(j.w, arch, j.flow), config)
+            row = {"key": j.key, "workload": j.name, "shape": shape, "kind": j.kind,
+                   "dataflow": j.flow.name, "point": j.point, **terms, **own,
+                   **measure_one(j.w, kernel_arch(config, j.threads), j.timed, config, j.threads,
+                                 False),
+                   **blas[shape, j.threads], **machine, "traffic_measured_by": ""}
+            if (j.key, j.threads) in traffic:
+                row.update(measure_traffic(j.w, arch, j.flow, config),
+                           traffic_measured_by=TRAFFIC_METHOD)
+            row["tree"] = json.dumps(to_dict(j.flow))
+            rows.append(row)
+            if time.monotonic() - saved_at > SAVE_EVERY_S:
+                write_atomic(pd.DataFrame(rows), csv)
+                saved_at = time.monotonic()
+            if bar:
+                bar.update(1)
+    finally:  # interrupted too: what was measured is saved
+        if jobs:
+            write_atomic(pd.DataFrame(rows), csv)
     if bar:
         bar.close()
     return pd.DataFrame(rows)
