@@ -346,11 +346,12 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
         lines.append(f"| {w} | {shape} | {t} | {len(g)} | {(g.kind == 'baseline').sum()} | "
                      f"{(g.kind == 'near-pick').sum()} | {g.latency_s.min() * 1e3:.3f} - "
                      f"{g.latency_s.max() * 1e3:.3f} |")
-    lines += _blas_section(summary) + _learned_section(learned)
     lines += ["", "Named baselines enter only where the model finds them valid on the one-core "
               "host description (most of the named fused dataflows, built for an "
               "accelerator's buffers, exceed one core's L1); the other dataflows are random "
-              "valid trees.", "", "## Latency", "", f"![latency]({images[0]})", "",
+              "valid trees, half of them (`near-pick`) one step from the model's best trees "
+              "where the campaign asks for it (`near_picks`).", *_blas_section(summary),
+              *_learned_section(learned), "", "## Latency", "", f"![latency]({images[0]})", "",
               f"Calibration fits on {len(f) - len(held)} rows and is tested on the other "
               f"{len(held)} (marked x in the plot): "
               + ("whole shapes held out (a seeded 30 % of each workload's shapes, every "

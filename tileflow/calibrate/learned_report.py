@@ -68,17 +68,18 @@ def _calibration(f: pd.DataFrame, arch: Architecture, rows: np.ndarray) -> dict:
 
 
 def _table(figures: dict) -> list[str]:
+    """One row per group, each predictor's Spearman, MAPE, top-1 and top-10 regret."""
     groups = list(next(iter(figures.values()))["groups"])
-    head = "| predictor | " + " | ".join(
-        f"{g}: Spearman | MAPE | top-1 | top-10" for g in groups) + " |"
-    lines = [head, "|" + "---|" * (1 + 4 * len(groups))]
-    for key, name in NAMES.items():
+    head = "| group | " + " | ".join(f"{NAMES[k].split(' (')[0]}: Spearman | MAPE | top-1 | "
+                                     "top-10" for k in NAMES) + " |"
+    lines = [head, "|" + "---|" * (1 + 4 * len(NAMES))]
+    for g in groups:
         cells = []
-        for g in groups:
+        for key in NAMES:
             v = figures[key]["groups"][g]
             cells += [f"{v['spearman']:.2f}", f"{v['mape']:.0%}", f"{v['top1_regret']:.1%}",
                       f"{v['top10_regret']:.1%}"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
     return lines
 
 
