@@ -173,3 +173,31 @@ def test_the_threaded_description_spreads_the_outer_level_over_the_threads():
     assert all(lv.fanout == 1 for lv in two.levels[2:])
     assert all(lv.instances == 2 for lv in two.levels[1:])
     assert threaded(arch, 1).levels == single_core(arch).levels
+
+
+def test_traffic_sample_draws_the_same_dataflows_every_time():
+    frame = pd.DataFrame({"key": [f"k{i}" for i in range(20) for _ in (1, 2)]})
+    config = CampaignConfig(traffic_sample=5, seed=3)
+    drawn = campaign.traffic_keys(frame, config)
+    assert len(drawn) == 5 and drawn <= set(frame.key)
+    assert campaign.traffic_keys(frame, config) == drawn
+    assert campaign.traffic_keys(frame, CampaignConfig()) == set(frame.key)  # 0: all
+
+
+@pytest.mark.skipif(campaign.valgrind_missing() is not None,
+                    reason=f"{campaign.valgrind_missing()}")
+def test_a_traffic_sample_measures_each_drawn_dataflow_once_for_all_its_rows(tmp_path,
+                                                                             monkeypatch):
+    config = CampaignConfig(workloads=TINY, points=7, traffic=False, repetitions=2,
+                            threads=(1, 2), compile_workers=1, traffic_sample=2)
+    run_campaign(config, tmp_path)
+    calls = []
+    real = campaign.measure_traffic
+    monkeypatch.setattr(campaign, "measure_traffic",
+                        lambda *a: calls.append(a) or real(*a))
+    frame = campaign.remeasure(config, tmp_path)
+    assert len(calls) == 2
+    measured = frame[frame.traffic_measured_by == campaign.TRAFFIC_METHOD]
+    assert measured.key.nunique() == 2
+    assert (frame.groupby("key").measured_first_level_bytes.nunique(dropna=False) == 1).all()
+    assert frame.measured_first_level_bytes.isna().sum() == len(frame) - len(measured)

@@ -148,7 +148,19 @@ def _stale(f: pd.DataFrame, environment: dict | None) -> list[str]:
                    f"uses `{' '.join(FLAGS)}`: rerun the campaign to time the current kernels.")
     if "traffic_measured_by" in f:
         methods = f.traffic_measured_by.fillna("").astype(str)
-        old = methods[methods != TRAFFIC_METHOD].value_counts()
+        has = f["measured_first_level_bytes"].notna() if "measured_first_level_bytes" in f \
+            else pd.Series(False, f.index)
+        old = methods[(methods != TRAFFIC_METHOD) & (has | (methods != ""))].value_counts()
+        unmeasured = f.key[(methods == "") & ~has].nunique() if "key" in f else 0
+        if unmeasured:
+            config = (environment or {}).get("config") or {}
+            sample = config.get("traffic_sample") or 0
+            out.append(f"Traffic was measured on {f.key.nunique() - unmeasured} of the "
+                       f"{f.key.nunique()} dataflows"
+                       + (f" (a seeded random sample: `traffic_sample: {sample}`)"
+                          if sample else " (`tileflow validate cpu --remeasure-traffic` "
+                          "measures the others)")
+                       + "; the traffic figures above are those of the measured ones.")
         if len(old):
             out.append(f"{int(old.sum())} kernels' traffic was measured by an earlier method ("
                        + "; ".join(f"'{m or 'kernel function only'}': {n}"

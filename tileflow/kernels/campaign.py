@@ -431,7 +431,9 @@ def run_campaign(config: CampaignConfig, out: Path,
         {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
     jobs = plan_jobs(config, seen)
     compile_pass(jobs, config, progress)
-    traffic = _traffic_rows(jobs, config)
+    traffic = traffic_keys(pd.DataFrame({"key": [j.key for j in jobs]}), config) \
+        if config.traffic and jobs else set()
+    measured: dict[str, dict] = {}
     machine = fingerprint_columns()
     blas: dict[tuple[str, int], dict] = {}
     bar = progress(total=len(jobs)) if progress else None
@@ -452,9 +454,11 @@ def run_campaign(config: CampaignConfig, out: Path,
                    **measure_one(j.w, kernel_arch(config, j.threads), j.timed, config, j.threads,
                                  False),
                    **blas[shape, j.threads], **machine, "traffic_measured_by": ""}
-            if (j.key, j.threads) in traffic:
-                row.update(measure_traffic(j.w, arch, j.flow, config),
-                           traffic_measured_by=TRAFFIC_METHOD)
+            if j.key in traffic:  # once per dataflow, copied to its other thread counts
+                if j.key not in measured:
+                    measured[j.key] = {**measure_traffic(j.w, arch, j.flow, config),
+                                       "traffic_measured_by": TRAFFIC_METHOD}
+                row.update(measured[j.key])
             row["tree"] = json.dumps(to_dict(j.flow))
             rows.append(row)
             if time.monotonic() - saved_at > SAVE_EVERY_S:
@@ -468,23 +472,6 @@ def run_campaign(config: CampaignConfig, out: Path,
     if bar:
         bar.close()
     return pd.DataFrame(rows)
-
-
-def _traffic_rows(jobs: list[Job], config: CampaignConfig) -> set[tuple[str, int]]:
-    """(key, threads) of the jobs whose traffic is measured in the timing pass: none
-    without `traffic`; else one row per dataflow (its smallest thread count: the traffic
-    comes from the single-threaded code), all of them or `traffic_sample` seeded random
-    ones."""
-    if not config.traffic:
-        return set()
-    first: dict[str, int] = {}
-    for j in jobs:
-        first[j.key] = min(first.get(j.key, j.threads), j.threads)
-    keys = sorted(first)
-    if config.traffic_sample and config.traffic_sample < len(keys):
-        rng = np.random.default_rng(config.seed)
-        keys = sorted(rng.choice(keys, config.traffic_sample, replace=False).tolist())
-    return {(k, first[k]) for k in keys}
 
 
 def _threads_of(row: dict) -> int:
