@@ -201,3 +201,41 @@ def test_a_traffic_sample_measures_each_drawn_dataflow_once_for_all_its_rows(tmp
     assert measured.key.nunique() == 2
     assert (frame.groupby("key").measured_first_level_bytes.nunique(dropna=False) == 1).all()
     assert frame.measured_first_level_bytes.isna().sum() == len(frame) - len(measured)
+
+
+def test_a_kernel_that_fails_is_recorded_and_not_tried_again(tmp_path, monkeypatch):
+    from tileflow.kernels.cpu import WrongResult
+
+    config = CampaignConfig(workloads=TINY, points=3, traffic=False, repetitions=2,
+                            compile_workers=1)
+    real = campaign.measure_one
+    calls = []
+
+    def second_fails(*args):
+        calls.append(args[2].name)
+        if len(calls) == 2:
+            raise WrongResult("kernel differs from the reference by 1 (relative)")
+        return real(*args)
+
+    monkeypatch.setattr(campaign, "measure_one", second_fails)
+    first = run_campaign(config, tmp_path)
+    failed = pd.read_csv(tmp_path / campaign.FAILURES)
+    assert len(first) == 2 and len(failed) == 1 and len(calls) == 3
+    assert failed.stage.tolist() == ["time"] and "WrongResult" in failed.error[0]
+    assert failed.key[0] not in set(first.key)
+    calls.clear()
+    assert len(run_campaign(config, tmp_path)) == 2 and calls == []  # nothing tried again
+
+
+def test_a_kernel_the_compiler_rejects_is_left_out_of_the_timing(tmp_path, monkeypatch):
+    config = CampaignConfig(workloads=TINY, points=3, traffic=False, repetitions=2,
+                            compile_workers=1)
+    jobs = campaign.plan_jobs(config, set())
+    bad = jobs[0]
+    real = campaign._compile
+    monkeypatch.setattr(campaign, "_compile", lambda text: "cc failed: test" if text == (
+        campaign.generate_c(campaign.analyse(bad.w, campaign.kernel_arch(config, 1), bad.timed),
+                            threads=False, style=campaign.STYLES[-1]).text) else real(text))
+    kept, failures = campaign.compile_pass(jobs, config)
+    assert [f["stage"] for f in failures] == ["compile"] and failures[0]["key"] == bad.key
+    assert bad not in kept and len(kept) == len(jobs) - 1

@@ -424,6 +424,14 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                   "the tree the caches realise (see below)."]
         lines += _stale(f, environment)
     lines += _limits(s, levels)
+    failures = out / "failures.csv"
+    if failures.exists():
+        failed = pd.read_csv(failures)
+        lines += [f"* Kernels left out: {len(failed)} (dataflow, thread count) pairs could not "
+                  "be generated, compiled or checked against the reference ("
+                  + ", ".join(f"{stage}: {n}" for stage, n in
+                              failed.groupby("stage").size().items())
+                  + "; `failures.csv` names each with the error)."]
     retest = out / "retest.csv"
     if retest.exists():
         from tileflow.tables import Column, read_table

@@ -24,12 +24,12 @@ from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
 from tileflow.kernels.blas import time_numpy
 from tileflow.kernels.boundary import boundary_words, inbound_words
-from tileflow.kernels.build import compile_shared
+from tileflow.kernels.build import BuildError, compile_shared
 from tileflow.kernels.c_source import STYLES, generate_c
 from tileflow.kernels.cache_view import cache_view_words
 from tileflow.kernels.cachegrind import geometry, measure, valgrind_missing
 from tileflow.kernels.columns import boundaries, words_column
-from tileflow.kernels.cpu import build_checked
+from tileflow.kernels.cpu import WrongResult, build_checked
 from tileflow.kernels.near_picks import near_pick_trees
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.reference import random_inputs
@@ -59,6 +59,8 @@ DEFAULT_WORKLOADS = {
 # rewritten after every kernel
 SAVE_EVERY_S = 10.0
 
+# kernels that could not be generated, compiled or checked: recorded here, skipped on resume
+FAILURES = "failures.csv"
 NUMPY_REPETITIONS = 51  # calls of NumPy's form per shape and thread count
 
 # how measured traffic is obtained: whole-program cachegrind counts less a baseline run of
@@ -159,7 +161,8 @@ def tree_key(w: Workload, flow: Dataflow) -> str:
 def choose_dataflows(w: Workload, arch: Architecture, points: int, seed: int,
                      near_picks: float = 0.0) -> list[tuple[str, Dataflow]]:
     """Named baselines the model finds valid on `arch`, then up to `points` in all: the
-    fraction `near_picks` of the rest one step away from the model's best trees
+    fraction `near_picks` of the rest one step away from the model's best trees among the
+    baselines, the random ones and the baselines fitted by the tile search
     (kernels.near_picks), the others uniformly random valid trees: (kind, dataflow)."""
     chosen: list[tuple[str, Dataflow]] = []
     for name in baselines_for(w):
@@ -174,10 +177,26 @@ def choose_dataflows(w: Workload, arch: Architecture, points: int, seed: int,
     near = int(round(left * near_picks))
     randoms = random_valid_trees(w, arch, left - near, seed)
     pool = [f for _, f in chosen] + randoms
+    if near:
+        pool += fitted_baselines(w, arch, seed)
     if near and len(pool) < 16:  # too few trees to pick from: a search pool of its own
         pool += random_valid_trees(w, arch, 16 * max(near, 4), seed + 1)
     nears = near_pick_trees(w, arch, pool, near, seed)
     return chosen + [("random", f) for f in randoms] + [("near-pick", f) for f in nears]
+
+
+def fitted_baselines(w: Workload, arch: Architecture, seed: int) -> list[Dataflow]:
+    """The named baselines with their tile factors fitted by the explorer's tile search on
+    `arch` (explore.tilesearch.fit_baseline), as the explorer would recommend them."""
+    from tileflow.explore.tilesearch.fit import fit_baseline
+
+    fitted = []
+    for name in baselines_for(w):
+        try:
+            fitted.append(lanes_on_row(w, arch, fit_baseline(name, w, arch, seed=seed)))
+        except (InputError, InvalidDataflow):
+            continue
+    return fitted
 
 
 def model_row(w: Workload, arch: Architecture, flow: Dataflow,
@@ -369,31 +388,63 @@ def kernel_arch(config: CampaignConfig, threads: int) -> Architecture:
 
 
 def _compile(text: str) -> str:
-    return str(compile_shared(text))
+    """Compile one source into the build cache: "" or the compiler's complaint."""
+    try:
+        compile_shared(text)
+    except BuildError as exc:
+        return str(exc)[:2000]
+    return ""
+
+
+def failure(j: Job, stage: str, exc: BaseException | str) -> dict:
+    """A row of failures.csv: the job, the stage it failed at and why (first line)."""
+    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return {"key": j.key, "threads": j.threads, "workload": j.name, "shape": _shape(j.w),
+            "kind": j.kind, "dataflow": j.flow.name, "stage": stage,
+            "error": (text.strip().splitlines() or [""])[0][:300],
+            "tree": json.dumps(to_dict(j.flow))}
 
 
 def compile_pass(jobs: list[Job], config: CampaignConfig, progress: Callable | None = None
-                 ) -> None:
+                 ) -> tuple[list[Job], list[dict]]:
     """Compile every job's kernel into the build cache before any is timed, in
     `compile_workers` processes (the timing pass then compiles nothing: nothing else runs
-    on the machine while it times)."""
+    on the machine while it times). Returns the jobs that compiled and a failure row for
+    each that did not (a generator defect: recorded, not fatal to a long campaign)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    texts = {generate_c(analyse(j.w, kernel_arch(config, j.threads), j.timed),
-                        threads=j.threads > 1, style=STYLES[-1]).text for j in jobs}
-    bar = progress(total=len(texts), desc="compile") if progress else None
-    if config.compile_workers <= 1 or len(texts) < 2:
-        for text in texts:
-            compile_shared(text)
-            if bar:
-                bar.update(1)
+    sources: dict[str, list[int]] = {}
+    failures = []
+    for i, j in enumerate(jobs):
+        try:
+            text = generate_c(analyse(j.w, kernel_arch(config, j.threads), j.timed),
+                              threads=j.threads > 1, style=STYLES[-1]).text
+        except Exception as exc:  # noqa: BLE001 - any generator defect is recorded
+            failures.append(failure(j, "generate", exc))
+            continue
+        sources.setdefault(text, []).append(i)
+    order = sorted(sources)
+    bar = progress(total=len(order), desc="compile") if progress else None
+    failed: set[int] = set()
+
+    def record(text: str, error: str) -> None:
+        if error:
+            failed.update(sources[text])
+            failures.extend(failure(jobs[i], "compile", error) for i in sources[text])
+        if bar:
+            bar.update(1)
+
+    if config.compile_workers <= 1 or len(order) < 2:
+        for text in order:
+            record(text, _compile(text))
     else:
         with ProcessPoolExecutor(config.compile_workers) as pool:
-            for _ in pool.map(_compile, sorted(texts)):
-                if bar:
-                    bar.update(1)
+            for text, error in zip(order, pool.map(_compile, order), strict=True):
+                record(text, error)
     if bar:
         bar.close()
+    built = {i for ids in sources.values() for i in ids} - failed
+    return [j for i, j in enumerate(jobs) if i in built], failures
 
 
 def fingerprint_columns() -> dict[str, str]:
@@ -429,8 +480,13 @@ def run_campaign(config: CampaignConfig, out: Path,
     seen = {(r["key"], _threads_of(r)) for r in rows}
     write_text(out / "environment.json", json.dumps(
         {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
+    failed_before = read_rows(out / FAILURES)
+    seen |= {(r["key"], _threads_of(r)) for r in failed_before.to_dict("records")}
     jobs = plan_jobs(config, seen)
-    compile_pass(jobs, config, progress)
+    jobs, failures = compile_pass(jobs, config, progress)
+    failures = failed_before.to_dict("records") + failures
+    if failures:
+        write_atomic(pd.DataFrame(failures), out / FAILURES)
     traffic = traffic_keys(pd.DataFrame({"key": [j.key for j in jobs]}), config) \
         if config.traffic and jobs else set()
     measured: dict[str, dict] = {}
@@ -447,12 +503,17 @@ def run_campaign(config: CampaignConfig, out: Path,
                 # many calls: once per shape and thread count, and the fastest is kept
                 blas[shape, j.threads] = time_numpy(j.name, random_inputs(j.w, config.seed),
                                                     j.threads, repetitions=NUMPY_REPETITIONS)
-            terms, _ = model_terms(j.w, models[j.threads], j.timed)
-            own = model_traffic(j.w, arch, j.flow, evaluate(j.w, arch, j.flow), config)
+            try:
+                terms, _ = model_terms(j.w, models[j.threads], j.timed)
+                own = model_traffic(j.w, arch, j.flow, evaluate(j.w, arch, j.flow), config)
+                timed = measure_one(j.w, kernel_arch(config, j.threads), j.timed, config,
+                                    j.threads, False)
+            except (BuildError, WrongResult, InputError, InvalidDataflow, OSError) as exc:
+                failures.append(failure(j, "time", exc))
+                write_atomic(pd.DataFrame(failures), out / FAILURES)
+                continue
             row = {"key": j.key, "workload": j.name, "shape": shape, "kind": j.kind,
-                   "dataflow": j.flow.name, "point": j.point, **terms, **own,
-                   **measure_one(j.w, kernel_arch(config, j.threads), j.timed, config, j.threads,
-                                 False),
+                   "dataflow": j.flow.name, "point": j.point, **terms, **own, **timed,
                    **blas[shape, j.threads], **machine, "traffic_measured_by": ""}
             if j.key in traffic:  # once per dataflow, copied to its other thread counts
                 if j.key not in measured:
