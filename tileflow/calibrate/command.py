@@ -49,6 +49,9 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     arch = single_core(load_arch(described))  # each kernel's code is that of one core
     env_path = folder / "environment.json"
     environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    if environment and config.traffic_sample:  # the traffic pass's sample, for the report
+        environment["config"] = {**environment.get("config", {}),
+                                 "traffic_sample": config.traffic_sample}
     # campaigns measured before the register-tile generator name no style: plain kernels
     style = (environment or {}).get("kernel_style", "plain")
     counted = add_columns(frame, arch, style)
