@@ -239,3 +239,16 @@ def test_a_kernel_the_compiler_rejects_is_left_out_of_the_timing(tmp_path, monke
     kept, failures = campaign.compile_pass(jobs, config)
     assert [f["stage"] for f in failures] == ["compile"] and failures[0]["key"] == bad.key
     assert bad not in kept and len(kept) == len(jobs) - 1
+
+
+def test_measurements_from_another_machine_are_not_resumed(tmp_path):
+    config = CampaignConfig(workloads=TINY, points=2, traffic=False, repetitions=2,
+                            compile_workers=1)
+    saved = run_campaign(config, tmp_path)
+    csv = tmp_path / "measurements.csv"
+    saved.assign(machine_cpu="Another CPU").to_csv(csv, index=False)
+    with pytest.raises(InputError, match="machine_cpu 'Another CPU'"):
+        run_campaign(config, tmp_path)
+    saved.drop(columns=["machine_cpu"]).to_csv(csv, index=False)
+    with pytest.raises(InputError, match="without the machine's fingerprint"):
+        run_campaign(config, tmp_path)

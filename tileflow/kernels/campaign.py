@@ -390,6 +390,7 @@ def run_campaign(config: CampaignConfig, out: Path,
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     csv = out / "measurements.csv"
     done = read_rows(csv)
+    check_same_machine(done, csv)
     rows = done.to_dict("records")
     seen = {(r["key"], _threads_of(r)) for r in rows}
     write_text(out / "environment.json", json.dumps(
@@ -447,6 +448,26 @@ def run_campaign(config: CampaignConfig, out: Path,
     if bar:
         bar.close()
     return pd.DataFrame(rows)
+
+
+def check_same_machine(done: pd.DataFrame, csv: Path) -> None:
+    """Refuse to add to measurements made elsewhere: rows without the machine's fingerprint
+    (an older campaign) or with another machine, compiler, flags or kernel style (their
+    timings would mix with these, and a resumed run would skip their dataflows)."""
+    if not len(done):
+        return
+    here = fingerprint_columns()
+    missing = [c for c in here if c not in done]
+    if missing:
+        raise InputError(f"{csv} holds {len(done)} rows measured without the machine's "
+                         "fingerprint (an older campaign): move it away, or give another "
+                         "--out, to start this campaign")
+    for column, value in here.items():
+        other = sorted({str(v) for v in done[column]} - {value})
+        if other:
+            raise InputError(f"{csv}: rows measured with {column} '{other[0]}', here "
+                             f"'{value}': move the file away, or give another --out, to "
+                             "measure on this machine")
 
 
 def _threads_of(row: dict) -> int:
