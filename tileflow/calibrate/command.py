@@ -46,9 +46,12 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     if len(frame) < 4:
         raise InputError(f"{csv}: {len(frame)} measured rows; calibration needs at least 4")
     described = _measured_machine(config.arch, folder, report_only)
-    arch = single_core(load_arch(described)) if config.threads == 1 else load_arch(described)
+    arch = single_core(load_arch(described))  # each kernel's code is that of one core
     env_path = folder / "environment.json"
     environment = json.loads(env_path.read_text()) if env_path.exists() else None
+    if environment and config.traffic_sample:  # the traffic pass's sample, for the report
+        environment["config"] = {**environment.get("config", {}),
+                                 "traffic_sample": config.traffic_sample}
     # campaigns measured before the register-tile generator name no style: plain kernels
     style = (environment or {}).get("kernel_style", "plain")
     counted = add_columns(frame, arch, style)
@@ -59,8 +62,7 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
     command = "tileflow validate cpu" + (f" --config {config_path}" if config_path else "") + (
         f" --points {points}" if points else "") + (f" --out {out}" if out else "")
     levels = {"first_level": config.first_level, "last_level": config.last_level}
-    cpu_report.write(study, folder, command, levels, environment)
-    _write_calibrated(study, folder, environment, config.arch, described)
+    result = None
     if learn:
         from tileflow.calibrate import learned_report
 
@@ -69,6 +71,10 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
         study.summary["learned_model"] = {
             k: result["held_out_groups"]["learned"][k]
             for k in ("mape", "spearman_within_mean")}
+    elif (folder / "learned.json").exists():  # the last --learn run's figures
+        result = json.loads((folder / "learned.json").read_text())
+    cpu_report.write(study, folder, command, levels, environment, result)
+    _write_calibrated(study, folder, environment, config.arch, described)
     return study.summary
 
 

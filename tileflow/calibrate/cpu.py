@@ -38,9 +38,14 @@ class CpuStudy:
 
 def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0,
           style: str = "plain") -> CpuStudy:
-    """Fit on a seeded 70 % of the rows, validate on the other 30 %; `style`: the kernel
-    generator's style the rows were measured with (for counts not yet in the frame)."""
+    """Fit on the rows of a seeded 70 % of each workload's shapes, validate on the other
+    shapes (a held-out shape, never held-out rows of a measured shape; a workload measured
+    on one shape only: a seeded 30 % of the rows instead); `style`: the kernel generator's
+    style the rows were measured with (for counts not yet in the frame)."""
     frame = add_columns(frame.reset_index(drop=True), arch, style)
+    if "threads" not in frame:  # campaigns measured before thread counts were recorded
+        frame["threads"] = 1
+    frame["threads"] = frame.threads.fillna(1).astype(int)
     params = latency.parameter_set(arch)
     features = {c: frame[c].to_numpy(float) for c in latency.feature_columns(arch)}
     clock_hz = arch.clock_ghz * 1e9
@@ -50,7 +55,7 @@ def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0,
 
     frame["latency_s"] = frame[MEASURED]
     measured = frame.latency_s.to_numpy(float)
-    train, test = split(len(frame), HELDOUT_FRACTION, seed)
+    train, test, heldout_by = shape_split(frame, seed)
     result = fit(params, predict, measured, train)
     every = np.arange(len(frame))
     frame["default_s"] = predict(params.defaults, every)
@@ -58,7 +63,55 @@ def study(frame: pd.DataFrame, arch: Architecture, seed: int = 0,
     frame["heldout"] = False
     frame.loc[test, "heldout"] = True
     frame["corrected_s"] = learned_correction(frame, arch, train)
-    return CpuStudy(frame, params, result, _summary(frame, result))
+    return CpuStudy(frame, params, result, {**_summary(frame, result),
+                                            "heldout": heldout_by})
+
+
+def shape_split(frame: pd.DataFrame, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
+    """(train, held-out) row indices and what was held out: "shapes" where every workload
+    has at least two shapes (a seeded 30 % of each workload's shapes, at least one, every
+    thread count of a held-out shape with it), else "rows" (a seeded 30 % of the rows)."""
+    shapes = frame.groupby("workload")["shape"].unique()
+    if len(frame) and all(len(v) >= 2 for v in shapes):
+        rng = np.random.default_rng(seed)
+        held = set()
+        for workload, values in shapes.items():
+            k = max(1, int(round(len(values) * HELDOUT_FRACTION)))
+            held |= {(workload, v) for v in rng.permutation(sorted(values))[:k]}
+        mask = np.array([(w, s) in held for w, s in zip(frame.workload, frame["shape"],
+                                                        strict=True)])
+        return np.flatnonzero(~mask), np.flatnonzero(mask), "shapes"
+    train, test = split(len(frame), HELDOUT_FRACTION, seed)
+    return train, test, "rows"
+
+
+def regret_by_workload(frame: pd.DataFrame, predicted: str, k: int) -> dict[str, float]:
+    """Top-k regret per workload: within each (workload, shape, thread count) of `frame`
+    (the measured latency of the best of the k first picks by `predicted` over the measured
+    best, minus one), the mean over the workload's groups."""
+    out: dict[str, list[float]] = {}
+    for (w, _, _), g in frame.groupby(["workload", "shape", "threads"]):
+        out.setdefault(str(w), []).append(metrics.top_k_regret(g[predicted], g.latency_s, k))
+    return {w: float(np.mean(v)) for w, v in out.items()}
+
+
+def kernel_vs_blas(frame: pd.DataFrame) -> dict:
+    """Per workload and thread count: the best generated kernel's measured time over
+    NumPy's (BLAS matrix products) on the same shape and thread count, per shape, with the
+    geometric mean, best and worst over the shapes. Empty where no NumPy time was
+    measured (campaigns before it was)."""
+    if "blas_min_s" not in frame or frame.blas_min_s.isna().all():
+        return {}
+    out: dict = {}
+    f = frame.dropna(subset=["blas_min_s"])
+    for (w, t), g in f.groupby(["workload", "threads"]):
+        ratios = {str(shape): float(s.latency_s.min() / s.blas_min_s.min())
+                  for shape, s in g.groupby("shape")}
+        r = np.array(list(ratios.values()))
+        out.setdefault(str(w), {})[str(int(t))] = {
+            "geomean": float(np.exp(np.log(r).mean())), "best": float(r.min()),
+            "worst": float(r.max()), "shapes": ratios}
+    return out
 
 
 def learned_correction(frame: pd.DataFrame, arch: Architecture, train: np.ndarray,
@@ -95,10 +148,12 @@ def _summary(frame: pd.DataFrame, result: Fit) -> dict:
     out["latency_mape_heldout"] = metrics.mape(held.calibrated_s, held.latency_s)
     out["latency_kendall_heldout"] = metrics.kendall(held.calibrated_s, held.latency_s)
     out["latency_r2_heldout"] = metrics.r2_identity(held.calibrated_s, held.latency_s)
-    out["top1_regret"] = {str(w): metrics.top1_regret(g.calibrated_s, g.latency_s)
-                          for w, g in frame.groupby("workload")}
-    out["top1_regret_uncalibrated"] = {str(w): metrics.top1_regret(g.model_s, g.latency_s)
-                                       for w, g in frame.groupby("workload")}
+    # on held-out shapes where shapes are held out, else on every row of a workload's shape
+    ranked = held if held["shape"].nunique() and _shapes_held(frame) else frame
+    out["top1_regret"] = regret_by_workload(ranked, "calibrated_s", 1)
+    out["top10_regret"] = regret_by_workload(ranked, "calibrated_s", 10)
+    out["top1_regret_uncalibrated"] = regret_by_workload(ranked, "model_s", 1)
+    out["kernel_vs_blas"] = kernel_vs_blas(frame)
     out["uncalibrated"] = {"model_mape": metrics.mape(frame.model_s, frame.latency_s),
                            "model_spearman": metrics.spearman(frame.model_s, frame.latency_s),
                            "default_parameters_mape": metrics.mape(frame.default_s,
@@ -112,6 +167,12 @@ def _summary(frame: pd.DataFrame, result: Fit) -> dict:
     out["bound_hits"] = [h["parameter"] + f" ({h['bound']})" for h in result.bound_hits]
     out["fit_rms_log_error_train"] = result.rms_log_error
     return out
+
+
+def _shapes_held(frame: pd.DataFrame) -> bool:
+    """Whether the held-out rows are whole shapes (no shape both trained on and held out)."""
+    both = frame.groupby(["workload", "shape"]).heldout.nunique()
+    return bool((both == 1).all())
 
 
 def worst_cases(frame: pd.DataFrame, n: int = 5) -> pd.DataFrame:

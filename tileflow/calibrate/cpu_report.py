@@ -148,7 +148,19 @@ def _stale(f: pd.DataFrame, environment: dict | None) -> list[str]:
                    f"uses `{' '.join(FLAGS)}`: rerun the campaign to time the current kernels.")
     if "traffic_measured_by" in f:
         methods = f.traffic_measured_by.fillna("").astype(str)
-        old = methods[methods != TRAFFIC_METHOD].value_counts()
+        has = f["measured_first_level_bytes"].notna() if "measured_first_level_bytes" in f \
+            else pd.Series(False, f.index)
+        old = methods[(methods != TRAFFIC_METHOD) & (has | (methods != ""))].value_counts()
+        unmeasured = f.key[(methods == "") & ~has].nunique() if "key" in f else 0
+        if unmeasured:
+            config = (environment or {}).get("config") or {}
+            sample = config.get("traffic_sample") or 0
+            out.append(f"Traffic was measured on {f.key.nunique() - unmeasured} of the "
+                       f"{f.key.nunique()} dataflows"
+                       + (f" (a seeded random sample: `traffic_sample: {sample}`)"
+                          if sample else " (`tileflow validate cpu --remeasure-traffic` "
+                          "measures the others)")
+                       + "; the traffic figures above are those of the measured ones.")
         if len(old):
             out.append(f"{int(old.sum())} kernels' traffic was measured by an earlier method ("
                        + "; ".join(f"'{m or 'kernel function only'}': {n}"
@@ -260,8 +272,48 @@ def _lane_findings(row: pd.Series) -> tuple[list[str], list[str]]:
     return strided, chained
 
 
+def _blas_section(summary: dict) -> list[str]:
+    """The best generated kernel against NumPy's BLAS on the same shape and threads."""
+    figures = summary.get("kernel_vs_blas") or {}
+    if not figures:
+        return ["", "## Generated kernels against NumPy's BLAS", "",
+                "Not measured in this campaign (NumPy's time per shape and thread count is "
+                "recorded by campaigns since it was added)."]
+    lines = ["", "## Generated kernels against NumPy's BLAS", "",
+             "Per shape and thread count: the fastest generated kernel's time over NumPy's "
+             "for the same computation (float32, BLAS matrix products, the same threads), "
+             "both the fastest of the repetitions; over the shapes: geometric mean, best, "
+             "worst (target: within 1.5x).", "",
+             "| workload | threads | shapes | geometric mean | best | worst |",
+             "|---|---|---|---|---|---|"]
+    for w, per in figures.items():
+        for t, v in per.items():
+            lines.append(f"| {w} | {t} | {len(v['shapes'])} | {v['geomean']:.2f}x | "
+                         f"{v['best']:.2f}x | {v['worst']:.2f}x |")
+    return lines
+
+
+def _learned_section(learned: dict | None) -> list[str]:
+    """The learned model's held-out-shape figures (learned.json), where it was trained."""
+    if not learned:
+        return []
+    lines = ["", "## Learned cost model, held-out shapes", "",
+             "Each shape predicted by models fitted on the other shapes only (`learned.md` "
+             "has the details and the per-shape figures); targets: Spearman >= 0.9, MAPE <= "
+             "20 %, top-10 regret <= 5 %, top-1 regret <= 15 %.", "",
+             "| predictor | mean within-shape Spearman | MAPE | mean top-1 regret | mean "
+             "top-10 regret |", "|---|---|---|---|---|"]
+    for name, v in learned.get("held_out_groups", {}).items():
+        per = list(v["groups"].values())
+        top1 = float(np.mean([g["top1_regret"] for g in per]))
+        top10 = float(np.mean([g["top10_regret"] for g in per]))
+        lines.append(f"| {name} | {v['spearman_within_mean']:.3f} | {v['mape']:.1%} | "
+                     f"{top1:.1%} | {top10:.1%} |")
+    return lines
+
+
 def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
-          environment: dict | None = None) -> Path:
+          environment: dict | None = None, learned: dict | None = None) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     images = plots(s, out, levels)
@@ -296,18 +348,29 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
     for w, r in summary["top1_regret"].items():
         lines.append(f"| top-1 regret, {w} (calibrated) | {r:.1%} | <= 5 % | "
                      f"{'yes' if r <= 0.05 else 'no'} |")
+    for w, r in summary.get("top10_regret", {}).items():
+        lines.append(f"| top-10 regret, {w} (calibrated) | {r:.1%} | <= 5 % | "
+                     f"{'yes' if r <= 0.05 else 'no'} |")
     lines += ["", "## Points", "",
-              "| workload | sizes | dataflows | baselines | measured latency (ms) |",
-              "|---|---|---|---|---|"]
-    for w, g in f.groupby("workload"):
-        lines.append(f"| {w} | {g['shape'].iloc[0]} | {len(g)} | {(g.kind == 'baseline').sum()}"
-                     f" | {g.latency_s.min() * 1e3:.2f} - {g.latency_s.max() * 1e3:.2f} |")
+              "| workload | sizes | threads | kernels | baselines | near picks | measured "
+              "latency (ms) |", "|---|---|---|---|---|---|---|"]
+    for (w, shape, t), g in f.groupby(["workload", "shape", "threads"]):
+        lines.append(f"| {w} | {shape} | {t} | {len(g)} | {(g.kind == 'baseline').sum()} | "
+                     f"{(g.kind == 'near-pick').sum()} | {g.latency_s.min() * 1e3:.3f} - "
+                     f"{g.latency_s.max() * 1e3:.3f} |")
     lines += ["", "Named baselines enter only where the model finds them valid on the one-core "
               "host description (most of the named fused dataflows, built for an "
               "accelerator's buffers, exceed one core's L1); the other dataflows are random "
-              "valid trees.", "", "## Latency", "", f"![latency]({images[0]})", "",
-              f"Calibration fits on {len(f) - len(held)} rows (a seeded 70 %) and is tested "
-              f"on the other {len(held)} (marked x in the plot).", "",
+              "valid trees, half of them (`near-pick`) one step from the model's best trees "
+              "where the campaign asks for it (`near_picks`).", *_blas_section(summary),
+              *_learned_section(learned), "", "## Latency", "", f"![latency]({images[0]})", "",
+              f"Calibration fits on {len(f) - len(held)} rows and is tested on the other "
+              f"{len(held)} (marked x in the plot): "
+              + ("whole shapes held out (a seeded 30 % of each workload's shapes, every "
+                 "thread count with them); regrets are per held-out shape and thread count, "
+                 "averaged per workload." if summary.get("heldout") == "shapes" else
+                 "a seeded 30 % of the rows held out (a workload measured on one shape "
+                 "only: no shape can be held out)."), "",
               "| predictions | rows | MAPE | R^2 (y = x) | Spearman | Kendall |",
               "|---|---|---|---|---|---|"]
     for label, col, rows in (("tree model, uncalibrated", "model_s", f),
@@ -361,6 +424,14 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                   "the tree the caches realise (see below)."]
         lines += _stale(f, environment)
     lines += _limits(s, levels)
+    failures = out / "failures.csv"
+    if failures.exists():
+        failed = pd.read_csv(failures)
+        lines += [f"* Kernels left out: {len(failed)} (dataflow, thread count) pairs could not "
+                  "be generated, compiled or checked against the reference ("
+                  + ", ".join(f"{stage}: {n}" for stage, n in
+                              failed.groupby("stage").size().items())
+                  + "; `failures.csv` names each with the error)."]
     retest = out / "retest.csv"
     if retest.exists():
         from tileflow.tables import Column, read_table

@@ -120,7 +120,7 @@ def add_operator_features(frame: pd.DataFrame, arch: Architecture, style: str,
 
 
 def feature_names(frame: pd.DataFrame, arch: Architecture) -> list[str]:
-    base = [*latency.feature_columns(arch), *MODEL_COLUMNS, "calibrated_s"]
+    base = [*latency.feature_columns(arch), *MODEL_COLUMNS, "calibrated_s", "threads"]
     per_op = sorted(c for c in frame.columns if c[:1] == "c" and c[1:2].isdigit()
                     and c[2:3] == "_")
     return [c for c in base if c in frame] + per_op
@@ -188,9 +188,10 @@ class Validation:
 
 
 def grouped_validation(frame: pd.DataFrame, arch: Architecture, groups: pd.Series,
-                       seed: int = 0) -> Validation:
+                       seed: int = 0, ranked: pd.Series | None = None) -> Validation:
     """Leave one group out: for each group, calibration, ridge correction and trees fitted
-    on the others' rows predict its rows."""
+    on the others' rows predict its rows; figures within each of `ranked` (default the
+    groups; e.g. a shape's rows per thread count)."""
     f = frame.reset_index(drop=True).copy()
     keys = groups.reset_index(drop=True)
     for c in ("calibrated_s", "ridge_s", "learned_s"):
@@ -208,7 +209,7 @@ def grouped_validation(frame: pd.DataFrame, arch: Architecture, groups: pd.Serie
         f.loc[test, "calibrated_s"] = g.calibrated_s.to_numpy()[test]
         f.loc[test, "ridge_s"] = ridge[test]
         f.loc[test, "learned_s"] = learned[test]
-    return Validation(f, figures(f, keys))
+    return Validation(f, figures(f, keys if ranked is None else ranked.reset_index(drop=True)))
 
 
 def figures(f: pd.DataFrame, groups: pd.Series) -> dict:
@@ -272,6 +273,8 @@ class LearnedModel:
         """Latency in seconds of rows with the model's features (calibrated_s computed
         from the stored calibration where missing)."""
         f = frame.copy()
+        if "threads" in self.features and "threads" not in f:  # one thread unless said
+            f["threads"] = 1
         if "calibrated_s" not in f:
             params = latency.parameter_set(arch)
             values = params.check(self.calibration)

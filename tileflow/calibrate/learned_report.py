@@ -29,17 +29,20 @@ def run(frame: pd.DataFrame, arch: Architecture, folder: Path, environment: dict
     style = (environment or {}).get("kernel_style", "plain")
     f = learned.add_operator_features(frame.reset_index(drop=True), arch, style)
     groups = f.workload.astype(str) + " " + f["shape"].astype(str)
-    by_group = learned.grouped_validation(f, arch, groups, seed)
+    ranked = groups
+    if "threads" in f and f.threads.nunique() > 1:  # a held-out shape: all its threads
+        ranked = groups + " threads=" + f.threads.astype(int).astype(str)
+    by_group = learned.grouped_validation(f, arch, groups, seed, ranked)
     rows = np.random.default_rng(seed).permutation(len(f)) % folds
     by_rows = learned.grouped_validation(f, arch, pd.Series(rows), seed)
-    by_rows_figures = learned.figures(by_rows.frame, groups)
+    by_rows_figures = learned.figures(by_rows.frame, ranked)
     every = np.arange(len(f))
     calibration = _calibration(f, arch, every)
     f["calibrated_s"] = learned.calibrate(f, arch, every)
     columns = learned.feature_names(f, arch)
     _, model = learned.learned_prediction(f, columns, every, seed)
     print_ = learned.fingerprint(environment)
-    result = {"rows": int(len(f)), "groups": sorted(groups.unique().tolist()),
+    result = {"rows": int(len(f)), "groups": sorted(ranked.unique().tolist()),
               "kernel_style": style, "features": columns, "fingerprint": print_,
               "held_out_groups": by_group.figures, "k_fold_rows": by_rows_figures,
               "k_fold_rows_folds": folds}
@@ -65,22 +68,23 @@ def _calibration(f: pd.DataFrame, arch: Architecture, rows: np.ndarray) -> dict:
 
 
 def _table(figures: dict) -> list[str]:
+    """One row per group, each predictor's Spearman, MAPE, top-1 and top-10 regret."""
     groups = list(next(iter(figures.values()))["groups"])
-    head = "| predictor | " + " | ".join(
-        f"{g}: Spearman | MAPE | top-1 | top-10" for g in groups) + " |"
-    lines = [head, "|" + "---|" * (1 + 4 * len(groups))]
-    for key, name in NAMES.items():
+    head = "| group | " + " | ".join(f"{NAMES[k].split(' (')[0]}: Spearman | MAPE | top-1 | "
+                                     "top-10" for k in NAMES) + " |"
+    lines = [head, "|" + "---|" * (1 + 4 * len(NAMES))]
+    for g in groups:
         cells = []
-        for g in groups:
+        for key in NAMES:
             v = figures[key]["groups"][g]
             cells += [f"{v['spearman']:.2f}", f"{v['mape']:.0%}", f"{v['top1_regret']:.1%}",
                       f"{v['top10_regret']:.1%}"]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {g} | " + " | ".join(cells) + " |")
     return lines
 
 
 def _held_out_words(groups: list[str]) -> str:
-    workloads = [g.split()[0] for g in groups]
+    workloads = [g.split()[0] for g in {g.split(" threads=")[0] for g in groups}]
     if all(workloads.count(w) == 1 for w in workloads):
         return ("here one shape per workload: a workload is predicted from the other "
                 "workloads' kernels")

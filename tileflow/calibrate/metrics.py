@@ -36,6 +36,14 @@ def top1_regret(predicted, measured) -> float:
     return float(m[int(np.argmin(p))] / m.min() - 1)
 
 
+def top_k_regret(predicted, measured, k: int) -> float:
+    """Measured cost of the best of the model's k first picks over the measured best,
+    minus one (k = 1: top1_regret)."""
+    p, m = np.asarray(predicted, float), np.asarray(measured, float)
+    picks = np.argsort(p, kind="stable")[:k]
+    return float(m[picks].min() / m.min() - 1)
+
+
 def within_groups(frame: pd.DataFrame, by: Sequence[str], predicted: str,
                   measured: str) -> pd.DataFrame:
     """Spearman, Kendall and top-1 regret within each group (e.g. one workload shape)."""

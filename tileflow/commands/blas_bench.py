@@ -19,36 +19,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tileflow.errors import InputError
+from tileflow.kernels.blas import WORKLOADS, numpy_computation
 
 SHAPE = {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64}  # the committed campaign's shape
-WORKLOADS = ("gemm-chain", "attention")
 SCRUBBED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-
-
-def numpy_computation(name: str, inputs: dict[str, np.ndarray]) -> Callable[[], np.ndarray]:
-    """The workload as NumPy computes it, float32, with BLAS matrix products (batched
-    `matmul`); the softmax of attention in NumPy's own loops."""
-    x = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in inputs.items()}
-    if name == "gemm-chain":
-        a, b, d = x["A"], x["B"], x["D"]
-        return lambda: np.matmul(np.matmul(a, b), d)
-    if name == "attention":
-        q, k, v = x["Q"], x["K"], x["V"]
-
-        def attention() -> np.ndarray:
-            s = np.matmul(q, k)
-            e = np.exp(s - s.max(axis=-1, keepdims=True))
-            return np.matmul(e / e.sum(axis=-1, keepdims=True), v)
-        return attention
-    raise InputError(f"no NumPy form of workload '{name}' to benchmark against (one of "
-                     f"{', '.join(WORKLOADS)})")
 
 
 def candidates(name: str, sizes: dict[str, int], campaign: Path | None, top: int,

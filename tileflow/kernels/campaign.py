@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
@@ -19,84 +22,49 @@ from tileflow.cost.model import Result, evaluate, evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
+from tileflow.kernels.blas import time_numpy
 from tileflow.kernels.boundary import boundary_words, inbound_words
-from tileflow.kernels.c_source import generate_c
+from tileflow.kernels.build import BuildError, compile_shared
+from tileflow.kernels.c_source import STYLES, generate_c
 from tileflow.kernels.cache_view import cache_view_words
 from tileflow.kernels.cachegrind import geometry, measure, valgrind_missing
+from tileflow.kernels.campaign_config import (  # noqa: F401 - the campaign API
+    DEFAULT_WORKLOADS,
+    CampaignConfig,
+    load_config,
+)
 from tileflow.kernels.columns import boundaries, words_column
-from tileflow.kernels.cpu import build_checked
+from tileflow.kernels.cpu import WrongResult, build_checked
+from tileflow.kernels.near_picks import near_pick_trees
 from tileflow.kernels.nest import analyse
+from tileflow.kernels.reference import random_inputs
 from tileflow.kernels.timing import environment, time_kernel
-from tileflow.kernels.trees import lanes_on_row, random_valid_trees, single_core
+from tileflow.kernels.trees import (
+    lanes_on_row,
+    parallel_rows,
+    random_valid_trees,
+    single_core,
+    threaded,
+)
 from tileflow.outputs import write_csv
 from tileflow.outputs import write_text_atomic as write_text
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
-from tileflow.specs.yamlfile import Field, load_yaml
+from tileflow.specs.yamlfile import Field
 from tileflow.tree import Dataflow, to_dict
 
-DEFAULT_WORKLOADS = {
-    "gemm-chain": {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64},
-    "attention": {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64},
-}
+# the timing pass rewrites measurements.csv at most this often (and at its end): an
+# interrupted campaign loses at most this much measuring, and thousands of rows are not
+# rewritten after every kernel
+SAVE_EVERY_S = 10.0
 
+# kernels that could not be generated, compiled or checked: recorded here, skipped on resume
+FAILURES = "failures.csv"
+NUMPY_REPETITIONS = 51  # calls of NumPy's form per shape and thread count
 
 # how measured traffic is obtained: whole-program cachegrind counts less a baseline run of
 # the same driver without the kernel call (so memset/memcpy/libm calls count, setup does not)
 TRAFFIC_METHOD = "cachegrind, less the same driver not calling the kernel; loop order kept"
-
-
-@dataclass(frozen=True)
-class CampaignConfig:
-    # per workload: its sizes, or a list of sizes (several shapes of the same workload)
-    workloads: dict[str, dict[str, int] | list[dict[str, int]]] = field(
-        default_factory=lambda: dict(DEFAULT_WORKLOADS))
-    points: int = 200  # dataflows per workload
-    arch: str = "host"
-    threads: int = 1
-    warmup: int = 1
-    repetitions: int = 7
-    seed: int = 0
-    traffic: bool = True  # cachegrind
-    first_level: str = "L1"
-    last_level: str = "L2"  # the last level of one core's own hierarchy
-
-    def shapes(self) -> list[tuple[str, dict[str, int]]]:
-        """(workload, sizes) of every shape measured, in the config's order."""
-        return [(name, sizes) for name, value in self.workloads.items()
-                for sizes in (value if isinstance(value, list) else [value])]
-
-
-def load_config(path: str | None, points: int | None = None) -> CampaignConfig:
-    """The campaign from a YAML file (every key optional), validated with line numbers."""
-    config = CampaignConfig()
-    if path:
-        f = Field(load_yaml(path), str(path))
-        f.check_keys({"workloads", "points", "arch", "threads", "warmup", "repetitions", "seed",
-                      "traffic", "first_level", "last_level"})
-        workloads = dict(config.workloads)
-        if f.has("workloads"):
-            workloads = {}
-            for name, value in f.child("workloads").items():
-                if isinstance(value.data, list):
-                    workloads[str(name)] = [{k: sizes.integer(k) for k in sizes.keys()}
-                                            for sizes in value.elements()]
-                else:
-                    value.require_mapping()
-                    workloads[str(name)] = {k: value.integer(k) for k in value.keys()}
-        traffic = f.get("traffic", True)
-        if not isinstance(traffic, bool):
-            raise f.error(f"'traffic' must be true or false, got {traffic!r}", "traffic")
-        config = CampaignConfig(
-            workloads, f.integer("points", config.points), f.string("arch", config.arch),
-            f.integer("threads", 1), f.integer("warmup", 1, minimum=0),
-            f.integer("repetitions", 7), f.integer("seed", 0, minimum=0), traffic,
-            f.string("first_level", "L1"), f.string("last_level", "L2"))
-    if points is not None:
-        if points < 1:
-            raise InputError(f"--points must be at least 1, got {points}")
-        config = CampaignConfig(**{**config.__dict__, "points": points})
-    return config
 
 
 def tree_key(w: Workload, flow: Dataflow) -> str:
@@ -104,10 +72,12 @@ def tree_key(w: Workload, flow: Dataflow) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def choose_dataflows(w: Workload, arch: Architecture, points: int,
-                     seed: int) -> list[tuple[str, Dataflow]]:
-    """Named baselines the model finds valid on `arch`, then random valid trees up to
-    `points` in all: (kind, dataflow)."""
+def choose_dataflows(w: Workload, arch: Architecture, points: int, seed: int,
+                     near_picks: float = 0.0) -> list[tuple[str, Dataflow]]:
+    """Named baselines the model finds valid on `arch`, then up to `points` in all: the
+    fraction `near_picks` of the rest one step away from the model's best trees among the
+    baselines, the random ones and the baselines fitted by the tile search
+    (kernels.near_picks), the others uniformly random valid trees: (kind, dataflow)."""
     chosen: list[tuple[str, Dataflow]] = []
     for name in baselines_for(w):
         try:
@@ -117,8 +87,30 @@ def choose_dataflows(w: Workload, arch: Architecture, points: int,
         except (InputError, InvalidDataflow):
             continue
     chosen = chosen[:points]
-    randoms = random_valid_trees(w, arch, points - len(chosen), seed)
-    return chosen + [("random", f) for f in randoms]
+    left = points - len(chosen)
+    near = int(round(left * near_picks))
+    randoms = random_valid_trees(w, arch, left - near, seed)
+    pool = [f for _, f in chosen] + randoms
+    if near:
+        pool += fitted_baselines(w, arch, seed)
+    if near and len(pool) < 16:  # too few trees to pick from: a search pool of its own
+        pool += random_valid_trees(w, arch, 16 * max(near, 4), seed + 1)
+    nears = near_pick_trees(w, arch, pool, near, seed)
+    return chosen + [("random", f) for f in randoms] + [("near-pick", f) for f in nears]
+
+
+def fitted_baselines(w: Workload, arch: Architecture, seed: int) -> list[Dataflow]:
+    """The named baselines with their tile factors fitted by the explorer's tile search on
+    `arch` (explore.tilesearch.fit_baseline), as the explorer would recommend them."""
+    from tileflow.explore.tilesearch.fit import fit_baseline
+
+    fitted = []
+    for name in baselines_for(w):
+        try:
+            fitted.append(lanes_on_row(w, arch, fit_baseline(name, w, arch, seed=seed)))
+        except (InputError, InvalidDataflow):
+            continue
+    return fitted
 
 
 def model_row(w: Workload, arch: Architecture, flow: Dataflow,
@@ -164,13 +156,17 @@ def model_traffic(w: Workload, arch: Architecture, flow: Dataflow, result: Resul
     return row
 
 
-def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: CampaignConfig) -> dict:
-    checked = build_checked(w, arch, flow, threads=config.threads, seed=config.seed)
-    timing = time_kernel(checked.kernel, config.threads, config.warmup, config.repetitions)
+def measure_one(w: Workload, arch: Architecture, flow: Dataflow, config: CampaignConfig,
+                threads: int = 1, traffic: bool | None = None) -> dict:
+    """Check and time the kernel of `flow` on `threads` threads (`flow` already split over
+    them, `arch` the description its code is generated for); its traffic where asked (by
+    default where the config measures traffic), from the single-threaded code."""
+    checked = build_checked(w, arch, flow, threads=threads, seed=config.seed)
+    timing = time_kernel(checked.kernel, threads, config.warmup, config.repetitions)
     row = {"measured_s": timing.median_s, "min_s": timing.min_s, "max_s": timing.max_s,
            "spread": timing.spread, "repetitions": timing.repetitions,
            "threads": timing.threads, "max_error": checked.max_error}
-    if config.traffic:
+    if config.traffic if traffic is None else traffic:
         row.update(measure_traffic(w, arch, flow, config))
     return row
 
@@ -210,17 +206,24 @@ def remeasure(config: CampaignConfig, out: Path,
     for column in ("traffic_measured_by", "traffic_error"):
         text = frame[column].astype(object) if column in frame else pd.Series("", frame.index)
         frame[column] = text.where(text.notna(), "").astype(str)
+    sampled = traffic_keys(frame, config)
+    measured: dict[str, dict] = {}  # per dataflow: one single-threaded measurement
+    for r in frame[frame.traffic_measured_by == TRAFFIC_METHOD].to_dict("records"):
+        measured.setdefault(r["key"], {c: r.get(c) for c in TRAFFIC_COLUMNS})
     bar = progress(total=len(frame)) if progress else None
     for i, r in frame.iterrows():
         w = load_workload(r.workload, shape_sizes(r["shape"]))
         flow = parse_dataflow(Field(json.loads(r.tree), str(csv)))
         values = model_traffic(w, arch, flow, evaluate(w, arch, flow), config)
-        if r.traffic_measured_by != TRAFFIC_METHOD:
-            values.update(measure_traffic(w, arch, flow, config),
-                          traffic_measured_by=TRAFFIC_METHOD)
+        fresh = r.traffic_measured_by != TRAFFIC_METHOD and r.key in sampled
+        if fresh:
+            if r.key not in measured:
+                measured[r.key] = {**measure_traffic(w, arch, flow, config),
+                                   "traffic_measured_by": TRAFFIC_METHOD}
+            values.update(measured[r.key])
         for k, v in values.items():
             frame.loc[i, k] = v
-        if r.traffic_measured_by != TRAFFIC_METHOD:
+        if fresh:
             write_atomic(frame, csv)
         if bar:
             bar.update(1)
@@ -228,6 +231,21 @@ def remeasure(config: CampaignConfig, out: Path,
     if bar:
         bar.close()
     return frame
+
+
+TRAFFIC_COLUMNS = ("measured_first_level_bytes", "measured_last_level_bytes", "traffic_error",
+                   "traffic_measured_by")
+
+
+def traffic_keys(frame: pd.DataFrame, config: CampaignConfig) -> set[str]:
+    """The dataflows (keys) whose traffic is measured: all, or `traffic_sample` of them
+    drawn with the campaign's seed (the same draw on every run, so a resumed pass
+    continues it)."""
+    keys = sorted(set(frame.key.astype(str)))
+    if config.traffic_sample and config.traffic_sample < len(keys):
+        rng = np.random.default_rng(config.seed)
+        keys = rng.choice(keys, config.traffic_sample, replace=False).tolist()
+    return set(keys)
 
 
 def read_rows(csv: Path) -> pd.DataFrame:
@@ -240,10 +258,125 @@ def write_atomic(frame: pd.DataFrame, path: Path) -> None:
     write_csv(frame, path)
 
 
+@dataclass(frozen=True)
+class Job:
+    """One kernel to time: a chosen dataflow of one shape at one thread count."""
+
+    name: str
+    w: Workload
+    kind: str
+    flow: Dataflow  # as chosen, for one core: the row's `tree`
+    point: int
+    threads: int
+    timed: Dataflow  # `flow` with its outermost unreduced loop split over the threads
+    key: str
+
+
+def plan_jobs(config: CampaignConfig, seen: set[tuple[str, int]]) -> list[Job]:
+    """Every (dataflow, thread count) of the campaign not in `seen` ((key, threads)).
+    Dataflows are chosen once per shape on the one-core description; each is timed at every
+    thread count, split over the threads by `parallel_rows` (a dataflow with no outermost
+    unreduced loop the count divides is timed on fewer counts)."""
+    arch = _campaign_arch(config)
+    jobs = []
+    for name, sizes in config.shapes():
+        w = load_workload(name, sizes)
+        chosen = choose_dataflows(w, arch, config.points, config.seed, config.near_picks)
+        for index, (kind, flow) in enumerate(chosen):
+            key = tree_key(w, flow)
+            for t in config.threads:
+                if (key, t) in seen:
+                    continue
+                try:
+                    timed = parallel_rows(w, flow, t)
+                except InputError:
+                    continue
+                jobs.append(Job(name, w, kind, flow, index, t, timed, key))
+    return jobs
+
+
+def kernel_arch(config: CampaignConfig, threads: int) -> Architecture:
+    """The description a kernel's code is generated for: one core's view for one thread,
+    the whole description (its cores' fan-out) for more."""
+    return _campaign_arch(config) if threads == 1 else load_arch(config.arch)
+
+
+def _compile(text: str) -> str:
+    """Compile one source into the build cache: "" or the compiler's complaint."""
+    try:
+        compile_shared(text)
+    except BuildError as exc:
+        return str(exc)[:2000]
+    return ""
+
+
+def failure(j: Job, stage: str, exc: BaseException | str) -> dict:
+    """A row of failures.csv: the job, the stage it failed at and why (first line)."""
+    text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return {"key": j.key, "threads": j.threads, "workload": j.name, "shape": _shape(j.w),
+            "kind": j.kind, "dataflow": j.flow.name, "stage": stage,
+            "error": (text.strip().splitlines() or [""])[0][:300],
+            "tree": json.dumps(to_dict(j.flow))}
+
+
+def compile_pass(jobs: list[Job], config: CampaignConfig, progress: Callable | None = None
+                 ) -> tuple[list[Job], list[dict]]:
+    """Compile every job's kernel into the build cache before any is timed, in
+    `compile_workers` processes (the timing pass then compiles nothing: nothing else runs
+    on the machine while it times). Returns the jobs that compiled and a failure row for
+    each that did not (a generator defect: recorded, not fatal to a long campaign)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    sources: dict[str, list[int]] = {}
+    failures = []
+    for i, j in enumerate(jobs):
+        try:
+            text = generate_c(analyse(j.w, kernel_arch(config, j.threads), j.timed),
+                              threads=j.threads > 1, style=STYLES[-1]).text
+        except Exception as exc:  # noqa: BLE001 - any generator defect is recorded
+            failures.append(failure(j, "generate", exc))
+            continue
+        sources.setdefault(text, []).append(i)
+    order = sorted(sources)
+    bar = progress(total=len(order), desc="compile") if progress else None
+    failed: set[int] = set()
+
+    def record(text: str, error: str) -> None:
+        if error:
+            failed.update(sources[text])
+            failures.extend(failure(jobs[i], "compile", error) for i in sources[text])
+        if bar:
+            bar.update(1)
+
+    if config.compile_workers <= 1 or len(order) < 2:
+        for text in order:
+            record(text, _compile(text))
+    else:
+        with ProcessPoolExecutor(config.compile_workers) as pool:
+            for text, error in zip(order, pool.map(_compile, order), strict=True):
+                record(text, error)
+    if bar:
+        bar.close()
+    built = {i for ids in sources.values() for i in ids} - failed
+    return [j for i, j in enumerate(jobs) if i in built], failures
+
+
+def fingerprint_columns() -> dict[str, str]:
+    """The machine every row was measured on, as columns (CPU model, caches, compiler,
+    flags, kernel style)."""
+    env = environment()
+    return {"machine_cpu": env["cpu"], "machine_cpus": env["cpus"],
+            "machine_caches": env["caches"], "machine_compiler": env["compiler"],
+            "machine_flags": env["flags"], "kernel_style": env["kernel_style"]}
+
+
 def run_campaign(config: CampaignConfig, out: Path,
                  progress: Callable | None = None) -> pd.DataFrame:
-    """Measure every chosen dataflow not yet in out/measurements.csv; the CSV is rewritten
-    (atomically) after each one, so an interrupted campaign keeps what it measured."""
+    """Measure every chosen (dataflow, thread count) not yet in out/measurements.csv: a
+    compile pass, then the timing pass; the CSV is rewritten (atomically) every
+    SAVE_EVERY_S, at the end and when interrupted, so an interrupted campaign keeps what it
+    measured. NumPy's time for the same computation (BLAS matrix products, same shape and
+    thread count) goes into every row."""
     out.mkdir(parents=True, exist_ok=True)
     if config.traffic and valgrind_missing():
         raise InputError(f"cannot measure traffic: {valgrind_missing()} (set traffic: false "
@@ -253,34 +386,94 @@ def run_campaign(config: CampaignConfig, out: Path,
         if level not in arch.level_index or arch.level_index[level] == 0:
             raise InputError(f"campaign level '{level}' is not a cache level of {arch.name} "
                              f"({', '.join(arch.level_index)})")
+    if max(config.threads) > 1:  # OpenMP threads sleep between parallel loops (read at load)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     csv = out / "measurements.csv"
     done = read_rows(csv)
-    seen = set(done["key"]) if "key" in done else set()
+    check_same_machine(done, csv)
     rows = done.to_dict("records")
+    seen = {(r["key"], _threads_of(r)) for r in rows}
     write_text(out / "environment.json", json.dumps(
         {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
-    jobs = []
-    for name, sizes in config.shapes():
-        w = load_workload(name, sizes)
-        for kind, flow in choose_dataflows(w, arch, config.points, config.seed):
-            jobs.append((name, w, kind, flow))
+    failed_before = read_rows(out / FAILURES)
+    seen |= {(r["key"], _threads_of(r)) for r in failed_before.to_dict("records")}
+    jobs = plan_jobs(config, seen)
+    jobs, failures = compile_pass(jobs, config, progress)
+    failures = failed_before.to_dict("records") + failures
+    if failures:
+        write_atomic(pd.DataFrame(failures), out / FAILURES)
+    traffic = traffic_keys(pd.DataFrame({"key": [j.key for j in jobs]}), config) \
+        if config.traffic and jobs else set()
+    measured: dict[str, dict] = {}
+    machine = fingerprint_columns()
+    blas: dict[tuple[str, int], dict] = {}
     bar = progress(total=len(jobs)) if progress else None
-    for index, (name, w, kind, flow) in enumerate(jobs):
-        key = tree_key(w, flow)
-        if key not in seen:
-            row = {"key": key, "workload": name, "shape": _shape(w), "kind": kind,
-                   "dataflow": flow.name, "point": index,
-                   **model_row(w, arch, flow, config), **measure_one(w, arch, flow, config),
-                   "traffic_measured_by": TRAFFIC_METHOD if config.traffic else "",
-                   "tree": json.dumps(to_dict(flow))}
+    saved_at = time.monotonic()
+    # the model of a t-thread kernel: the host with t cores under its outermost level
+    models = {t: threaded(load_arch(config.arch), t) for t in config.threads}
+    try:
+        for j in jobs:
+            shape = _shape(j.w)
+            if (shape, j.threads) not in blas:
+                # many calls: once per shape and thread count, and the fastest is kept
+                blas[shape, j.threads] = time_numpy(j.name, random_inputs(j.w, config.seed),
+                                                    j.threads, repetitions=NUMPY_REPETITIONS)
+            try:
+                terms, _ = model_terms(j.w, models[j.threads], j.timed)
+                own = model_traffic(j.w, arch, j.flow, evaluate(j.w, arch, j.flow), config)
+                timed = measure_one(j.w, kernel_arch(config, j.threads), j.timed, config,
+                                    j.threads, False)
+            except (BuildError, WrongResult, InputError, InvalidDataflow, OSError) as exc:
+                failures.append(failure(j, "time", exc))
+                write_atomic(pd.DataFrame(failures), out / FAILURES)
+                continue
+            row = {"key": j.key, "workload": j.name, "shape": shape, "kind": j.kind,
+                   "dataflow": j.flow.name, "point": j.point, **terms, **own, **timed,
+                   **blas[shape, j.threads], **machine, "traffic_measured_by": ""}
+            if j.key in traffic:  # once per dataflow, copied to its other thread counts
+                if j.key not in measured:
+                    measured[j.key] = {**measure_traffic(j.w, arch, j.flow, config),
+                                       "traffic_measured_by": TRAFFIC_METHOD}
+                row.update(measured[j.key])
+            row["tree"] = json.dumps(to_dict(j.flow))
             rows.append(row)
-            seen.add(key)
+            if time.monotonic() - saved_at > SAVE_EVERY_S:
+                write_atomic(pd.DataFrame(rows), csv)
+                saved_at = time.monotonic()
+            if bar:
+                bar.update(1)
+    finally:  # interrupted too: what was measured is saved
+        if jobs:
             write_atomic(pd.DataFrame(rows), csv)
-        if bar:
-            bar.update(1)
     if bar:
         bar.close()
     return pd.DataFrame(rows)
+
+
+def check_same_machine(done: pd.DataFrame, csv: Path) -> None:
+    """Refuse to add to measurements made elsewhere: rows without the machine's fingerprint
+    (an older campaign) or with another machine, compiler, flags or kernel style (their
+    timings would mix with these, and a resumed run would skip their dataflows)."""
+    if not len(done):
+        return
+    here = fingerprint_columns()
+    missing = [c for c in here if c not in done]
+    if missing:
+        raise InputError(f"{csv} holds {len(done)} rows measured without the machine's "
+                         "fingerprint (an older campaign): move it away, or give another "
+                         "--out, to start this campaign")
+    for column, value in here.items():
+        other = sorted({str(v) for v in done[column]} - {value})
+        if other:
+            raise InputError(f"{csv}: rows measured with {column} '{other[0]}', here "
+                             f"'{value}': move the file away, or give another --out, to "
+                             "measure on this machine")
+
+
+def _threads_of(row: dict) -> int:
+    """A saved row's thread count (rows saved before thread counts were recorded: 1)."""
+    value = row.get("threads")
+    return 1 if value is None or value != value else int(value)
 
 
 def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int = 40,
@@ -290,24 +483,26 @@ def retime(frame: pd.DataFrame, config: CampaignConfig, out: Path, sample: int =
     error."""
     from tileflow.specs.dataflow import parse_dataflow
 
-    arch = _campaign_arch(config)
     rows = []
-    for r in frame.sample(min(sample, len(frame)), random_state=seed).itertuples():
-        w = load_workload(r.workload, shape_sizes(r.shape))
-        flow = parse_dataflow(Field(json.loads(r.tree), str(out / "measurements.csv")))
-        checked = build_checked(w, arch, flow, threads=config.threads, seed=config.seed)
-        timing = time_kernel(checked.kernel, config.threads, config.warmup, config.repetitions)
-        rows.append({"key": r.key, "workload": r.workload, "min_s": r.min_s,
-                     "min_s_again": timing.min_s})
+    for r in frame.sample(min(sample, len(frame)), random_state=seed).to_dict("records"):
+        w = load_workload(r["workload"], shape_sizes(r["shape"]))
+        flow = parse_dataflow(Field(json.loads(r["tree"]), str(out / "measurements.csv")))
+        threads = _threads_of(r)
+        checked = build_checked(w, kernel_arch(config, threads),
+                                parallel_rows(w, flow, threads), threads=threads,
+                                seed=config.seed)
+        timing = time_kernel(checked.kernel, threads, config.warmup, config.repetitions)
+        rows.append({"key": r["key"], "workload": r["workload"], "threads": threads,
+                     "min_s": r["min_s"], "min_s_again": timing.min_s})
     result = pd.DataFrame(rows)
     write_atomic(result, out / "retest.csv")
     return result
 
 
 def _campaign_arch(config: CampaignConfig) -> Architecture:
-    """The description the kernels run on: one core's view when single-threaded."""
-    arch = load_arch(config.arch)
-    return single_core(arch) if config.threads == 1 else arch
+    """The description dataflows are chosen on and traffic is modelled on: one core's
+    view (each kernel's code is that of one core; more threads split its outer loop)."""
+    return single_core(load_arch(config.arch))
 
 
 def shape_sizes(shape: str) -> dict[str, int]:
@@ -319,10 +514,10 @@ def _shape(w: Workload) -> str:
     return " ".join(f"{d}={s}" for d, s in w.sizes.items())
 
 
-def tqdm_progress(**kw):
+def tqdm_progress(desc: str = "kernels", **kw):
     from tqdm import tqdm
 
-    return tqdm(file=sys.stderr, desc="kernels", unit="kernel", **kw)
+    return tqdm(file=sys.stderr, desc=desc, unit="kernel", **kw)
 
 
 def total_points(frame: pd.DataFrame) -> dict[str, int]:

@@ -21,6 +21,19 @@ def single_core(arch: Architecture) -> Architecture:
     return replace(arch, levels=levels, name=f"{arch.name}-1core")
 
 
+def threaded(arch: Architecture, threads: int) -> Architecture:
+    """The description a `threads`-thread kernel is modelled on: the one-core view with
+    `threads` instances of the level below the outermost one, where the kernel's parallel
+    loop (`parallel_rows`, in the outermost tile) spreads its steps; one thread: the
+    one-core view."""
+    one = single_core(arch)
+    if threads <= 1 or len(one.levels) < 2:
+        return one
+    levels = [one.levels[0], replace(one.levels[1], fanout=threads, instances=threads),
+              *(replace(lv, instances=threads) for lv in one.levels[2:])]
+    return replace(one, levels=tuple(levels), name=f"{arch.name}-{threads}threads")
+
+
 def lanes_on_row(w: Workload, arch: Architecture, flow: Dataflow) -> Dataflow:
     """`flow` with the unnamed spatial loops right above matrix operators on the columns
     (y) axis where the matrix unit is one row of lanes (1 x lanes, a CPU's SIMD unit): an
