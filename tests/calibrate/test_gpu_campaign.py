@@ -285,3 +285,41 @@ def test_prepared_programs_compile_with_nvcc(tmp_path):
     assert binary.exists()
     assert binary.read_bytes()[:4] == b"\x7fELF"
     assert binary.read_bytes()[18] == 0x3E  # e_machine: x86-64
+
+
+def _synthetic_run(prepared: Path, folder: Path, scale: float, device: str = "synthetic"):
+    campaign = pd.read_csv(prepared / "campaign.csv")
+    arch = load_arch("gpu-h100")
+    features = {c: campaign[c].to_numpy(float) for c in gpu_latency.COLUMNS}
+    seconds = scale * gpu_latency.cycles(features, 2 * gpu_latency.parameter_set().defaults) \
+        / (arch.clock_ghz * 1e9)
+    folder.mkdir()
+    shutil.copy(prepared / "campaign.csv", folder)
+    shutil.copy(prepared / "manifest.json", folder)
+    pd.DataFrame({"id": campaign.id, "status": "ok", "median_s": seconds, "min_s": seconds,
+                  "max_s": seconds, "first_s": seconds, "reps": 5, "max_rel_err": 1e-7,
+                  "device": device, "sm_count": 132, "l2_bytes": 52428800,
+                  "cc": "9.0", "driver_version": 13000, "runtime_version": 13000}
+                 ).to_csv(folder / "timings.csv", index=False)
+
+
+def test_two_runs_are_one_campaign_and_their_common_dataflows_a_retest(prepared, tmp_path):
+    """The same campaign run twice, the second 10 % slower: every dataflow is kept once
+    (the first run's row) and the retest spread is exactly 10 %; a run on another GPU is
+    refused."""
+    _synthetic_run(prepared, tmp_path / "a", 1.0)
+    _synthetic_run(prepared, tmp_path / "b", 1.1)
+    out = tmp_path / "report"
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--results",
+                 str(tmp_path / "b"), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rows = len(pd.read_csv(prepared / "campaign.csv"))
+    assert summary["counts"]["prepared"] == 2 * rows
+    assert summary["counts"]["repeated_across_runs"] == rows
+    assert sum(summary["points"].values()) == rows
+    assert summary["retest"]["dataflows"] == rows
+    assert summary["retest"]["median_spread"] == pytest.approx(0.1)
+    assert "measured in more than one run" in (out / "report.md").read_text()
+    _synthetic_run(prepared, tmp_path / "c", 1.0, device="another GPU")
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--results",
+                 str(tmp_path / "c"), "--out", str(out)]) == 2

@@ -156,7 +156,7 @@ def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: 
 
 
 def validate_gpu(config_path: str | None, points: int | None, out: str | None,
-                 prepare: str | None, results: str | None,
+                 prepare: str | None, results: str | list[str] | None,
                  prepared: str | None = None, learn: bool = False) -> dict:
     """--prepare DIR: build the campaign's CUDA programs and run.sh here (nvcc, no GPU);
     --results DIR: read what run.sh measured on the GPU and write the report."""
@@ -178,28 +178,30 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                                               progress=lambda m: print(m, file=sys.stderr))
         return {"prepared": str(prepare), "dataflows": int(len(frame)),
                 "programs": sorted(frame.program.unique().tolist())}
+    import pandas as pd
+
     from tileflow.specs.arch import load_arch
 
-    folder = Path(results)
-    campaign, manifest = gpu_results.read_campaign(Path(prepared) if prepared else folder)
-    timings = gpu_results.read_timings(folder / "timings.csv")
-    ncu, notes = gpu_results.read_ncu(folder / "ncu.csv")
-    measured, counts = gpu_results.join(campaign, timings, ncu, str(folder / "timings.csv"))
-    study = gpu_results.study(measured, load_arch(manifest.get("arch", gpu_campaign.ARCH)))
-    vendor = gpu_vendor.read_vendor(folder / gpu_vendor.FILE)
+    folders = [Path(r) for r in ([results] if isinstance(results, str) else results)]
+    runs = gpu_results.read_runs(folders, Path(prepared) if prepared else None)
+    arch = load_arch(runs.manifest.get("arch", gpu_campaign.ARCH))
+    study = gpu_results.study(runs.measured, arch)
+    vendor = pd.concat([gpu_vendor.read_vendor(f / gpu_vendor.FILE) for f in folders],
+                       ignore_index=True)
     study.summary["kernel_vs_vendor"] = gpu_vendor.kernel_vs_vendor(study.frame, vendor)
+    study.summary["runs"] = [str(f) for f in folders]
+    study.summary["retest"] = runs.retest
     target = Path(out or "validate/gpu")
-    command = f"tileflow validate gpu --results {results}" + (
+    command = "tileflow validate gpu" + "".join(f" --results {f}" for f in folders) + (
         f" --prepared {prepared}" if prepared else "") + (f" --out {out}" if out else "") + (
         " --learn" if learn else "")
-    machine = gpu_results.fingerprint(timings, manifest)
+    machine, counts, notes = runs.machine, runs.counts, runs.notes
     sections: list[str] = []
     if learn:
         from tileflow.calibrate import gpu_learned
 
         target.mkdir(parents=True, exist_ok=True)
-        meta = gpu_learned.run(study.frame, load_arch(manifest.get("arch", gpu_campaign.ARCH)),
-                               target, machine)
+        meta = gpu_learned.run(study.frame, arch, target, machine)
         shapes = meta["held_out_shapes"]
         study.summary["learned_model"] = {
             name: {k: v for k, v in shapes[name].items() if k != "groups"}
@@ -219,9 +221,11 @@ def add_campaign_options(parser) -> None:
     parser.add_argument("--prepare", metavar="DIR",
                         help="gpu: choose the campaign, build its CUDA programs with nvcc "
                              "and write DIR/run.sh to run on a GPU (no GPU needed here)")
-    parser.add_argument("--results", metavar="DIR",
+    parser.add_argument("--results", metavar="DIR", action="append",
                         help="gpu: the folder run.sh wrote on the GPU; writes the report "
-                             "(default out: validate/gpu)")
+                             "(default out: validate/gpu); repeat it for several runs on the "
+                             "same GPU, reported as one campaign (a dataflow in two runs is "
+                             "kept once and counted as a retest)")
     parser.add_argument("--prepared", metavar="DIR",
                         help="gpu --results: the prepared folder, where DIR lacks the "
                              "campaign.csv and manifest.json run.sh copies")

@@ -41,7 +41,8 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
         f"{MAX_REL_ERR:g}, {TF32_REL_ERR:g} on tensor cores) and used below; "
         f"{counts['wrong_results']} with wrong results; "
         f"not run: {counts['not_run'] or 'none'}; missing from the results: "
-        f"{counts['missing_from_results']}.", "",
+        f"{counts['missing_from_results']}."
+        + _retest_words(s.get("retest", {}), counts, s.get("runs", [])), "",
         "Each time is the median of CUDA-event timings of the dataflow's whole launch "
         "sequence after a warm-up run. The GPU kernels' latency form "
         "(`tileflow.calibrate.gpu_latency`: per launch, per serial statement of one thread "
@@ -156,3 +157,16 @@ def _vendor_lines(table: dict) -> list[str]:
               "generated kernel is faster): the best float32 kernel against float32, the "
               "best kernel of any precision (TF32 tensor cores included) against TF32."]
     return lines
+
+
+def _retest_words(retest: dict, counts: dict, runs: list[str]) -> str:
+    """The runs read and how far a dataflow measured in two of them moved."""
+    if len(runs) < 2:
+        return ""
+    text = f" Runs: {', '.join(f'`{r}`' for r in runs)}."
+    if retest.get("dataflows"):
+        text += (f" {retest['dataflows']} dataflows were measured in more than one run (kept "
+                 f"once; {counts.get('repeated_across_runs', 0)} repeated rows left out): "
+                 f"their medians differ by {retest['median_spread']:.2%} at the median and "
+                 f"{retest['max_spread']:.1%} at most, the noise under any model's error.")
+    return text

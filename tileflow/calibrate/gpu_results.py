@@ -322,3 +322,55 @@ def fingerprint(timings: pd.DataFrame, manifest: dict) -> dict:
     out["nvcc"] = manifest.get("nvcc", "unknown")
     out["nvcc_flags"] = " ".join(manifest.get("nvcc_flags", []))
     return out
+
+
+@dataclass(frozen=True)
+class Runs:
+    """One or more run.sh result folders read as one campaign."""
+
+    measured: pd.DataFrame  # correct rows; a dataflow measured in several runs kept once
+    counts: dict
+    notes: list[str]
+    manifest: dict  # the first run's
+    machine: dict  # the GPU and software, the same in every run
+    retest: dict  # dataflows measured in more than one run: how far their medians differ
+
+
+def read_runs(folders: list[Path], prepared: Path | None = None) -> Runs:
+    """Each folder's campaign, timings and ncu bytes joined, ids made distinct across runs
+    (`run` column: the folder's position); a dataflow (same key) in several runs keeps its
+    first run's row, and the spread of its medians is the retest figure. Runs on another
+    GPU or software than the first are refused."""
+    if prepared is not None and len(folders) > 1:
+        raise InputError("--prepared names the prepared folder of a single --results DIR")
+    frames, counts, notes, machine, first_manifest = [], {}, [], None, {}
+    offset = 0
+    for run, folder in enumerate(folders):
+        campaign, manifest = read_campaign(prepared or folder)
+        timings = read_timings(folder / "timings.csv")
+        ncu, run_notes = read_ncu(folder / "ncu.csv")
+        measured, run_counts = join(campaign, timings, ncu, str(folder / "timings.csv"))
+        print_ = fingerprint(timings, manifest)
+        if machine is None:
+            machine, first_manifest = print_, manifest
+        elif any(str(print_[k]) != str(machine[k]) for k in FINGERPRINT):
+            raise InputError(f"{folder}: measured on {print_['device']} (driver "
+                             f"{print_['driver_version']}), not on the first run's "
+                             f"{machine['device']} (driver {machine['driver_version']}): "
+                             "report each GPU's runs apart")
+        measured = measured.assign(id=measured.id + offset, run=run)
+        offset += int(campaign.id.max()) + 1
+        frames.append(measured)
+        notes += [f"{folder.name}: {n}" for n in run_notes] if len(folders) > 1 else run_notes
+        for k, v in run_counts.items():
+            counts[k] = ({**counts.get(k, {}), **v} if isinstance(v, dict)
+                         else counts.get(k, 0) + v)
+    every = pd.concat(frames, ignore_index=True)
+    repeated = every[every.key.duplicated(keep=False)]
+    spread = repeated.groupby("key")[MEASURED].agg(lambda s: s.max() / s.min() - 1)
+    retest = {"dataflows": int(len(spread)),
+              "median_spread": float(spread.median()) if len(spread) else math.nan,
+              "max_spread": float(spread.max()) if len(spread) else math.nan}
+    kept = every.drop_duplicates("key", keep="first").reset_index(drop=True)
+    counts["repeated_across_runs"] = int(len(every) - len(kept))
+    return Runs(kept, counts, notes, first_manifest, machine, retest)
