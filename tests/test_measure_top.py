@@ -83,3 +83,26 @@ def test_measure_top_needs_the_host_as_accelerator(tmp_path, capsys):
                       + f"out: {tmp_path / 'out'}\n")
     assert main(["explore", str(config), "--measure-top", "2"]) == 2
     assert "accelerator must be 'host'" in capsys.readouterr().err
+
+
+def test_measured_kernels_are_added_to_the_campaign_once(study, tmp_path, capsys):
+    """--add-to-campaign appends the measured kernels in the campaign's columns (kind
+    'measure-top', this machine's fingerprint); a second run adds no row twice; without
+    --measure-top it is refused."""
+    import pandas as pd
+
+    path, _ = study
+    campaign = tmp_path / "campaign"
+    args = ["explore", str(path), "--quiet", "--measure-top", "2", "--learned-model", "none",
+            "--add-to-campaign", str(campaign)]
+    assert main(args) == 0
+    assert "2 kernel(s) added" in capsys.readouterr().out
+    rows = pd.read_csv(campaign / "measurements.csv")
+    assert len(rows) == 2 and set(rows.kind) == {"measure-top"}
+    assert (rows.threads == 1).all() and (rows.min_s > 0).all() and (rows.model_s > 0).all()
+    assert rows.key.is_unique and rows.machine_cpu.notna().all()
+    assert main(args) == 0
+    assert "0 kernel(s) added" in capsys.readouterr().out
+    assert len(pd.read_csv(campaign / "measurements.csv")) == 2
+    assert main(["explore", str(path), "--add-to-campaign", str(campaign)]) == 2
+    assert "give --measure-top" in capsys.readouterr().err

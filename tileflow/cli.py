@@ -653,6 +653,11 @@ def add_explore_parser(sub) -> None:
                          "on this CPU (re-ranked by the learned cost model where one exists "
                          "for this machine), predicted beside measured, the best measured "
                          "against NumPy's BLAS (OUT/measured.csv)")
+    ex.add_argument("--add-to-campaign", metavar="DIR",
+                    help="with --measure-top: append the measured kernels to the CPU "
+                         "campaign in DIR (DIR/measurements.csv, kind 'measure-top'; "
+                         "refused where DIR was measured on another machine), e.g. "
+                         "validate/cpu")
     ex.add_argument("--measure-threads", type=int, default=1, metavar="N",
                     help="threads of the measured kernels and of NumPy (default 1)")
     ex.add_argument("--kernel-style", choices=["registers", "plain"], default="registers",
@@ -716,6 +721,9 @@ def cmd_explore(args) -> int:
             raise InputError(f"--measure-top and --measure-threads must be integers >= 1, got "
                              f"{args.measure_top} and {args.measure_threads}")
         check_host(config.load()[1])
+    if args.add_to_campaign and args.measure_top is None:
+        raise InputError("--add-to-campaign adds the kernels --measure-top measures: give "
+                         "--measure-top K too")
     check_against(config, *config.load())  # sizes, preset, names: before the search
     check_storage(args.storage)
     if args.out is not None or "out" not in config.places:  # last: it creates the folder
@@ -739,7 +747,8 @@ def cmd_explore(args) -> int:
     measured = None
     if args.measure_top is not None and not outcome.interrupted:
         measured = _measure_top(args, outcome, config.out, progress)
-        data["measured"] = {**{k: v for k, v in measured.items() if k != "rows"},
+        data["measured"] = {**{k: v for k, v in measured.items()
+                               if k not in ("rows", "campaign_rows")},
                             "rows": measured["rows"].to_dict("records")}
     if args.json:
         print(json.dumps(data, indent=2, default=str))
@@ -762,6 +771,9 @@ def cmd_explore(args) -> int:
 
             print(table(measured))
             print(f"measured kernels in {Path(config.out) / 'measured.csv'}")
+            if args.add_to_campaign:
+                print(f"{measured['added_to_campaign']} kernel(s) added to "
+                      f"{Path(args.add_to_campaign) / 'measurements.csv'}")
     return 130 if outcome.interrupted else 0
 
 
@@ -779,6 +791,11 @@ def _measure_top(args, outcome, out: str, progress: bool) -> dict:
     result = measure_top(outcome, args.measure_top, args.measure_threads, args.kernel_style,
                          model, progress=tqdm_progress(args.measure_top) if progress else None)
     write_measured(result, Path(out))
+    if args.add_to_campaign:
+        from tileflow.kernels.campaign import add_rows
+
+        result["added_to_campaign"] = add_rows(Path(args.add_to_campaign),
+                                               result["campaign_rows"])
     return result
 
 

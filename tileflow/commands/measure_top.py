@@ -81,6 +81,7 @@ def measure_top(outcome, k: int, threads: int = 1, style: str = "registers",
                 blas_seconds: float = 2.0, progress=None) -> dict:
     """Measure the study's top `k` points; returns the table (a DataFrame under "rows")
     and the best measured against NumPy."""
+    from tileflow.kernels.campaign import measured_row
     from tileflow.kernels.cpu import build_checked
     from tileflow.kernels.timing import time_kernel
     from tileflow.kernels.trees import single_core
@@ -105,18 +106,24 @@ def measure_top(outcome, k: int, threads: int = 1, style: str = "registers",
         frame["learned_s"] = model.predict(features, single_core(arch))
         order = np.argsort(frame.learned_s.to_numpy(), kind="stable")[:k]
         frame, flows = frame.iloc[order].reset_index(drop=True), [flows[i] for i in order]
-    measured = []
+    measured, campaign_rows = [], []
     for flow in flows:
         checked = build_checked(w, kernel_arch, flow, threads=threads, style=style)
         t = time_kernel(checked.kernel, threads, 1, repetitions)
         measured.append((t.median_s, t.min_s, checked.max_error))
+        campaign_rows.append(measured_row(
+            w, arch, flow, threads, "measure-top",
+            {"measured_s": t.median_s, "min_s": t.min_s, "max_s": t.max_s,
+             "spread": t.spread, "repetitions": t.repetitions,
+             "max_error": checked.max_error}))
         if progress:
             progress(1)
     frame["measured_median_s"] = [m[0] for m in measured]
     frame["measured_min_s"] = [m[1] for m in measured]
     frame["max_error"] = [m[2] for m in measured]
     best = int(np.argmin(frame.measured_min_s.to_numpy()))
-    result = {"rows": frame, "threads": threads, "kernel_style": style,
+    result = {"rows": frame, "campaign_rows": campaign_rows, "threads": threads,
+              "kernel_style": style,
               "learned_model": str(model_path) if model else None, "learned_why_not": why,
               "best": {"structure": frame.structure[best], "factors": frame.factors[best],
                        "measured_min_s": float(frame.measured_min_s[best]),

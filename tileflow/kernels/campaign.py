@@ -525,3 +525,30 @@ def total_points(frame: pd.DataFrame) -> dict[str, int]:
         if len(frame) else {}
 
 
+
+
+def add_rows(out: Path, rows: list[dict]) -> int:
+    """Append measured rows (campaign columns) to out/measurements.csv, refused where the
+    file was measured on another machine; a (dataflow, thread count) already there keeps
+    its row. Returns how many were added."""
+    csv = out / "measurements.csv"
+    done = read_rows(csv)
+    check_same_machine(done, csv)
+    seen = {(r["key"], _threads_of(r)) for r in done.to_dict("records")}
+    new = [r for r in rows if (r["key"], _threads_of(r)) not in seen]
+    if new:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(pd.concat([done, pd.DataFrame(new)], ignore_index=True), csv)
+    return len(new)
+
+
+def measured_row(w: Workload, arch: Architecture, flow: Dataflow, threads: int, kind: str,
+                 timing: dict) -> dict:
+    """One kernel measured outside a campaign (`explore --measure-top`) in the campaign's
+    columns: the model's terms on the t-thread description, the timing given, this
+    machine's fingerprint."""
+    terms, _ = model_terms(w, threaded(arch, threads), flow)
+    return {"key": tree_key(w, flow), "workload": w.name, "shape": _shape(w), "kind": kind,
+            "dataflow": flow.name, "point": -1, **terms, **timing, "threads": threads,
+            **fingerprint_columns(), "traffic_measured_by": "",
+            "tree": json.dumps(to_dict(flow))}
