@@ -47,19 +47,25 @@ TRAFFIC_VIEWS = (("dram", "model_dram_bytes", "measured_dram_bytes"),
 UNITS = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12}
 
 
+def read_columns(path: Path, columns) -> pd.DataFrame:
+    """A CSV file that must hold `columns` (an InputError naming the file otherwise)."""
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a CSV file ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected "
+                         f"{', '.join(columns)}")
+    return frame
+
+
 def read_timings(path: Path) -> pd.DataFrame:
     """timings.csv, checked: every column of the harness, ids integers, times positive and
     ordered (min <= median <= max) and errors non-negative on the rows that ran."""
     if not path.exists():
         raise InputError(f"{path}: not found (run.sh writes it into its results folder)")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a CSV file ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in COLUMNS if c not in frame]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected "
-                         f"{', '.join(COLUMNS)}")
+    frame = read_columns(path, COLUMNS)
 
     def bad(i: int, column: str, expected: str) -> InputError:
         return InputError(f"{path}: row {i + 2}, column '{column}': expected {expected}, got "

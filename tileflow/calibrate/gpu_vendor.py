@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tileflow.calibrate.gpu_results import read_columns
 from tileflow.errors import InputError
 
 FILE = "vendor.csv"
@@ -105,13 +106,7 @@ def read_vendor(path: Path) -> pd.DataFrame:
     """vendor.csv, checked by column and range; empty where the GPU machine wrote none."""
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame(columns=list(COLUMNS))
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a CSV file ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in COLUMNS if c not in frame]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+    frame = read_columns(path, COLUMNS)
     for i, r in frame.iterrows():
         t = pd.to_numeric(r.median_s, errors="coerce")
         if not (np.isfinite(t) and 0 < t < 3600):
