@@ -664,8 +664,8 @@ def add_explore_parser(sub) -> None:
                     help="C generator style of the measured kernels (default registers)")
     ex.add_argument("--learned-model", metavar="PKL",
                     help="learned cost model to re-rank with (default, where it exists: "
-                         "validate/cpu-pilot/learned-model.pkl for registers kernels, "
-                         "validate/cpu/learned-model.pkl for plain ones; 'none' for none)")
+                         "validate/cpu/learned-model.pkl for registers kernels; 'none' for "
+                         "none)")
 
 
 def _explore_config(name: str) -> Path:
@@ -782,10 +782,10 @@ def _measure_top(args, outcome, out: str, progress: bool) -> dict:
     from tileflow.commands.measure_top import DEFAULT_MODELS, measure_top, tqdm_progress
     from tileflow.commands.measure_top import write as write_measured
 
-    default = DEFAULT_MODELS[args.kernel_style]
+    default = DEFAULT_MODELS.get(args.kernel_style)
     model = (None if args.learned_model == "none" else
              Path(args.learned_model) if args.learned_model else
-             default if default.exists() else None)
+             default if default is not None and default.exists() else None)
     if args.learned_model not in (None, "none") and not Path(args.learned_model).exists():
         raise InputError(f"--learned-model: {args.learned_model} does not exist")
     result = measure_top(outcome, args.measure_top, args.measure_threads, args.kernel_style,

@@ -96,11 +96,45 @@ def test_report_files_and_the_stored_model_carry_the_campaigns_fingerprint(tmp_p
     result = learned_report.run(frame, ARCH, tmp_path, environment, "tileflow validate cpu",
                                 folds=3)
     assert result["fingerprint"] == {**environment, "kernel_style": "plain"}
-    assert sorted(result["held_out_groups"]["learned"]["groups"]) == sorted(
-        set(frame.workload + " " + frame["shape"]))
+    ranked = frame.workload + " " + frame["shape"]
+    if frame.threads.nunique() > 1:  # ranked per thread count, held out per shape
+        ranked = ranked + " threads=" + frame.threads.astype(str)
+    assert sorted(result["held_out_groups"]["learned"]["groups"]) == sorted(set(ranked))
     for name in ("learned.md", "learned.json", "learned-model.pkl", "learned-model.json"):
         assert (tmp_path / name).exists()
     text = (tmp_path / "learned.md").read_text()
     assert "a workload is predicted from the other workloads' kernels" in text
     model = learned.load(tmp_path / "learned-model.pkl", {"cpu": "AMD EPYC"})
     assert model.features == result["features"]
+
+
+def test_tree_features_multiply_each_operators_loop_trips_per_level_and_dim():
+    """Hand-read from the tree: qk under rows (m:4) and its L1 tile (k:8, m:2, l:4:Sp);
+    pv under rows and its own tile (n:16); the innermost temporal loop of more than one
+    step names the dim (in sorted order of the tree's dims: k, l, m, n)."""
+    tree = {"root": {"level": "DRAM", "name": "rows", "loops": ["m:4"], "children": [
+        {"level": "L1", "name": "qk-tile", "loops": ["k:8", "m:2", "l:4:Sp"],
+         "children": [{"op": "qk"}]},
+        {"level": "L1", "name": "pv-tile", "loops": ["n:16", "l:1"],
+         "children": [{"op": "pv"}]}]}}
+    assert learned.tree_features(tree) == {
+        "t0_DRAM_m": 4, "t0_L1_k": 8, "t0_L1_m": 2, "t0_L1_l_sp": 4, "t0_inner_dim": 2,
+        "t1_DRAM_m": 4, "t1_L1_n": 16, "t1_L1_l": 1, "t1_inner_dim": 3}
+
+
+def test_the_trees_predict_relative_to_numpys_time_where_every_row_has_it():
+    """Kernels 3x NumPy's time on every row: the target is then exactly log 3, and the
+    prediction 3 x NumPy's time, whatever the calibration says; without NumPy's time the
+    reference is the calibrated latency."""
+    frame = _campaign(40)
+    frame["calibrated_s"] = frame.min_s * np.random.default_rng(2).uniform(0.2, 5, len(frame))
+    frame["blas_min_s"] = np.random.default_rng(3).uniform(1e-4, 1e-3, len(frame))
+    frame["min_s"] = 3 * frame.blas_min_s
+    assert learned.reference_of(frame) == "blas_min_s"
+    columns = learned.feature_names(frame, ARCH)
+    assert learned.RATIO in columns
+    predicted, _ = learned.learned_prediction(frame, columns, np.arange(len(frame)))
+    assert np.allclose(predicted, frame.min_s, rtol=1e-6)
+    without = frame.drop(columns="blas_min_s")
+    assert learned.reference_of(without) == "calibrated_s"
+    assert learned.RATIO not in learned.feature_names(without, ARCH)

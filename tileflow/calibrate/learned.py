@@ -37,6 +37,8 @@ MODEL_COLUMNS = ("model_s", "macs", "vector_work", "leaf_steps", "model_first_le
                  "model_cache_last_level_bytes")
 FINGERPRINT_KEYS = ("cpu", "caches", "compiler", "flags", "kernel_style")
 MEASURED = "min_s"
+BLAS = "blas_min_s"  # NumPy's time for the same computation, shape and thread count
+RATIO = "calibrated_over_blas"
 
 
 def missing() -> str:
@@ -91,13 +93,73 @@ def operator_features(w, source: str) -> dict[str, float]:
     return out
 
 
+def every_operator_features(w, source: str) -> dict[str, float]:
+    """Per operator (o0, o1, ... in the workload's order) of a generated C kernel: its loop
+    depth, the innermost loop's trip and whether it reduces, the vectorised loop's width,
+    trip and position, the log of its loops' trips summed, and how many loops run once."""
+    from tileflow.kernels.vectorised import op_loops, vectorised_lines
+
+    lines, around = vectorised_lines(source), op_loops(source)
+    out: dict[str, float] = {}
+    for i, op in enumerate(w.ops):
+        loops = around[op.name].loops if op.name in around else ()
+        inner = loops[-1] if loops else None
+        hits = around[op.name].vectorised(lines) if op.name in around else []
+        vloop, words = hits[-1] if hits else (None, 0)
+        trips = [lp[2] for lp in loops]
+        p = f"o{i}_"
+        out[p + "depth"] = len(loops)
+        out[p + "inner_trip"] = inner[2] if inner else 1
+        out[p + "inner_reduces"] = float(bool(inner) and inner[1] in op.reduction_dims)
+        out[p + "simd_words"] = words
+        out[p + "simd_trip"] = vloop[2] if vloop else 0
+        out[p + "simd_position"] = len(loops) - 1 - loops.index(vloop) if vloop else np.nan
+        out[p + "trips_log_sum"] = float(np.log(np.maximum(trips, 1)).sum()) if trips else 0.0
+        out[p + "loops_trip1"] = sum(1 for t in trips if t == 1)
+    return out
+
+
+def tree_features(tree: Mapping) -> dict[str, float]:
+    """The tile tree's loops as numbers (TVM-style loop features): per operator (t0, t1,
+    ... in the order the tree reaches them), the product of its loops' trips at each level
+    over each dim, temporal and spatial apart, and the innermost dim a temporal loop of more
+    than one step runs over (its position in the workload's dims, -1 for none)."""
+    out: dict[str, float] = {}
+    paths: list[list[Mapping]] = []
+
+    def walk(node: Mapping, path: list[Mapping]) -> None:
+        if "op" in node:
+            paths.append(path)
+            return
+        for child in node.get("children", []):
+            walk(child, [*path, node])
+
+    walk(tree["root"], [])
+    dims = "".join(sorted({str(lp).split(":")[0] for path in paths for node in path
+                           for lp in node.get("loops", [])}))
+    for i, path in enumerate(paths):
+        inner = None
+        for node in path:
+            for lp in node.get("loops", []):
+                dim, trip, *spatial = str(lp).split(":")
+                key = f"t{i}_{node.get('level')}_{dim}{'_sp' if spatial else ''}"
+                out[key] = out.get(key, 1) * int(trip)
+                if not spatial and int(trip) > 1:
+                    inner = dim
+        out[f"t{i}_inner_dim"] = dims.index(inner) if inner else -1
+    return out
+
+
 def kernel_features(w, arch: Architecture, flow, style: str) -> dict[str, float]:
-    """`operator_features` of the single-threaded kernel of `flow` in `style`."""
+    """What a kernel is before it runs: `operator_features` and `every_operator_features`
+    of the single-threaded kernel of `flow` in `style`, and `tree_features` of `flow`."""
     from tileflow.kernels.c_source import generate_c
     from tileflow.kernels.nest import analyse
+    from tileflow.tree import to_dict
 
     source = generate_c(analyse(w, arch, flow), threads=False, style=style).text
-    return operator_features(w, source)
+    return {**operator_features(w, source), **every_operator_features(w, source),
+            **tree_features(to_dict(flow))}
 
 
 def add_operator_features(frame: pd.DataFrame, arch: Architecture, style: str,
@@ -121,9 +183,26 @@ def add_operator_features(frame: pd.DataFrame, arch: Architecture, style: str,
 
 def feature_names(frame: pd.DataFrame, arch: Architecture) -> list[str]:
     base = [*latency.feature_columns(arch), *MODEL_COLUMNS, "calibrated_s", "threads"]
-    per_op = sorted(c for c in frame.columns if c[:1] == "c" and c[1:2].isdigit()
-                    and c[2:3] == "_")
-    return [c for c in base if c in frame] + per_op
+    per_op = sorted(c for c in frame.columns if c[:1] in "cot" and c[1:2].isdigit()
+                    and "_" in c)
+    ratio = [RATIO] if reference_of(frame) == BLAS else []  # where NumPy's time is known
+    return [c for c in base if c in frame] + ratio + per_op
+
+
+def reference_of(frame: pd.DataFrame) -> str:
+    """What the trees' target is relative to: NumPy's time for the same computation where
+    every row has it (a yardstick of the shape and thread count that the analytical
+    calibration does not need to get right), else the calibrated latency."""
+    if BLAS in frame and np.all(np.isfinite(frame[BLAS].to_numpy(float))) \
+            and (frame[BLAS] > 0).all():
+        return BLAS
+    return "calibrated_s"
+
+
+def with_ratio(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with the calibrated latency over NumPy's (NaN where NumPy's is unknown)."""
+    blas = frame[BLAS].to_numpy(float) if BLAS in frame else np.full(len(frame), np.nan)
+    return frame.assign(**{RATIO: frame.calibrated_s.to_numpy(float) / blas})
 
 
 def calibrate(frame: pd.DataFrame, arch: Architecture, train: np.ndarray) -> np.ndarray:
@@ -158,11 +237,15 @@ def regressor(seed: int = 0):
 
 def learned_prediction(frame: pd.DataFrame, columns: list[str], train: np.ndarray,
                        seed: int = 0) -> tuple[np.ndarray, object]:
-    """Calibrated latency x exp(trees' log residual), the trees fitted on `train` rows."""
-    x = _matrix(frame, columns)
-    y = np.log(frame[MEASURED].to_numpy(float) / frame.calibrated_s.to_numpy(float))
+    """The reference time (`reference_of`) x exp(the trees' log ratio), the trees fitted on
+    the `train` rows."""
+    f = with_ratio(frame)
+    reference = f[reference_of(f)].to_numpy(float)
+    x = _matrix(f, columns)
+    x[:, np.isnan(x[train]).all(axis=0)] = 0.0  # e.g. another workload's operators alone
+    y = np.log(f[MEASURED].to_numpy(float) / reference)
     model = regressor(seed).fit(x[train], y[train])
-    return frame.calibrated_s.to_numpy(float) * np.exp(model.predict(x)), model
+    return reference * np.exp(model.predict(x)), model
 
 
 def _matrix(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
@@ -247,14 +330,14 @@ def current_fingerprint() -> dict[str, str]:
 
 
 def save(path: Path, model, columns: list[str], print_: dict, figures_: dict,
-         calibration: dict) -> None:
+         calibration: dict, reference: str = "calibrated_s") -> None:
     """The trees and what they need, pickled, beside a JSON of the fingerprint and figures."""
     import sklearn
 
     from tileflow.outputs import write_text_atomic
 
     meta = {"fingerprint": print_, "features": columns, "sklearn": sklearn.__version__,
-            "calibration": calibration, "validation": figures_}
+            "calibration": calibration, "validation": figures_, "reference": reference}
     blob = pickle.dumps({"model": model, **meta})
     staged = path.with_suffix(".tmp")
     staged.write_bytes(blob)
@@ -268,6 +351,7 @@ class LearnedModel:
     features: list[str]
     calibration: dict  # the latency parameters fitted on every campaign row
     fingerprint: dict
+    reference: str = "calibrated_s"  # what the trees' log ratio is relative to
 
     def predict(self, frame: pd.DataFrame, arch: Architecture) -> np.ndarray:
         """Latency in seconds of rows with the model's features (calibrated_s computed
@@ -280,7 +364,11 @@ class LearnedModel:
             values = params.check(self.calibration)
             feats = {c: f[c].to_numpy(float) for c in latency.feature_columns(arch)}
             f["calibrated_s"] = latency.cycles(feats, values, arch) / (arch.clock_ghz * 1e9)
-        return f.calibrated_s.to_numpy(float) * np.exp(
+        f = with_ratio(f)
+        if self.reference == BLAS and BLAS not in f:
+            raise InputError(f"the learned cost model predicts relative to NumPy's time "
+                             f"('{BLAS}'): the rows to predict need it")
+        return f[self.reference].to_numpy(float) * np.exp(
             self.model.predict(_matrix(f, self.features)))
 
 
@@ -301,4 +389,5 @@ def load(path: Path, here: Mapping[str, str] | None = None) -> LearnedModel:
                          + "; ".join(f"{k}: trained on '{stored[k]}', here '{here[k]}'"
                                      for k in differ)
                          + " (train one here from a campaign measured on this machine)")
-    return LearnedModel(data["model"], data["features"], data["calibration"], stored)
+    return LearnedModel(data["model"], data["features"], data["calibration"], stored,
+                        data.get("reference", "calibrated_s"))

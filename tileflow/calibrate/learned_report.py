@@ -46,8 +46,9 @@ def run(frame: pd.DataFrame, arch: Architecture, folder: Path, environment: dict
               "kernel_style": style, "features": columns, "fingerprint": print_,
               "held_out_groups": by_group.figures, "k_fold_rows": by_rows_figures,
               "k_fold_rows_folds": folds}
+    result["reference"] = learned.reference_of(f)
     learned.save(folder / MODEL_FILE, model, columns, print_, result["held_out_groups"],
-                 calibration)
+                 calibration, result["reference"])
     write_text_atomic(folder / "learned.json", json.dumps(result, indent=2) + "\n")
     write_text_atomic(folder / "learned.md", _markdown(result, command))
     return result

@@ -20,8 +20,7 @@ from tileflow.errors import InputError
 
 RERANK = 4  # the learned model re-ranks the model's first RERANK x K points
 # the stored learned models, by the kernel style their campaign measured
-DEFAULT_MODELS = {"plain": Path("validate/cpu/learned-model.pkl"),
-                  "registers": Path("validate/cpu-pilot/learned-model.pkl")}
+DEFAULT_MODELS = {"registers": Path("validate/cpu/learned-model.pkl")}
 
 
 def check_host(arch) -> None:
@@ -101,8 +100,20 @@ def measure_top(outcome, k: int, threads: int = 1, style: str = "registers",
                           "factors": [f for _, f, _ in ranked],
                           "model_rank": range(1, len(ranked) + 1),
                           "model_s": [c / (arch.clock_ghz * 1e9) for _, _, c in ranked]})
+    if model is not None and model.reference == "blas_min_s":
+        from tileflow.kernels.blas import WORKLOADS as NUMPY_FORMS
+        from tileflow.kernels.blas import time_numpy
+        from tileflow.kernels.reference import random_inputs
+
+        if w.name not in NUMPY_FORMS:  # the trees predict relative to NumPy's time
+            model, why = None, (f"the learned model predicts relative to NumPy's time, and "
+                                f"workload '{w.name}' has no NumPy form here")
+            flows = flows[:k]
+            frame = frame.iloc[:k]
     if model is not None:
         features = model_rows(w, single_core(arch), flows, style)
+        if model.reference == "blas_min_s":
+            features["blas_min_s"] = time_numpy(w.name, random_inputs(w), threads)["blas_min_s"]
         frame["learned_s"] = model.predict(features, single_core(arch))
         order = np.argsort(frame.learned_s.to_numpy(), kind="stable")[:k]
         frame, flows = frame.iloc[order].reset_index(drop=True), [flows[i] for i in order]
