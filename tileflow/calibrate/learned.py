@@ -1,13 +1,16 @@
 """A learned cost model of CPU kernels beside the analytical one (optional extra `learn`).
 
 Gradient-boosted trees (scikit-learn's HistGradientBoostingRegressor) predict the log of
-measured over calibrated latency from what is known before a kernel runs: the latency
-function's terms (work in SIMD, scalar and chained iterations, loop starts, words per
-boundary), the model's traffic and its calibrated prediction; per contraction, where the
-compiler vectorised a loop around the statement (loops out from the innermost, vector
-width, trip) from `-fopt-info-vec`, the innermost loop's trip and whether it reduces, and
-how many operands are unit-stride, strided or invariant along the innermost and along the
-vectorised loop. The prediction is the calibrated latency times exp(the learned residual).
+measured latency over a reference (NumPy's time for the same computation, shape and thread
+count where the campaign has it, else the calibrated latency) from what is known before a
+kernel runs: the latency function's terms (work in SIMD, scalar and chained iterations,
+loop starts, words per boundary), the model's traffic and its calibrated prediction; per
+contraction, where the compiler vectorised a loop around the statement (loops out from the
+innermost, vector width, trip) from `-fopt-info-vec`, the innermost loop's trip and whether
+it reduces, and how many operands are unit-stride, strided or invariant along the innermost
+and along the vectorised loop; the same loop counts for every operator; and the tile tree's
+loops as numbers (per operator, level and dim, the product of the trips). The prediction is
+the reference times exp(the learned log ratio).
 
 Validation holds out whole groups (a workload's shape), never rows of a group: the
 calibration and the trees are fitted on the other groups only. A trained model is stored
