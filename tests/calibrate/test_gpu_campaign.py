@@ -197,13 +197,22 @@ def test_results_recover_the_parameters_that_made_synthetic_timings(prepared, tm
                   "cc": "9.0", "driver_version": 13000, "runtime_version": 13000}
                  ).to_csv(results / "timings.csv", index=False)
     out = tmp_path / "report"
-    assert main(["validate", "gpu", "--results", str(results), "--out", str(out),
-                 "--learn"]) == 0
+    assert main(["validate", "gpu", "--results", str(results), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["latency_mape_heldout"] < 0.02
     assert summary["latency_spearman_heldout"] > 0.99
     assert "latency_mape_heldout" in summary["cpu_form"]
-    # the form explains these timings exactly: the trees on top of it keep them (near 0)
+
+
+def test_learn_on_timings_the_form_explains_keeps_them(prepared, tmp_path):
+    """--learn (the 'learn' extra): on timings the GPU form explains exactly, the trees on
+    top of it stay near them; the model and its report section are written."""
+    pytest.importorskip("sklearn")
+    _synthetic_run(prepared, tmp_path / "results", 1.0)
+    out = tmp_path / "report"
+    assert main(["validate", "gpu", "--results", str(tmp_path / "results"), "--out",
+                 str(out), "--learn"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["learned_model"]["learned"]["mape"] < 0.05
     assert (out / "learned-model.pkl").exists()
     assert "## Learned cost model (held out by shape)" in (out / "report.md").read_text()
