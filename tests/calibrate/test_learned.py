@@ -138,3 +138,19 @@ def test_the_trees_predict_relative_to_numpys_time_where_every_row_has_it():
     without = frame.drop(columns="blas_min_s")
     assert learned.reference_of(without) == "calibrated_s"
     assert learned.RATIO not in learned.feature_names(without, ARCH)
+
+
+def test_a_stored_model_predicts_rows_lacking_some_features(tmp_path):
+    """Rows of one workload lack another workload's operator columns: the stored model
+    reads them as missing (NaN, as they were in training), not as an error."""
+    frame = _campaign(20)
+    frame["calibrated_s"] = frame.min_s
+    frame["t6_L1_n"] = np.where(frame.workload == "attention", 4.0, np.nan)
+    columns = learned.feature_names(frame, ARCH)
+    assert "t6_L1_n" in columns
+    _, model = learned.learned_prediction(frame, columns, np.arange(len(frame)))
+    path = tmp_path / "model.pkl"
+    learned.save(path, model, columns, {"cpu": "x"}, {}, {})
+    stored = learned.load(path, {"cpu": "x"})
+    gemm = frame[frame.workload == "gemm-chain"].drop(columns="t6_L1_n")
+    assert np.isfinite(stored.predict(gemm, ARCH)).all()

@@ -371,6 +371,9 @@ class LearnedModel:
         if self.reference == BLAS and BLAS not in f:
             raise InputError(f"the learned cost model predicts relative to NumPy's time "
                              f"('{BLAS}'): the rows to predict need it")
+        absent = [c for c in self.features if c not in f]  # e.g. another workload's
+        if absent:  # operators: NaN, as in training
+            f = pd.concat([f, pd.DataFrame(np.nan, index=f.index, columns=absent)], axis=1)
         return f[self.reference].to_numpy(float) * np.exp(
             self.model.predict(_matrix(f, self.features)))
 
