@@ -108,3 +108,20 @@ def test_report_fits_against_the_machine_the_rows_were_measured_on(tmp_path, mon
     assert summary["latency_mape_heldout"] == expected.summary["latency_mape_heldout"]
     calibrated = (tmp_path / "cpu" / "host-calibrated.yaml").read_text()
     assert "clock_ghz: 1.0" in calibrated and "49152" in calibrated
+
+
+def test_a_report_without_learn_keeps_the_last_learned_figures_in_the_summary(tmp_path):
+    """--report-only without --learn: the learned model's held-out figures of the last
+    --learn run (learned.json) stay in summary.json, as they stay in the report."""
+    saved_campaign(tmp_path / "cpu")
+    learned = {"held_out_groups": {"learned": {"mape": 0.25, "spearman_within_mean": 0.75,
+                                               "groups": {}},
+                                   "calibrated": {"mape": 0.5, "spearman_within_mean": 0.1,
+                                                  "groups": {}},
+                                   "ridge": {"mape": 0.4, "spearman_within_mean": 0.3,
+                                             "groups": {}}},
+               "groups": [], "rows": 40, "features": [], "fingerprint": {}}
+    (tmp_path / "cpu" / "learned.json").write_text(json.dumps(learned))
+    assert main(["validate", "cpu", "--report-only", "--out", str(tmp_path / "cpu")]) == 0
+    summary = json.loads((tmp_path / "cpu" / "summary.json").read_text())
+    assert summary["learned_model"] == {"mape": 0.25, "spearman_within_mean": 0.75}

@@ -68,11 +68,12 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
 
         result = learned_report.run(frame, arch, folder, environment,
                                     command + " --report-only --learn", config.seed)
+    elif (folder / "learned.json").exists():  # the last --learn run's figures
+        result = json.loads((folder / "learned.json").read_text())
+    if result is not None:  # in the summary as in the report
         study.summary["learned_model"] = {
             k: result["held_out_groups"]["learned"][k]
             for k in ("mape", "spearman_within_mean")}
-    elif (folder / "learned.json").exists():  # the last --learn run's figures
-        result = json.loads((folder / "learned.json").read_text())
     cpu_report.write(study, folder, command, levels, environment, result)
     _write_calibrated(study, folder, environment, config.arch, described)
     return study.summary
