@@ -161,6 +161,13 @@ def generate_c(nest: Nest, threads: bool = True, style: str = "registers") -> Ke
     return CGenerator(nest, threads, registers=style == "registers").run()
 
 
+def plain_indices(access: Access) -> bool:
+    """Every index of `access` is one dim, with coefficient 1 and no offset (a plain tile
+    of the tensor: what a shared-memory tile or a matrix fragment can load)."""
+    return all(ax.is_plain and len(ax.terms) == 1 and ax.terms[0][1] == 1 and not ax.offset
+               for ax in access.axes)
+
+
 class CGenerator:
     def __init__(self, nest: Nest, threads: bool, registers: bool = False):
         self.nest, self.w, self.threads = nest, nest.workload, threads
@@ -458,7 +465,7 @@ class CGenerator:
             shift = self.nest.shift(op.name, d)
             g[d] = f"({scope.bases[d]} + ({shift}))" if shift else scope.bases[d]
             # a shared loop bounded for another operator's start: guard this one's range
-            if shift or self._loose(op, d, scope):
+            if shift or self.loose(op, d, scope):
                 conditions.append(f"{g[d]} >= 0 && {g[d]} < {w.sizes[d]}")
         out_t = op.output.tensor
         since = scope.init_depth.get(out_t, 0)
@@ -497,7 +504,7 @@ class CGenerator:
     def leaf_conditions(self, scope: CScope) -> list[str]:
         return []
 
-    def _loose(self, op: Operator, d: str, scope: CScope) -> bool:
+    def loose(self, op: Operator, d: str, scope: CScope) -> bool:
         """Whether a loop over `d` was bounded for a different start than this operator's."""
         mine = self.nest.shift(op.name, d)
         return any(self.nest.shift(o.name, d) != mine for o in self.w.ops

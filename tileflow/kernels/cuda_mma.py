@@ -25,9 +25,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tileflow.kernels.c_source import CScope, pitched
+from tileflow.kernels.c_source import CScope, pitched, plain_indices
 from tileflow.specs.workload import Access, Operator
-from tileflow.tree import Tile, ops_under
+from tileflow.tree import Tile
 
 M, N, K = 16, 16, 8
 WARP = 32
@@ -44,6 +44,7 @@ class MmaPlan:
     extents: dict[str, int]  # the tile's extent per matrix dim
     a: Access
     b: Access
+    layouts: dict[str, tuple[str, int]]  # per array a, b, c: 'row' or 'col', leading stride
 
     @property
     def fragments(self) -> int:
@@ -74,9 +75,10 @@ def array_extents(gen, t: str) -> tuple[int, ...]:
     return pitched(gen.w.shapes[t])
 
 
-def _layout(gen, a: Access, rows: str, cols: str) -> str | None:
-    """'row' or 'col' (the memory layout of the rows x cols matrix `a` holds), or None
-    where the array does not fit a fragment load (module docstring)."""
+def _layout(gen, a: Access, rows: str, cols: str) -> tuple[str, int] | None:
+    """('row' or 'col', the leading dimension's stride): the memory layout of the rows x cols
+    matrix `a` holds, or None where the array does not fit a fragment load (module
+    docstring)."""
     dims = [ax.terms[0][0] for ax in a.axes]
     if rows not in dims or cols not in dims:
         return None
@@ -91,26 +93,20 @@ def _layout(gen, a: Access, rows: str, cols: str) -> str | None:
     b = gen.buffers.get(a.tensor)
     if a.tensor in gen.scratch and b is not None and math.prod(pitched(b.extents)) % 8:
         return None  # per-block scratch pools must start aligned too
-    return "row" if last == cols else "col"
+    return ("row" if last == cols else "col"), lead
 
 
 def mma_plan(gen, path: str, tile: Tile, scope: CScope) -> MmaPlan | None:
     """The tensor-core plan of `tile`, or None where the module docstring's condition fails."""
     nest = gen.nest
-    level = nest.plan.arch.level_index[tile.level]
-    below = list(ops_under(tile))
-    if (not gen.tensor_cores or level != nest.core_level or len(below) != 1
-            or scope.threads or gen._parent_level >= nest.core_level
-            or gen._acc is not None or gen.lca_of.get(path)):
+    op = gen.block_tile_op(tile, scope)
+    if not gen.tensor_cores or op is None or gen.lca_of.get(path):
         return None
-    op = gen.w.op_by_name[below[0]]
     if op.update != "+=" or op.function != "mul" or len(op.inputs) != 2:
         return None
-    accesses = (*op.inputs, op.output)
-    if not all(ax.is_plain and len(ax.terms) == 1 and ax.terms[0][1] == 1 and not ax.offset
-               for a in accesses for ax in a.axes):
+    if not all(plain_indices(a) for a in (*op.inputs, op.output)):
         return None
-    if any(nest.shift(op.name, d) or gen._loose(op, d, scope) for d in op.dims):
+    if any(nest.shift(op.name, d) or gen.loose(op, d, scope) for d in op.dims):
         return None
     extent_of = nest.plan.paths[op.name].extents_from[path.count(".")]
     stepping = [d for d in op.dims if extent_of.get(d, 1) > 1]
@@ -129,9 +125,11 @@ def mma_plan(gen, path: str, tile: Tile, scope: CScope) -> MmaPlan | None:
     if (extents[m] % M or extents[n] % N or extents[k] % K
             or any(gen.w.sizes[d] % extents[d] for d in (m, n, k))):
         return None
-    if None in (_layout(gen, a, m, k), _layout(gen, b, k, n), _layout(gen, op.output, m, n)):
+    layouts = {"a": _layout(gen, a, m, k), "b": _layout(gen, b, k, n),
+               "c": _layout(gen, op.output, m, n)}
+    if None in layouts.values():
         return None
-    return MmaPlan(op, m, n, k, extents, a, b)
+    return MmaPlan(op, m, n, k, extents, a, b, layouts)
 
 
 def _pointer(gen, access: Access, scope: CScope, at: dict[str, str]) -> str:
@@ -165,15 +163,8 @@ def emit_mma(gen, plan: MmaPlan, scope: CScope, depth: int) -> None:
     d += 1
     per_row = plan.extents[n] // N
     e(f"const int {f}_m = ({f} / {per_row}) * {M}, {f}_n = ({f} % {per_row}) * {N};", d)
-    layouts = {"a": _layout(gen, plan.a, m, k), "b": _layout(gen, plan.b, k, n),
-               "c": _layout(gen, op.output, m, n)}
-    strides = {}
-    for key, access, rows, cols in (("a", plan.a, m, k), ("b", plan.b, k, n),
-                                    ("c", op.output, m, n)):
-        dims = [ax.terms[0][0] for ax in access.axes]
-        lead = cols if layouts[key] == "row" else rows
-        strides[key] = _strides(array_extents(gen, access.tensor))[
-            dims.index(rows if lead == cols else cols)]
+    layouts = {key: major for key, (major, _) in plan.layouts.items()}
+    strides = {key: lead for key, (_, lead) in plan.layouts.items()}
     e(f"{wm}::fragment<{wm}::accumulator, {M}, {N}, {K}, float> {f}_c;", d)
     e(f"{wm}::fragment<{wm}::matrix_a, {M}, {N}, {K}, {wm}::precision::tf32, "
       f"{wm}::{layouts['a']}_major> {f}_a;", d)

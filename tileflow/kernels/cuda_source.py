@@ -14,9 +14,18 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from tileflow.kernels.c_source import INIT, CGenerator, CLoop, CScope, flat_index, pitched
+from tileflow.kernels.c_source import (
+    INIT,
+    CGenerator,
+    CLoop,
+    CScope,
+    flat_index,
+    pitched,
+    plain_indices,
+)
 from tileflow.kernels.cuda_mma import WARP, emit_mma, mma_plan
 from tileflow.kernels.nest import Nest
+from tileflow.specs.workload import Operator
 from tileflow.tree import Op, Tile, ops_under
 
 SHARED_LIMIT_BYTES = 48 * 1024  # static shared memory per block
@@ -258,6 +267,17 @@ class CudaGenerator(CGenerator):
                         for u in self._stage_locals if u not in self.scratch)
                     + sum(words for _, words in self._stage_tiles))
 
+    def block_tile_op(self, tile: Tile, scope: CScope) -> Operator | None:
+        """The operator of `tile` where it is the first SM-level tile on that operator's path
+        (one operator below, no thread loop open yet, not inside a register tile): the tile
+        whose input tiles may be staged in shared memory and that may run on tensor cores."""
+        level = self.nest.plan.arch.level_index[tile.level]
+        below = list(ops_under(tile))
+        if (level != self.nest.core_level or len(below) != 1 or scope.threads
+                or self._parent_level >= self.nest.core_level or self._acc is not None):
+            return None
+        return self.w.op_by_name[below[0]]
+
     def _stage_inputs(self, path: str, tile: Tile, scope: CScope, depth: int) -> list[str]:
         """Where the tree keeps an operator's tile at the SM level (the first SM-level tile
         on its path, one operator below, no thread loop open yet): each input in global
@@ -265,23 +285,16 @@ class CudaGenerator(CGenerator):
         a `__shared__` array of the tile's extent, then a barrier; the operator reads it
         from there. Inputs whose tile would overflow the static shared memory stay global.
         Returns the tensors staged."""
-        arch = self.nest.plan.arch
-        level = arch.level_index[tile.level]
-        below = list(ops_under(tile))
-        if (not self.stage_inputs or level != self.nest.core_level or len(below) != 1
-                or scope.threads
-                or self._parent_level >= self.nest.core_level or not self.grid
-                or self._acc is not None):
+        op = self.block_tile_op(tile, scope)
+        if not self.stage_inputs or not self.grid or op is None:
             return []
-        op = self.w.op_by_name[below[0]]
         position = path.count(".")
         extent_of = self.nest.plan.paths[op.name].extents_from[position]
         staged = []
         for a in op.inputs:
             t = a.tensor
             if (t in self.staged or t in staged or (t in self.buffers and self.buffers[t].local)
-                    or not all(ax.is_plain and len(ax.terms) == 1 and ax.terms[0][1] == 1
-                               and not ax.offset for ax in a.axes)):
+                    or not plain_indices(a)):
                 continue
             dims = [ax.terms[0][0] for ax in a.axes]
             extents = tuple(min(extent_of.get(d, 1), self.w.sizes[d]) for d in dims)
