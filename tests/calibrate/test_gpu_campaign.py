@@ -20,7 +20,8 @@ import pytest
 from tileflow.calibrate import gpu_latency
 from tileflow.calibrate.gpu_campaign import GpuCampaign, op_threads, prepare_campaign
 from tileflow.calibrate.gpu_inputs import hashed_inputs, hashed_uniform
-from tileflow.calibrate.gpu_results import read_ncu, shape_folds, topk_regret
+from tileflow.calibrate.gpu_results import read_ncu, shape_folds
+from tileflow.calibrate.metrics import top_k_regret
 from tileflow.cli import main
 from tileflow.kernels.c_source import pitched
 from tileflow.kernels.cuda_emulate import run_emulated
@@ -277,12 +278,12 @@ def test_shape_folds_hold_out_one_shape_of_every_workload():
         assert sorted([*train, *test]) == list(range(6))
 
 
-def test_topk_regret():
+def test_top_k_regret():
     predicted = [3.0, 1.0, 2.0, 4.0]
     measured = [1.0, 1.5, 1.2, 2.0]
-    assert topk_regret(predicted, measured, 1) == pytest.approx(0.5)
-    assert topk_regret(predicted, measured, 2) == pytest.approx(0.2)
-    assert topk_regret(predicted, measured, 3) == 0.0
+    assert top_k_regret(predicted, measured, 1) == pytest.approx(0.5)
+    assert top_k_regret(predicted, measured, 2) == pytest.approx(0.2)
+    assert top_k_regret(predicted, measured, 3) == 0.0
 
 
 def test_prepared_programs_compile_with_nvcc(tmp_path):

@@ -88,8 +88,8 @@ def figures(f: pd.DataFrame, groups: pd.Series) -> dict:
     for name in PREDICTORS:
         per = {str(key): {"spearman": metrics.spearman(g[name], g.latency_s),
                           "mape": metrics.mape(g[name], g.latency_s),
-                          "top1_regret": learned.top_k_regret(g[name], g.latency_s, 1),
-                          "top10_regret": learned.top_k_regret(g[name], g.latency_s, 10),
+                          "top1_regret": metrics.top_k_regret(g[name], g.latency_s, 1),
+                          "top10_regret": metrics.top_k_regret(g[name], g.latency_s, 10),
                           "rows": int(len(g))}
                for key, g in f.groupby(groups.to_numpy())}
         out[name.removesuffix("_s")] = {

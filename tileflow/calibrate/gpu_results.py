@@ -206,11 +206,6 @@ def shape_folds(frame: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]]:
     return folds
 
 
-def topk_regret(predicted, measured, k: int) -> float:
-    p, m = np.asarray(predicted, float), np.asarray(measured, float)
-    return float(m[np.argsort(p, kind="stable")[:k]].min() / m.min() - 1)
-
-
 def _fitted(params, predict, measured: np.ndarray, folds) -> tuple[np.ndarray, Fit]:
     """Held-out predictions (each shape from parameters that never saw it; nan without
     folds) and the fit on every row."""
@@ -280,8 +275,8 @@ def _latency_metrics(frame: pd.DataFrame, column: str) -> dict:
         f"{r.workload} {r.shape}": r.spearman for r in within.itertuples()}
     out["top1_regret"], out["top10_regret"] = {}, {}
     for (w, shape), g in held.groupby(["workload", "shape"]):
-        out["top1_regret"][f"{w} {shape}"] = topk_regret(g[column], g.latency_s, 1)
-        out["top10_regret"][f"{w} {shape}"] = topk_regret(g[column], g.latency_s, 10)
+        out["top1_regret"][f"{w} {shape}"] = metrics.top_k_regret(g[column], g.latency_s, 1)
+        out["top10_regret"][f"{w} {shape}"] = metrics.top_k_regret(g[column], g.latency_s, 10)
     return out
 
 
@@ -293,9 +288,9 @@ def _summary(frame: pd.DataFrame, whole: Fit, heldout: bool) -> dict:
     out.update(_latency_metrics(frame, "calibrated_s"))
     out["uncalibrated"] = {"model_spearman": metrics.spearman(frame.model_s, frame.latency_s),
                            "model_mape": metrics.mape(frame.model_s, frame.latency_s),
-                           "top1_regret": {f"{w} {s}": topk_regret(g.model_s, g.latency_s, 1)
-                                           for (w, s), g in frame.groupby(["workload",
-                                                                           "shape"])}}
+                           "top1_regret": {
+                               f"{w} {s}": metrics.top_k_regret(g.model_s, g.latency_s, 1)
+                               for (w, s), g in frame.groupby(["workload", "shape"])}}
     out["traffic_r2"], out["traffic_spearman"], out["traffic_points"] = {}, {}, {}
     out["traffic_ratio_median"] = {}
     for name, model, measured in TRAFFIC_VIEWS:

@@ -257,14 +257,6 @@ def _matrix(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
     return frame[columns].to_numpy(float)
 
 
-def top_k_regret(predicted, measured, k: int) -> float:
-    """Measured latency of the best of the model's k first picks over the measured best,
-    minus one."""
-    p, m = np.asarray(predicted, float), np.asarray(measured, float)
-    picks = np.argsort(p, kind="stable")[:k]
-    return float(m[picks].min() / m.min() - 1)
-
-
 @dataclass(frozen=True)
 class Validation:
     """Held-out predictions of every row by three predictors, and their figures."""
@@ -307,8 +299,8 @@ def figures(f: pd.DataFrame, groups: pd.Series) -> dict:
         for key, g in f.groupby(groups.to_numpy()):
             per[str(key)] = {"spearman": metrics.spearman(g[name], g[MEASURED]),
                              "mape": metrics.mape(g[name], g[MEASURED]),
-                             "top1_regret": top_k_regret(g[name], g[MEASURED], 1),
-                             "top10_regret": top_k_regret(g[name], g[MEASURED], 10),
+                             "top1_regret": metrics.top_k_regret(g[name], g[MEASURED], 1),
+                             "top10_regret": metrics.top_k_regret(g[name], g[MEASURED], 10),
                              "rows": int(len(g))}
         out[name.removesuffix("_s")] = {
             "groups": per, "mape": metrics.mape(f[name], f[MEASURED]),
