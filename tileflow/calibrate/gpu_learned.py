@@ -115,10 +115,7 @@ def run(frame: pd.DataFrame, arch: Architecture, folder: Path, fingerprint: Mapp
     print_ = {k: str(fingerprint[k]) for k in FINGERPRINT_KEYS if k in fingerprint}
     meta = {"fingerprint": print_, "features": columns, "rows": int(len(f)),
             "validation": "each workload shape held out in turn", "held_out_shapes": result}
-    blob = pickle.dumps({"model": model, **meta})
-    staged = (folder / MODEL_FILE).with_suffix(".tmp")
-    staged.write_bytes(blob)
-    staged.replace(folder / MODEL_FILE)
+    learned.store(folder / MODEL_FILE, model, meta)
     write_text_atomic(folder / "learned.json", json.dumps(meta, indent=2) + "\n")
     return meta
 

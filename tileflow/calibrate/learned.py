@@ -329,13 +329,17 @@ def save(path: Path, model, columns: list[str], print_: dict, figures_: dict,
     """The trees and what they need, pickled, beside a JSON of the fingerprint and figures."""
     import sklearn
 
+    store(path, model, {"fingerprint": print_, "features": columns,
+                        "sklearn": sklearn.__version__, "calibration": calibration,
+                        "validation": figures_, "reference": reference})
+
+
+def store(path: Path, model, meta: dict) -> None:
+    """`model` and `meta` pickled into `path` atomically, `meta` beside it as JSON."""
     from tileflow.outputs import write_text_atomic
 
-    meta = {"fingerprint": print_, "features": columns, "sklearn": sklearn.__version__,
-            "calibration": calibration, "validation": figures_, "reference": reference}
-    blob = pickle.dumps({"model": model, **meta})
     staged = path.with_suffix(".tmp")
-    staged.write_bytes(blob)
+    staged.write_bytes(pickle.dumps({"model": model, **meta}))
     staged.replace(path)
     write_text_atomic(path.with_suffix(".json"), json.dumps(meta, indent=2) + "\n")
 
