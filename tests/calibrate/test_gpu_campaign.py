@@ -313,6 +313,21 @@ def _synthetic_run(prepared: Path, folder: Path, scale: float, device: str = "sy
                  ).to_csv(folder / "timings.csv", index=False)
 
 
+def test_counts_of_two_runs_add_up_per_status(prepared, tmp_path):
+    """Each run with one dataflow skipped by its budget: the report counts two."""
+    for name in ("a", "b"):
+        _synthetic_run(prepared, tmp_path / name, 1.0)
+        timings = pd.read_csv(tmp_path / name / "timings.csv")
+        timings.loc[0, "status"] = "skipped_budget"
+        timings.to_csv(tmp_path / name / "timings.csv", index=False)
+    out = tmp_path / "report"
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--results",
+                 str(tmp_path / "b"), "--out", str(out)]) == 0
+    counts = json.loads((out / "summary.json").read_text())["counts"]
+    assert counts["not_run"] == {"skipped_budget": 2}
+    assert counts["ran"] == 2 * (len(pd.read_csv(prepared / "campaign.csv")) - 1)
+
+
 def test_two_runs_are_one_campaign_and_their_common_dataflows_a_retest(prepared, tmp_path):
     """The same campaign run twice, the second 10 % slower: every dataflow is kept once
     (the first run's row) and the retest spread is exactly 10 %; a run on another GPU is

@@ -363,9 +363,13 @@ def read_runs(folders: list[Path], prepared: Path | None = None) -> Runs:
         offset += int(campaign.id.max()) + 1
         frames.append(measured)
         notes += [f"{folder.name}: {n}" for n in run_notes] if len(folders) > 1 else run_notes
-        for k, v in run_counts.items():
-            counts[k] = ({**counts.get(k, {}), **v} if isinstance(v, dict)
-                         else counts.get(k, 0) + v)
+        for k, v in run_counts.items():  # summed over the runs (per status where a dict)
+            if isinstance(v, dict):
+                total = counts.setdefault(k, {})
+                for status, n in v.items():
+                    total[status] = total.get(status, 0) + n
+            else:
+                counts[k] = counts.get(k, 0) + v
     every = pd.concat(frames, ignore_index=True)
     repeated = every[every.key.duplicated(keep=False)]
     spread = repeated.groupby("key")[MEASURED].agg(lambda s: s.max() / s.min() - 1)
