@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from itertools import product
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
 from tileflow.analysis.bypass import bypassed
@@ -412,7 +410,13 @@ def split_limit(limit: int, fanout: int, spread):
     an integer spread or a NumPy array of them (one per row)."""
     if fanout <= 1 or limit % fanout:
         return limit
-    share, s = limit // fanout, np.maximum(spread, 1)
+    share = limit // fanout
+    if isinstance(spread, int):
+        s = max(spread, 1)
+        return share * (fanout // s) * s if s <= fanout else limit
+    import numpy as np  # only the batched evaluator passes arrays; `evaluate` starts without NumPy
+
+    s = np.maximum(spread, 1)
     return np.where(s <= fanout, share * (fanout // s) * s, limit)
 
 

@@ -14,6 +14,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+from ruamel.yaml.parser import RoundTripParser
 
 from tileflow.errors import InputError
 
@@ -87,30 +88,51 @@ def load_yaml(path: str | Path) -> Any:
     return parse_yaml(read_text(path), str(path))
 
 
+class _Refused(Exception):
+    """A shape rule broken at an event: the message and the event's mark."""
+
+    def __init__(self, message: str, mark: Any) -> None:
+        super().__init__(message)
+        self.mark = mark
+
+
+class _CheckedParser(RoundTripParser):
+    """The round-trip parser, refusing as each event is consumed what a spec file may not
+    hold, so the checks cost no second pass: aliases (no expansion bombs), nesting deeper
+    than MAX_DEPTH, more than MAX_NODES values."""
+
+    def __init__(self, loader: Any) -> None:
+        super().__init__(loader)
+        self.depth = self.nodes = 0
+
+    def get_event(self) -> Any:
+        event = super().get_event()
+        if isinstance(event, AliasEvent):
+            raise _Refused("YAML aliases (*name) are not supported; write the value out",
+                           event.start_mark)
+        if isinstance(event, NodeEvent):
+            self.nodes += 1
+            if self.nodes > MAX_NODES:
+                raise _Refused(f"more than {MAX_NODES:,} values", event.start_mark)
+        if isinstance(event, CollectionStartEvent):
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _Refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+        elif isinstance(event, CollectionEndEvent):
+            self.depth -= 1
+        return event
+
+
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text after checking its shape: no aliases (no expansion bombs), nesting at
     most MAX_DEPTH, at most MAX_NODES values. Errors name `source` and the line."""
     yaml = YAML(typ="rt")
+    yaml.Parser = _CheckedParser
     try:
-        depth = nodes = 0
-        for event in yaml.parse(text):
-            if isinstance(event, AliasEvent):
-                raise _event_error(event, "YAML aliases (*name) are not supported; write the "
-                                   "value out", source)
-            if isinstance(event, NodeEvent):
-                nodes += 1
-                if nodes > MAX_NODES:
-                    raise _event_error(event, f"more than {MAX_NODES:,} values", source)
-            if isinstance(event, CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise _event_error(event, f"nested more than {MAX_DEPTH} levels deep",
-                                       source)
-            elif isinstance(event, CollectionEndEvent):
-                depth -= 1
         return yaml.load(text)
-    except InputError:
-        raise
+    except _Refused as exc:
+        where = f"line {exc.mark.line + 1}" if exc.mark else None
+        raise InputError(str(exc), source, where) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
@@ -119,11 +141,6 @@ def parse_yaml(text: str, source: str) -> Any:
     except (YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
         message = " ".join(str(exc).split())[:300]
         raise InputError(f"YAML could not be read: {message}", source) from None
-
-
-def _event_error(event: Any, message: str, source: str) -> InputError:
-    mark = event.start_mark
-    return InputError(message, source, f"line {mark.line + 1}" if mark else None)
 
 
 @dataclass(frozen=True)
