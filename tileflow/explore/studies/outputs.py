@@ -16,6 +16,7 @@ import numpy as np
 
 from tileflow.cost.model import Result
 from tileflow.explore.studies import pareto, timeline
+from tileflow.explore.studies.reload import inputs
 from tileflow.explore.studies.session import Outcome, objective_value
 from tileflow.outputs import finite
 from tileflow.provenance import MODEL_VERSION
@@ -108,6 +109,9 @@ def summary(outcome: Outcome) -> dict:
         "seconds": outcome.seconds, "interrupted": outcome.interrupted,
         "model_version": MODEL_VERSION, "found_for": found_for(outcome), "found": None,
         "baselines": []}
+    kept = inputs(cfg.workload, cfg.accelerator)
+    if kept:
+        data["inputs"] = kept
     if outcome.workers is not None:
         data["workers"] = outcome.workers
     if best is not None:
