@@ -23,7 +23,7 @@ from tileflow.explore.studies import timeline
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
-from tileflow.tree import Dataflow, Tile, walk
+from tileflow.tree import Dataflow, Tile, map_tiles, walk
 
 matplotlib.use("Agg")
 
@@ -172,6 +172,47 @@ def test_random_trees_span_the_cycles_under_every_convention(case):
 
     check()
     assert len(seen) >= 20
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain"])
+def test_bypass_and_single_buffering_span_the_cycles(case):
+    """With tensors bypassing tiles and single-buffered ones (their transfers in series with
+    the children) at random: the span still equals the cycles, and each transfer links the
+    tile's level or one above it to a level below it."""
+    w = workload({"gemm": GEMM, "chain": CHAIN}[case])
+    tensors = sorted(w.tensors)
+    ends = sorted(set(tensors) - set(w.intermediates))
+    seen = []
+
+    @SETTINGS
+    @given(trees(w), st.randoms(use_true_random=False))
+    def check(flow: Dataflow, rng) -> None:
+        def mechanisms(path: str, t: Tile) -> Tile:
+            if path == "root" or rng.random() < 0.4:
+                return t
+            if t.level != "DRAM" and rng.random() < 0.5:
+                t = replace(t, bypass=(rng.choice(ends),))
+            return replace(t, buffering=((rng.choice(tensors), 1),))
+
+        flow = replace(flow, root=map_tiles(flow.root, mechanisms))
+        try:
+            result = evaluate(w, ARCH, flow)
+        except InvalidDataflow:
+            return
+        if not result.latency_breakdown:
+            return
+        names = [lv.name for lv in ARCH.levels]
+        tiles = _tiles(flow)
+        for overlap in CONVENTIONS:
+            for e in _spans_the_cycles(w, ARCH, flow, overlap):
+                if e.kind in ("load", "store"):
+                    upper, lower = e.track.split(" <-> ")
+                    assert names.index(upper) <= names.index(tiles[e.path].level) \
+                        < names.index(lower), e
+        seen.append(any(n.serial_cycles for n in result.latency_breakdown))
+
+    check()
+    assert len(seen) >= 20 and any(seen), "some trees have single-buffered transfers"
 
 
 def _bar_colours(fig) -> set[str]:
