@@ -106,6 +106,9 @@ def test_swiglu_loads_registers_beside_the_compute_and_adds_up(overlap):
     computes = [e for e in evs if e.path == f"{gate}.0.0"]
     assert loads and {e.track for e in loads} == {"L1 <-> Reg"}
     assert any(min(a.end, b.end) > max(a.start, b.start) for a in loads for b in computes)
+    # every step drawn on its own shows the operator's whole step: none is cut short
+    steps = [e.duration for e in computes if e.steps == 1]
+    assert steps and max(steps) == pytest.approx(min(steps), rel=1e-9)
 
 
 @pytest.mark.parametrize("overlap", CONVENTIONS)
@@ -137,7 +140,7 @@ def test_example_dataflows_span_the_cycles(wl, name, overlap):
     _spans_the_cycles(w, arch, load_dataflow_file(EXAMPLES / f"{name}.yaml"), overlap)
 
 
-SETTINGS = settings(max_examples=80, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     phases=[Phase.generate], suppress_health_check=list(HealthCheck))
 
 
@@ -168,6 +171,11 @@ def test_random_trees_span_the_cycles_under_every_convention(case):
         for overlap in CONVENTIONS:
             evs = _spans_the_cycles(w, arch, flow, overlap)
             _links_are_parent_and_child(flow, evs)
+            if overlap != "lockstep":  # each step drawn alone shows its operators whole
+                for leaf in {e.path for e in evs if e.kind == "compute"}:
+                    steps = [e.duration for e in evs if e.path == leaf and e.steps == 1]
+                    assert not steps or max(steps) == pytest.approx(min(steps), rel=1e-9), (
+                        overlap, leaf, steps)
         seen.append(flow)
 
     check()

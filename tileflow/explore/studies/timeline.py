@@ -9,7 +9,9 @@ its steps follow the overlap convention:
   max(load, inner, store) / n cycles;
 * `fill-drain`: a double-buffered pipeline: the load of step j + 1 beside the children of
   step j and the store of step j - 1, the first load (with the level's first-word latency)
-  before the first step and the last store after the last;
+  before the first step and the last store after the last. The model pays that fill and
+  drain once over all of a tile's runs: each run shows its share of the first load before
+  its first step (the rest overlaps the run before) and its last store runs into the next;
 * `lockstep`: the same pipeline, its steps lengthened evenly to the model's slot-by-slot
   total.
 
@@ -231,12 +233,18 @@ class _Drawer:
         if self.convention == "perfect":
             lead, load_at, store_at = 0.0, 0.0, 0.0
         else:
-            lead, load_at, store_at = load, -load, busy
+            # the first load (and the first word's latency) is paid once over all the runs:
+            # each run's share of it before its first step, the rest of a run's first load
+            # beside the previous run (as the model spreads the fill and drain over them)
+            latency = 0.0
             if self.convention == "fill-drain" and (line.load_cycles or line.store_cycles):
-                lead += max(line.fill_drain_cycles - (
-                    line.load_cycles + line.inner_cycles + line.store_cycles - base) / n,
-                    0.0) / runs  # the first word's latency, spread over the runs
-            elif self.convention == "lockstep":  # slots lengthened to the model's total
+                latency = max(line.fill_drain_cycles - (
+                    line.load_cycles + line.inner_cycles + line.store_cycles - base) / n, 0.0)
+            lead, load_at, store_at = (load + latency) / runs, -load, busy
+            if self.convention == "fill-drain":  # a load-bound run: its first load waits
+                # for what the previous run's last step leaves of the link
+                lead = max(lead, end - t0 - (k - 1) * period - busy - store)
+            else:  # lockstep: slots lengthened to the model's total
                 spare = end - t0 - lead - busy - store
                 if k > 1:
                     period = max(period, spare / (k - 1))
@@ -244,6 +252,8 @@ class _Drawer:
                     lead = max(lead, spare + lead)
         name = tile.name or path
         shown = 0 if len(self.out) > MAX_EVENTS else min(k, self.detail_steps)
+        if k - shown == 1:  # one step left: drawn as it is, not as a bar of many
+            shown = k
         for j in range(shown):
             step = t0 + lead + j * period
             if len(self.frames) == path.count(".") and j == 0:
