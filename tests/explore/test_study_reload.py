@@ -79,3 +79,15 @@ def test_the_notebook_reloads_through_load_study():
     nb = nbformat.read("notebooks/explore-study.ipynb", as_version=4)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "load_study(" in code and "load_workload(summary" not in code
+
+
+def test_a_summary_without_found_for_falls_back_on_best_yaml(study, tmp_path):
+    """An older summary.json (no found_for, no inputs): best.yaml's found_for says the run."""
+    _, out, summary = study
+    copy = tmp_path / "older"
+    shutil.copytree(out, copy)
+    older = {k: v for k, v in summary.items() if k not in ("found_for", "inputs")}
+    (copy / "summary.json").write_text(json.dumps(older))
+    saved = load_study(copy)
+    assert {k: saved.workload.sizes[k] for k in SIZES} == SIZES
+    assert saved.best_result.cycles == pytest.approx(summary["found"]["cycles"], rel=1e-12)
