@@ -34,7 +34,6 @@ from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Op, Tile
 
-KINDS = ("load", "store", "compute", "serial", "port")
 MAX_EVENTS = 20_000  # beyond this, runs are drawn as one bar per track
 
 
