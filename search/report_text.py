@@ -268,18 +268,18 @@ def placement(r: dict) -> list[str]:
 
 
 def timeline_figure(r: dict) -> str:
-    """search/timeline-GROUP-SHAPE.png: the first steps of the found dataflow, each tile's
-    loads and stores and each operator on its unit (`tileflow.explore.studies.timeline`)."""
+    """search/timeline-GROUP-SHAPE.png: the found dataflow over its whole run (its first steps
+    enlarged), each tile's loads and stores and each operator on its unit
+    (`tileflow.explore.studies.timeline`)."""
     from tileflow.cost import evaluate
     from tileflow.explore.studies import timeline
     from tileflow.outputs import write_atomic
 
     w, arch, flow = _flow_of(r)
-    evs = timeline.events(w, arch, flow, evaluate(w, arch, flow))
+    line = timeline.layout(w, arch, flow, evaluate(w, arch, flow))
     name = f"timeline-{r['group']}-{r['shape']}.png"
     write_atomic(HERE / name, lambda p: timeline.plot(
-        evs, f"{r['shape']} on {r['accelerator']}: {r['found_structure']}, first steps", p),
-        binary=True)
+        line, f"{r['shape']} on {r['accelerator']}: {r['found_structure']}", p), binary=True)
     return name
 
 
@@ -287,8 +287,9 @@ def found(rows: list[dict], picks=PICKS) -> list[str]:
     out = ["## What the search found", "",
            "For a few shapes: the found dataflow's tree in words, what runs as a pipeline and "
            "where each intermediate stays, and its timeline (the model's per-tile averages "
-           "over the root's first steps: each tile's loads and stores on the link above it, "
-           "each operator on its unit).", ""]
+           "over the whole run, spanning its cycles, the first steps enlarged: each tile's "
+           "loads and stores on the link to its children's level, each operator on its "
+           "unit).", ""]
     for group, shape in picks:
         r = next((x for x in rows if (x["group"], x["shape"]) == (group, shape)), None)
         if r is None:

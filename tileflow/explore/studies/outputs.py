@@ -16,6 +16,7 @@ import numpy as np
 
 from tileflow.cost.model import Result
 from tileflow.explore.studies import pareto, timeline
+from tileflow.explore.studies.reload import inputs
 from tileflow.explore.studies.session import Outcome, objective_value
 from tileflow.outputs import finite
 from tileflow.provenance import MODEL_VERSION
@@ -108,6 +109,9 @@ def summary(outcome: Outcome) -> dict:
         "seconds": outcome.seconds, "interrupted": outcome.interrupted,
         "model_version": MODEL_VERSION, "found_for": found_for(outcome), "found": None,
         "baselines": []}
+    kept = inputs(cfg.workload, cfg.accelerator)
+    if kept:
+        data["inputs"] = kept
     if outcome.workers is not None:
         data["workers"] = outcome.workers
     if best is not None:
@@ -312,11 +316,13 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
                 yaml.dump({**to_dict(outcome.best), "found_for": found_for(outcome)}, handle)
 
         atomic_write(out / "best.yaml", dump_yaml)
-        evs = timeline.events(outcome.workload, outcome.arch, outcome.best, outcome.best_result)
-        title = f"{outcome.config.name}: first steps of the found dataflow"
-        atomic_write(out / "timeline.png", lambda p: timeline.plot(evs, title, p))
+        line = timeline.layout(outcome.workload, outcome.arch, outcome.best,
+                               outcome.best_result)
+        title = (f"{outcome.config.name}: the found dataflow, {line.cycles:,.0f} cycles "
+                 f"({line.overlap} overlap)")
+        atomic_write(out / "timeline.png", lambda p: timeline.plot(line, title, p))
         atomic_write(out / "timeline.json", lambda p: p.write_text(
-            timeline.trace_json(evs, outcome.arch.clock_ghz)))
+            timeline.trace_json(line.events, outcome.arch.clock_ghz)))
     atomic_write(out / "points.csv", lambda p: outcome.points.to_csv(p, index=False))
     atomic_write(out / "convergence.png", lambda p: convergence_plot(outcome, p))
     if len(cfg.objectives) == 2:

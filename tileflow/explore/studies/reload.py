@@ -1,0 +1,103 @@
+"""A study folder read back (what the explore notebook shows): its summary, its points, the
+workload and accelerator it was run for and its best dataflow, from the folder alone.
+
+The workload and the accelerator come from summary.json's `found_for` (a shipped name, or a
+file as an absolute path, with every size); where that file has moved or gone, from the copy
+of its text that summary.json keeps (`inputs`); then from best.yaml's `found_for`; then, for
+a study written before `found_for`, from the names summary.json gives."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tileflow.cost.model import Result, evaluate
+from tileflow.errors import InputError
+from tileflow.specs.arch import Architecture, load_arch, parse_arch
+from tileflow.specs.dataflow import found_for_file, load_dataflow_file
+from tileflow.specs.workload import Workload, load_workload, parse_workload
+from tileflow.specs.yamlfile import Field, given, parse_yaml, read_text, shown
+from tileflow.tree import Dataflow
+
+
+@dataclass(frozen=True)
+class SavedStudy:
+    """A study folder read back; `best` and `best_result` are None when it found nothing."""
+
+    folder: Path
+    summary: dict
+    workload: Workload
+    arch: Architecture
+    best: Dataflow | None
+    best_result: Result | None
+
+    def points(self):
+        """points.csv as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.read_csv(self.folder / "points.csv")
+
+
+def inputs(config_workload: str, config_accelerator: str) -> dict[str, str]:
+    """The text of the study's workload and accelerator files (none for shipped names), kept
+    in summary.json so that the study reloads after the files move."""
+    out = {}
+    for key, value in (("workload", config_workload), ("accelerator", config_accelerator)):
+        path = Path(value)
+        if path.suffix in (".yaml", ".yml") and path.is_file():
+            out[key] = read_text(path)
+    return out
+
+
+def load_study(folder: str | Path, accelerator: str | None = None) -> SavedStudy:
+    """Read a folder written by `tileflow explore`; `accelerator` (a name or file) replaces
+    the recorded one. Raises InputError naming the folder when it cannot say what it was run
+    for."""
+    folder = Path(folder)
+    summary_path = folder / "summary.json"
+    if not given(summary_path):
+        raise InputError(f"'{shown(folder)}' is not a study folder: no summary.json")
+    summary = json.loads(read_text(summary_path))
+    best_path = folder / "best.yaml"
+    found = summary.get("found_for") or (found_for_file(best_path) if given(best_path)
+                                         else None)
+    embedded = summary.get("inputs") or {}
+    sizes = {str(k): int(v) for k, v in ((found or {}).get("sizes") or
+                                         summary.get("sizes") or {}).items()}
+    workload = _workload((found or {}).get("workload") or summary.get("workload"),
+                         sizes, (found or {}).get("preset"), embedded.get("workload"),
+                         summary_path)
+    arch = load_arch(accelerator) if accelerator else _arch(
+        (found or {}).get("accelerator") or summary.get("accelerator"),
+        embedded.get("accelerator"), summary_path)
+    best = load_dataflow_file(best_path) if given(best_path) else None
+    result = evaluate(workload, arch, best) if best is not None else None
+    return SavedStudy(folder, summary, workload, arch, best, result)
+
+
+def _missing_file(value: str | None) -> bool:
+    return value is not None and Path(value).suffix in (".yaml", ".yml") and not given(value)
+
+
+def _workload(value: str | None, sizes: dict[str, int], preset: str | None,
+              text: str | None, where: Path) -> Workload:
+    if value is None:
+        raise InputError(f"{shown(where)}: no workload recorded (found_for.workload)")
+    if _missing_file(value) and text is not None:
+        return parse_workload(_mapping(text, value), sizes or None, preset)
+    return load_workload(value, sizes or None, preset)
+
+
+def _arch(value: str | None, text: str | None, where: Path) -> Architecture:
+    if value is None:
+        raise InputError(f"{shown(where)}: no accelerator recorded (found_for.accelerator)")
+    if _missing_file(value) and text is not None:
+        return parse_arch(_mapping(text, value))
+    return load_arch(value)
+
+
+def _mapping(text: str, source: str) -> Field:
+    """The kept text of a moved file, its errors named after the recorded path."""
+    return Field(parse_yaml(text, f"{shown(source)} (kept in summary.json)"),
+                 f"{shown(source)} (kept in summary.json)", line=0).require_mapping()
