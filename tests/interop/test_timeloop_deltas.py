@@ -145,10 +145,7 @@ def test_the_batched_evaluator_leaves_the_rule_to_the_scalar_model(tmp_path):
     structure = structure_of(w, arch, flow)
     assert "deltas: timeloop" in scalar_only(structure)
     exact = _with_deltas(arch, "exact")
-    assert "block_words" in scalar_only(structure_of(w, exact, flow))  # whole blocks too
-    per_word = replace(exact, levels=tuple(replace(lv, block_words=None)
-                                           for lv in exact.levels))
-    assert scalar_only(structure_of(w, per_word, flow)) == ""
+    assert scalar_only(structure_of(w, exact, flow)) == ""  # whole blocks are batched
     batch = evaluate_batch(structure, np.array([structure.default_factors]))
     ref = evaluate(w, arch, flow)
     assert ref.traffic["Reg"]["Inputs"].fill == 18_432

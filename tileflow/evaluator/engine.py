@@ -137,6 +137,11 @@ class Tally:
         # the same in accelerator words (`precision_bits`), what the energy is charged on:
         # kept apart only where some tensor's width differs from a word
         self.words = defaultdict(lambda: np.zeros(rows)) if widths else self.traffic
+        # per (level, tensor, kind) at the levels that charge whole blocks (`block_words`):
+        # a block is rounded up per tensor, so these are not summed over tensors
+        self.blocks = {i for i, lv in enumerate(arch.levels) if lv.block_words}
+        self.tensor_words: dict[tuple[int, str, int], np.ndarray] = \
+            defaultdict(lambda: np.zeros(rows))
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
         # the single-buffered tensors' part of them (`Transfer.serial`)
@@ -156,11 +161,15 @@ class Tally:
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
 
-    def count(self, level: int, kind: int, elements, width: float) -> None:
-        """Book `elements` moved at `level` (FILL, READ or UPDATE), `width` words each."""
+    def count(self, level: int, kind: int, elements, width: float, tensor: str) -> None:
+        """Book `elements` of `tensor` moved at `level` (FILL, READ or UPDATE), `width`
+        words each."""
         self.traffic[(level, kind)] += elements
         if self.words is not self.traffic:
             self.words[(level, kind)] += elements * width if width != 1.0 else elements
+        if level in self.blocks:
+            self.tensor_words[(level, tensor, kind)] += \
+                elements * width if width != 1.0 else elements
 
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
                  kind: str, serial: bool = False) -> None:
@@ -342,16 +351,16 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         return width * elements if width != 1.0 else elements
 
     if cross.is_out:
-        tally.count(y, FILL, refill_y, width)
-        tally.count(x, READ, refill_x, width)
-        tally.count(x, UPDATE, moved_x, width)
+        tally.count(y, FILL, refill_y, width, t)
+        tally.count(x, READ, refill_x, width, t)
+        tally.count(x, UPDATE, moved_x, width, t)
         tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write", serial)
         tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
             tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
     else:
-        tally.count(y, FILL, moved_y, width)
-        tally.count(x, READ, moved_x, width)
+        tally.count(y, FILL, moved_y, width, t)
+        tally.count(x, READ, moved_x, width, t)
         tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write", serial)

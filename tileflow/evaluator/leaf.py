@@ -55,19 +55,19 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         t = access.tensor
         source = path.levels[sources[t]]
         if source == x:
-            tally.count(x, READ, ops, width[t])
+            tally.count(x, READ, ops, width[t], t)
             reads = reads + (ops * width[t] if width[t] != 1.0 else ops)
             continue
         # one word serves every instance below the source that needs the same one
         sent = ops * multicast_share(r, path, sources[t], (access.tensor, access.axes))
-        tally.count(source, READ, sent, width[t])
+        tally.count(source, READ, sent, width[t], t)
         _feed(r, fed, source, sent * width[t], r.prod(path, _spread_above(path, sources[t])),
               "read")
     out = op.output.tensor
     out_width = width[out]
     home = path.levels[sources[out]]
     out_instances = r.prod(path, _spread_above(path, sources[out]))
-    tally.count(home, UPDATE, ops, out_width)
+    tally.count(home, UPDATE, ops, out_width, out)
     if op.accumulates:
         out = op.output
         marks = path.leaf_epoch
@@ -84,7 +84,7 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
                          for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
             loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
             starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
-        tally.count(home, READ, ops - starts, out_width)
+        tally.count(home, READ, ops - starts, out_width, out.tensor)
         if home == x:
             reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
         else:
