@@ -74,12 +74,16 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that keep a halo, or on an accelerator with Timeloop's delta rule (its sampled steps and
-    refills do not factor into the engine's per-loop sums). Such structures are evaluated
-    row by row with the scalar model, the reference."""
+    that keep a halo. Such structures are evaluated row by row with the scalar model, the
+    reference."""
     arch = structure.arch
-    if any(lv.deltas == "timeloop" for lv in arch.levels):
-        return "a level counts an input's fills by Timeloop's delta rule (deltas: timeloop)"
+    keeps_halo = any(isinstance(node, Tile) and any(mode == "cache" for _, mode in node.halo)
+                     for _, node in walk(structure.template.root))
+    if keeps_halo and any(lv.deltas == "timeloop" for lv in arch.levels):
+        # the batched delta rule samples whole slices; a kept halo shortens the producer's
+        # later slices (DimRec.cut), which only the scalar rule follows
+        return ("a tile keeps a halo (halo: cache) on an accelerator with Timeloop's delta "
+                "rule (deltas: timeloop)")
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue

@@ -10,9 +10,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from tileflow.evaluator import sums
+from tileflow.evaluator import sums, timeloop_deltas
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
-from tileflow.evaluator.lattice import I64, VDim, VLoop
+from tileflow.evaluator.lattice import I64, VDim, VLoop, distinct_tuples
 from tileflow.tree import Op, Tile
 
 FILL, READ, UPDATE = 0, 1, 2
@@ -231,7 +231,10 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
                 fine &= regular[d]
             todo = np.flatnonzero(~fine)
         if len(todo):
-            general = _general_counts(r, path, b, cross, todo, first, parent)
+            if not cross.is_out and inner.deltas == "timeloop":  # Timeloop's delta rule
+                general = _timeloop_counts(r, path, b, cross, todo)
+            else:
+                general = _general_counts(r, path, b, cross, todo, first, parent)
             moved = [m.astype(float) if isinstance(m, np.ndarray) else np.full(r.count, float(m))
                      for m in moved]
             for m, g in zip(moved, general, strict=True):
@@ -339,6 +342,26 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
     if not parent:
         refill_x = refill_x - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union)
     return moved_y, moved_x, refill_y, refill_x
+
+
+def _timeloop_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray):
+    """`traffic._timeloop_counts` on the rows `rows`: an input's words under Timeloop's
+    delta rule (`deltas: timeloop`). Each instance below is filled by the rule on its own;
+    the level above sends each fan-out stage's (a tile's spatial loops) different slices
+    once, the product over the stages."""
+    k = len(rows)
+    dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
+    temporal = [r.vloop(path, i, drop).take(rows) for i, drop, _ in cross.temporal]
+    per_instance = timeloop_deltas.words_moved(cross.axes, dims, temporal, k)
+    stages: dict[int, list[VLoop]] = defaultdict(list)
+    for i in b.union:
+        stages[path.loops[i].node].append(r.vloop(path, i, False).take(rows))
+    distinct = np.ones(k, dtype=I64)
+    for loops in stages.values():
+        distinct = distinct * distinct_tuples(k, loops, cross.axes)
+    moved_y = r.prod(path, b.inst_y)[rows] * per_instance
+    moved_x = r.prod(path, b.inst_x)[rows] * per_instance * distinct
+    return moved_y, moved_x, 0, 0
 
 
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
