@@ -10,8 +10,10 @@ a share of the rows, so that it is exercised."""
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
@@ -21,17 +23,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trees import trees
 
-from tests.explore.test_batch import CASES, TIMED, assert_rows_equal, random_rows
+from tests.explore.test_batch import (
+    CASES,
+    TIMED,
+    assert_rows_equal,
+    covering_rows,
+    random_rows,
+)
 from tests.explore.test_batch_mechanisms import with_bypass
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, timeloop_words_moved
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
+from tileflow.dataflows import build
 from tileflow.evaluator import timeloop_deltas
 from tileflow.evaluator.batch import evaluate_batch, scalar_only
 from tileflow.evaluator.lattice import VDim, VLoop
 from tileflow.evaluator.structure import structure_of
-from tileflow.specs.arch import Architecture
-from tileflow.specs.workload import Workload
+from tileflow.specs.arch import Architecture, load_arch
+from tileflow.specs.workload import Workload, load_workload
 from tileflow.tree import Dataflow
 
 CONVENTIONS = ("fill-drain", "perfect", "lockstep")
@@ -181,3 +190,25 @@ def test_timeloop_conventions_with_bypass_in_the_batch(case: str, overlap: str) 
     bypass = with_bypass(w)
     compared, changed = _agree(w, arch, plain, seed=47, change=bypass)
     assert compared >= 40 and changed >= compared // 4, (compared, changed)
+
+
+QUALITY = Path(__file__).resolve().parents[2] / "search" / "quality"
+IMPORTED = {"dwpw": (QUALITY / "workloads" / "dwpw.yaml", {"c": 4, "k": 8, "h": 6, "w": 6}),
+            "gemm-chain": ("gemm-chain", {"b": 1, "m": 16, "l": 16, "k": 8, "n": 8})}
+
+
+@pytest.mark.parametrize("name", ["layerwise", "flat-rgran", "tileflow-pipe", "chimera"])
+@pytest.mark.parametrize("wl", IMPORTED)
+def test_an_imported_timeloop_chip_in_the_batch(wl: str, name: str) -> None:
+    """The search-quality suite's chip imported from Timeloop (`ws-array`: the delta rule
+    and whole blocks of 4, 8 and 1 words on its three levels), its pairs' workloads at
+    small sizes, baseline structures with rows around their factors."""
+    arch = load_arch(QUALITY / "chips" / "ws-array.arch.yaml")
+    assert all(lv.deltas == "timeloop" and lv.block_words for lv in arch.levels)
+    source, sizes = IMPORTED[wl]
+    w = load_workload(source, sizes)
+    structure = structure_of(w, arch, build(name, w, arch))
+    assert scalar_only(structure) == ""
+    rows = covering_rows(structure, 12, np.random.default_rng(zlib.crc32(f"{wl} {name}".encode())))
+    compared, _ = assert_rows_equal(structure, rows)
+    assert compared >= 6, compared
