@@ -23,6 +23,8 @@ from tileflow.evaluator.lattice import I64, VDim, VLoop, interval
 # counted by the scalar rule (as many steps as the scalar model walks, one by one)
 CELLS = 1 << 20
 STEPS_PER_ROW = 1 << 16
+# what one more group of rows costs, in cells (its NumPy calls: about 1,000 cells' time)
+GROUP_CELLS = 1 << 10
 
 
 def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VLoop],
@@ -34,13 +36,20 @@ def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VL
         return out
     live = np.stack([lp.n > 1 for lp in loops]) if loops else np.zeros((0, rows), bool)
     used = [k for k in range(len(loops)) if live[k].any()]
-    if rows << len(used) <= CELLS:
+    whole = rows << len(used)  # cells of every row on the steps of every used loop
+    if not used:
+        out[:] = _on_steps(axes, dims, [], np.arange(rows))
+        return out
+    # or rows grouped by their own loops of more than one iteration: fewer cells where
+    # the rows' loops differ, more NumPy calls
+    patterns, group = np.unique(live[used].T, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    own = np.bincount(group) << patterns.sum(axis=1)
+    if whole <= CELLS and whole <= own.sum() + GROUP_CELLS * len(patterns):
         out[:] = _on_steps(axes, dims, [loops[k] for k in used], np.arange(rows))
         return out
-    # too many steps at once: rows by their own loops of more than one iteration
-    patterns, group = np.unique(live[used].T, axis=0, return_inverse=True)
     for g, pattern in enumerate(patterns):
-        mine = np.flatnonzero(group.reshape(-1) == g)
+        mine = np.flatnonzero(group == g)
         chosen = [loops[k] for k, on in zip(used, pattern, strict=True) if on]
         steps = 1 << len(chosen)
         if steps > STEPS_PER_ROW:
