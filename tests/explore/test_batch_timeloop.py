@@ -21,7 +21,7 @@ import pytest
 from helpers import workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trees import trees
+from trees import keep_halos, trees
 
 from tests.explore.test_batch import (
     CASES,
@@ -41,7 +41,7 @@ from tileflow.evaluator.lattice import VDim, VLoop
 from tileflow.evaluator.structure import structure_of
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
-from tileflow.tree import Dataflow
+from tileflow.tree import Dataflow, tile
 
 CONVENTIONS = ("fill-drain", "perfect", "lockstep")
 
@@ -212,3 +212,20 @@ def test_an_imported_timeloop_chip_in_the_batch(wl: str, name: str) -> None:
     rows = covering_rows(structure, 12, np.random.default_rng(zlib.crc32(f"{wl} {name}".encode())))
     compared, _ = assert_rows_equal(structure, rows)
     assert compared >= 6, compared
+
+
+def test_a_kept_halo_under_the_delta_rule_runs_row_by_row() -> None:
+    """The one case left to the scalar model: a tree that keeps a halo (`halo: cache`, the
+    producer's later slices shortened) on an accelerator with the delta rule; the batch
+    says why and gives the scalar model's rows."""
+    w = workload(CASES["conv-halo"])
+    flow = Dataflow(tile("DRAM", "p:3",
+                         tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
+                         tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
+    arch = _levels(TIMED, deltas=("timeloop",) * 3)
+    structure = structure_of(w, arch, keep_halos(w, flow))
+    assert "deltas: timeloop" in scalar_only(structure)
+    assert scalar_only(structure_of(w, arch, flow)) == ""
+    compared, _ = assert_rows_equal(structure, random_rows(structure, 8,
+                                                           np.random.default_rng(3)))
+    assert compared >= 1

@@ -44,7 +44,7 @@ def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VL
     # the rows' loops differ, more NumPy calls
     patterns, group = np.unique(live[used].T, axis=0, return_inverse=True)
     group = group.reshape(-1)
-    own = np.bincount(group) << patterns.sum(axis=1)
+    own = np.bincount(group) * np.exp2(patterns.sum(axis=1))  # (float: no overflow)
     if whole <= CELLS and whole <= own.sum() + GROUP_CELLS * len(patterns):
         out[:] = _on_steps(axes, dims, [loops[k] for k in used], np.arange(rows))
         return out
