@@ -74,8 +74,8 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that keep a halo. Such structures are evaluated row by row with the scalar model, the
-    reference."""
+    that keep a halo, and so (first) on an accelerator with Timeloop's delta rule. Such
+    structures are evaluated row by row with the scalar model, the reference."""
     arch = structure.arch
     keeps_halo = any(isinstance(node, Tile) and any(mode == "cache" for _, mode in node.halo)
                      for _, node in walk(structure.template.root))
