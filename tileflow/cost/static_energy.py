@@ -13,7 +13,7 @@ from typing import Protocol
 from tileflow.specs.arch import Architecture
 
 # A count per instance within this of a whole block is that block (float sums of counts).
-_BLOCK_SLACK = 1e-9
+BLOCK_SLACK = 1e-9
 
 
 class SpatialLoop(Protocol):
@@ -32,7 +32,7 @@ def whole_block_words(words: float, instances: int, block_words: int) -> float:
     if words <= 0:
         return 0.0
     instances = max(instances, 1)
-    blocks = math.ceil(words / instances / block_words - _BLOCK_SLACK)
+    blocks = math.ceil(words / instances / block_words - BLOCK_SLACK)
     return float(instances * blocks * block_words)
 
 

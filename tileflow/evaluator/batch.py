@@ -13,6 +13,7 @@ import numpy as np
 
 from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS
 from tileflow.cost.model import evaluate
+from tileflow.cost.static_energy import BLOCK_SLACK
 from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
@@ -73,16 +74,16 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 def scalar_only(structure: Structure) -> str:
     """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that keep a halo, or on an accelerator with Timeloop's delta rule (its sampled steps and
-    refills do not factor into the engine's per-loop sums) or whole-block energy (it needs
-    each tensor's count per instance). Such structures are evaluated row by row with the
-    scalar model, the reference."""
+    that keep a halo, and so (first) on an accelerator with Timeloop's delta rule. Such
+    structures are evaluated row by row with the scalar model, the reference."""
     arch = structure.arch
-    if any(lv.deltas == "timeloop" for lv in arch.levels):
-        return "a level counts an input's fills by Timeloop's delta rule (deltas: timeloop)"
-    if any(lv.block_words for lv in arch.levels):
-        return ("a level charges energy in whole blocks per instance and tensor (block_words: "
-                "the engine sums words over tensors)")
+    keeps_halo = any(isinstance(node, Tile) and any(mode == "cache" for _, mode in node.halo)
+                     for _, node in walk(structure.template.root))
+    if keeps_halo and any(lv.deltas == "timeloop" for lv in arch.levels):
+        # the batched delta rule samples whole slices; a kept halo shortens the producer's
+        # later slices (DimRec.cut), which only the scalar rule follows
+        return ("a tile keeps a halo (halo: cache) on an accelerator with Timeloop's delta "
+                "rule (deltas: timeloop)")
     for _, node in walk(structure.template.root):
         if not isinstance(node, Tile):
             continue
@@ -142,10 +143,11 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     arch = c.arch
     energy = np.zeros(rows)
     for (level, kind), words in tally.words.items():
-        lv = arch.levels[level]
-        per_word = {FILL: lv.write_energy_pj, READ: lv.read_energy_pj,
-                    UPDATE: lv.update_energy_pj}[kind]
-        energy = energy + words * per_word
+        if level in tally.blocks:
+            continue  # charged per tensor in whole blocks, below
+        energy = energy + words * _per_word(arch.levels[level], kind)
+    if tally.blocks:
+        energy = energy + _whole_block_energy(r, tally)
     ops = np.zeros(rows)
     for o, leaf in leaves.items():
         ops = ops + leaf.ops
@@ -160,6 +162,29 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
     energy = energy + _leakage(r) * cycles
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
                        dict(violations.amounts))
+
+
+def _per_word(lv, kind: int) -> float:
+    """The level's energy per word of a fill, a read or an update."""
+    return {FILL: lv.write_energy_pj, READ: lv.read_energy_pj,
+            UPDATE: lv.update_energy_pj}[kind]
+
+
+def _whole_block_energy(r: Rows, tally: Tally) -> np.ndarray:
+    """Energy of the levels that charge whole blocks (`block_words`): per tensor and kind,
+    the words of each instance in use rounded up to whole blocks
+    (`cost.static_energy.whole_block_words`, the instances those of `used_instances`)."""
+    c = r.c
+    energy = np.zeros(r.count)
+    used = {level: _used(r, [p for p in c.paths.values() if p.leaf_level >= level], level)
+            for level in tally.blocks}
+    for (level, _tensor, kind), words in tally.tensor_words.items():
+        lv = c.arch.levels[level]
+        instances = np.maximum(used[level], 1)
+        blocks = np.ceil(words / instances / lv.block_words - BLOCK_SLACK)
+        charged = np.where(words > 0, instances * blocks * lv.block_words, 0.0)
+        energy = energy + charged * _per_word(lv, kind)
+    return energy
 
 
 def _enumerated_steps(r: Rows) -> np.ndarray:

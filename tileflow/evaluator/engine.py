@@ -10,9 +10,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from tileflow.evaluator import sums
+from tileflow.evaluator import sums, timeloop_deltas
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
-from tileflow.evaluator.lattice import I64, VDim, VLoop
+from tileflow.evaluator.lattice import I64, VDim, VLoop, distinct_tuples
 from tileflow.tree import Op, Tile
 
 FILL, READ, UPDATE = 0, 1, 2
@@ -137,6 +137,11 @@ class Tally:
         # the same in accelerator words (`precision_bits`), what the energy is charged on:
         # kept apart only where some tensor's width differs from a word
         self.words = defaultdict(lambda: np.zeros(rows)) if widths else self.traffic
+        # per (level, tensor, kind) at the levels that charge whole blocks (`block_words`):
+        # a block is rounded up per tensor, so these are not summed over tensors
+        self.blocks = {i for i, lv in enumerate(arch.levels) if lv.block_words}
+        self.tensor_words: dict[tuple[int, str, int], np.ndarray] = \
+            defaultdict(lambda: np.zeros(rows))
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
         # the single-buffered tensors' part of them (`Transfer.serial`)
@@ -156,11 +161,15 @@ class Tally:
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
 
-    def count(self, level: int, kind: int, elements, width: float) -> None:
-        """Book `elements` moved at `level` (FILL, READ or UPDATE), `width` words each."""
+    def count(self, level: int, kind: int, elements, width: float, tensor: str) -> None:
+        """Book `elements` of `tensor` moved at `level` (FILL, READ or UPDATE), `width`
+        words each."""
         self.traffic[(level, kind)] += elements
         if self.words is not self.traffic:
             self.words[(level, kind)] += elements * width if width != 1.0 else elements
+        if level in self.blocks:
+            self.tensor_words[(level, tensor, kind)] += \
+                elements * width if width != 1.0 else elements
 
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
                  kind: str, serial: bool = False) -> None:
@@ -222,7 +231,10 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
                 fine &= regular[d]
             todo = np.flatnonzero(~fine)
         if len(todo):
-            general = _general_counts(r, path, b, cross, todo, first, parent)
+            if not cross.is_out and inner.deltas == "timeloop":  # Timeloop's delta rule
+                general = _timeloop_counts(r, path, b, cross, todo)
+            else:
+                general = _general_counts(r, path, b, cross, todo, first, parent)
             moved = [m.astype(float) if isinstance(m, np.ndarray) else np.full(r.count, float(m))
                      for m in moved]
             for m, g in zip(moved, general, strict=True):
@@ -332,6 +344,26 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
     return moved_y, moved_x, refill_y, refill_x
 
 
+def _timeloop_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray):
+    """`traffic._timeloop_counts` on the rows `rows`: an input's words under Timeloop's
+    delta rule (`deltas: timeloop`). Each instance below is filled by the rule on its own;
+    the level above sends each fan-out stage's (a tile's spatial loops) different slices
+    once, the product over the stages."""
+    k = len(rows)
+    dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
+    temporal = [r.vloop(path, i, drop).take(rows) for i, drop, _ in cross.temporal]
+    per_instance = timeloop_deltas.words_moved(cross.axes, dims, temporal, k)
+    stages: dict[int, list[VLoop]] = defaultdict(list)
+    for i in b.union:
+        stages[path.loops[i].node].append(r.vloop(path, i, False).take(rows))
+    distinct = np.ones(k, dtype=I64)
+    for loops in stages.values():
+        distinct = distinct * distinct_tuples(k, loops, cross.axes)
+    moved_y = r.prod(path, b.inst_y)[rows] * per_instance
+    moved_x = r.prod(path, b.inst_x)[rows] * per_instance * distinct
+    return moved_y, moved_x, 0, 0
+
+
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
             refill_y, refill_x, width: float = 1.0) -> None:
     """`traffic._record`: counts in elements, transfers (their time) in accelerator words,
@@ -342,16 +374,16 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         return width * elements if width != 1.0 else elements
 
     if cross.is_out:
-        tally.count(y, FILL, refill_y, width)
-        tally.count(x, READ, refill_x, width)
-        tally.count(x, UPDATE, moved_x, width)
+        tally.count(y, FILL, refill_y, width, t)
+        tally.count(x, READ, refill_x, width, t)
+        tally.count(x, UPDATE, moved_x, width, t)
         tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write", serial)
         tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
             tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
     else:
-        tally.count(y, FILL, moved_y, width)
-        tally.count(x, READ, moved_x, width)
+        tally.count(y, FILL, moved_y, width, t)
+        tally.count(x, READ, moved_x, width, t)
         tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write", serial)

@@ -244,3 +244,30 @@ def lattice_sum(loops: Sequence[VLoop], start: np.ndarray, rows: int, term) -> n
     values = term(start[:, None] + offset, step[:, None], count[:, None],
                   lambda x: x[:, None] if np.ndim(x) else x)
     return np.where(grid.valid, values, 0).sum(axis=1)
+
+
+def distinct_tuples(rows: int, loops: list[VLoop], axes) -> np.ndarray:
+    """Per row, the distinct index tuples of `axes` over the values of `loops` (on a grid
+    of the loops' values, padded to the largest trip counts, in blocks of GRID_CELLS
+    cells): the different slices of spatial instances, or the distinct elements one step
+    of them reads."""
+    out = np.empty(rows, dtype=I64)
+    size = int(np.prod([max(int(lp.n.max(initial=1)), 1) for lp in loops], dtype=np.int64))
+    block = max(1, GRID_CELLS // max(size, 1))
+    for start in range(0, rows, block):
+        part = np.arange(start, min(rows, start + block))
+        mine = [lp.take(part) for lp in loops]
+        grid = Grid(len(part), [(lp, 0) for lp in mine])
+        pos = positions(list(zip(mine, grid.values, strict=True)), len(part))
+        key = np.zeros((len(part), grid.size), dtype=I64)
+        for axis in axes:
+            value = np.zeros((len(part), grid.size), dtype=I64)
+            for d, coef in axis.terms:
+                if d in pos:
+                    value = value + coef * pos[d]
+            low = value.min()
+            key = key * (int(value.max() - low) + 1) + (value - low)
+        # padding takes the first instance's key (every loop at 0), which is always one
+        key = np.sort(np.where(grid.valid, key, key[:, :1]), axis=1)
+        out[part] = 1 + (np.diff(key, axis=1) != 0).sum(axis=1)
+    return out

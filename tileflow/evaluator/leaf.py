@@ -12,7 +12,7 @@ import numpy as np
 from tileflow.evaluator import sums
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import READ, UPDATE, Busy, Rows, Tally, exact_dims
-from tileflow.evaluator.lattice import I64, Grid, VLoop, positions
+from tileflow.evaluator.lattice import I64, distinct_tuples
 from tileflow.specs.workload import Workload
 
 
@@ -55,19 +55,19 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         t = access.tensor
         source = path.levels[sources[t]]
         if source == x:
-            tally.count(x, READ, ops, width[t])
+            tally.count(x, READ, ops, width[t], t)
             reads = reads + (ops * width[t] if width[t] != 1.0 else ops)
             continue
         # one word serves every instance below the source that needs the same one
         sent = ops * multicast_share(r, path, sources[t], (access.tensor, access.axes))
-        tally.count(source, READ, sent, width[t])
+        tally.count(source, READ, sent, width[t], t)
         _feed(r, fed, source, sent * width[t], r.prod(path, _spread_above(path, sources[t])),
               "read")
     out = op.output.tensor
     out_width = width[out]
     home = path.levels[sources[out]]
     out_instances = r.prod(path, _spread_above(path, sources[out]))
-    tally.count(home, UPDATE, ops, out_width)
+    tally.count(home, UPDATE, ops, out_width, out)
     if op.accumulates:
         out = op.output
         marks = path.leaf_epoch
@@ -84,7 +84,7 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
                          for a, s in zip(out.axes, w.shapes[out.tensor], strict=True))
             loops = [r.vloop(path, i, False).take(todo) for i in all_loops]
             starts[todo] = sums.first_touches(axes, dims1, loops, marks, len(todo), guards)
-        tally.count(home, READ, ops - starts, out_width)
+        tally.count(home, READ, ops - starts, out_width, out.tensor)
         if home == x:
             reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
         else:
@@ -130,38 +130,10 @@ def multicast_share(r: Rows, path: Path, position: int, access) -> np.ndarray:
         for axis, ds in zip(axes, axis_dims, strict=True):
             mine = [lp for lp in loops if lp.dim in ds]
             if mine:
-                distinct = distinct * _distinct(r.count, mine, (axis,))
+                distinct = distinct * distinct_tuples(r.count, mine, (axis,))
     else:
-        distinct = _distinct(r.count, loops, axes)
+        distinct = distinct_tuples(r.count, loops, axes)
     spread = np.ones(r.count, dtype=I64)
     for lp in loops:
         spread = spread * lp.n
     return distinct / spread
-
-
-GRID_CELLS = 1 << 22  # rows x grid points per block of `_distinct` (bounds its memory)
-
-
-def _distinct(rows: int, loops: list[VLoop], axes) -> np.ndarray:
-    """Per row, the distinct index tuples of `axes` over the values of `loops` (on a grid
-    of the loops' values, padded to the largest trip counts, in blocks of rows)."""
-    out = np.empty(rows, dtype=I64)
-    size = int(np.prod([max(int(lp.n.max(initial=1)), 1) for lp in loops], dtype=np.int64))
-    block = max(1, GRID_CELLS // max(size, 1))
-    for start in range(0, rows, block):
-        part = np.arange(start, min(rows, start + block))
-        mine = [lp.take(part) for lp in loops]
-        grid = Grid(len(part), [(lp, 0) for lp in mine])
-        pos = positions(list(zip(mine, grid.values, strict=True)), len(part))
-        key = np.zeros((len(part), grid.size), dtype=I64)
-        for axis in axes:
-            value = np.zeros((len(part), grid.size), dtype=I64)
-            for d, coef in axis.terms:
-                if d in pos:
-                    value = value + coef * pos[d]
-            low = value.min()
-            key = key * (int(value.max() - low) + 1) + (value - low)
-        # padding takes the first instance's key (every loop at 0), which is always one
-        key = np.sort(np.where(grid.valid, key, key[:, :1]), axis=1)
-        out[part] = 1 + (np.diff(key, axis=1) != 0).sum(axis=1)
-    return out
