@@ -127,7 +127,7 @@ class GeneticSearch:
         return self.fits[weight]
 
     def _seed(self, enc: Encoding, fits: int) -> int:
-        return zlib.crc32(f"{self.config.seed}|{fits}|{enc!r}".encode())
+        return zlib.crc32(f"{self.config.seed}|{fits}|{enc.text}".encode())
 
     def _record(self, key, cost: float, factors: np.ndarray) -> None:
         enc, weight = key
