@@ -86,9 +86,9 @@ def default_factors(w: Workload, structure: Structure, limits: Sequence[int]) ->
             f[k] = max(d for d in divisors(left) if d <= room)
             used[s.path] = used.get(s.path, 1) * int(f[k])
 
-    shared = [k for k, s in enumerate(structure.slots)
-              if sum(any(p == s.path for p, _ in c) for c in chains.values()) > 1]
-    for k in shared:
+    shared = {k for k, s in enumerate(structure.slots)
+              if sum(any(p == s.path for p, _ in c) for c in chains.values()) > 1}
+    for k in sorted(shared):
         spread(k, w.sizes[structure.slots[k].dim])
     for op, chain in chains.items():
         for d in w.op_by_name[op].dims:
@@ -102,8 +102,10 @@ def default_factors(w: Workload, structure: Structure, limits: Sequence[int]) ->
                     spread(k, left)
             covered = math.prod(int(f[k]) for k in ks)
             need = -(-w.sizes[d] // covered)
-            if need > 1:
-                temporal = [k for k in ks if not structure.slots[k].spatial] or ks
+            if need > 1:  # an own loop where there is one: a shared one would tile the others
+                own = [k for k in ks if k not in shared]
+                temporal = [k for k in own if not structure.slots[k].spatial] or own or \
+                    [k for k in ks if not structure.slots[k].spatial] or ks
                 f[temporal[-1]] *= need
     return f
 
