@@ -178,3 +178,19 @@ def test_the_l2_hand_trees_and_every_baseline_are_in_the_space(soc, pair):
         assert any(t.level == "L2" and t.loops for _, t in walk(flow.root)
                    if isinstance(t, Tile) and len(t.children) > 1)
         assert encode(space.frame, flow, encoded[name].share) == encoded[name]
+
+
+def test_the_level_seed_fuses_every_operator_at_the_shared_l2(soc):
+    """soc-l2 has one level above the L1s (the L2): one seed, every operator of the chain
+    under one L2 tile that steps through blocks of the dims the GEMMs share (m, l) and
+    spreads over the 2 cores; a chip without a middle level has none."""
+    space = StructureSpace(workload(CHAIN, m=64, l=64, k=16, n=16), soc)
+    seeds = space.level_seeds()
+    assert list(seeds) == ["fused-at-L2"]
+    flow = decode(space.frame, seeds["fused-at-L2"])
+    groups = [t for _, t in walk(flow.root) if isinstance(t, Tile) and len(t.children) > 1]
+    assert len(groups) == 1 and groups[0].level == "L2"
+    assert {lp.dim for lp in groups[0].loops} == {"m", "l"}
+    assert [lp.dim for lp in groups[0].loops if lp.spatial] == ["m"]
+    flat = StructureSpace(workload(CHAIN, m=8, l=8, k=4, n=4), small_arch(cores=2, pes=4))
+    assert flat.level_seeds() == {}

@@ -140,6 +140,23 @@ class StructureSpace:
                 loops[f.own_key(o, lv)] = self.own_loops(o, lv)
         return loops
 
+    def level_seeds(self) -> dict[str, Encoding]:
+        """Per on-chip level above every operator's innermost loops (a shared L2), the
+        structure that fuses every operator there: the intermediates stay on chip while DRAM
+        streams blocks, the pattern the other seeds (baselines fused at DRAM or in the L1)
+        do not start from. Empty on a chip without such a level, or without outer tiles."""
+        f, n = self.frame, self.n
+        if n < 2 or not self.options.outer_tiles:
+            return {}
+        out = {}
+        for lv in range(1, min(f.loop_level)):
+            try:
+                out[f"fused-at-{f.levels[lv]}"] = self.defaults(
+                    (*range(1, n), -1), (lv,) * (n - 1) + (0,))
+            except InvalidEncoding:  # a workload the repair cannot fuse there
+                continue
+        return out
+
     def unfused(self) -> Encoding:
         return self.defaults((-1,) * self.n, (0,) * self.n)
 
