@@ -57,8 +57,9 @@ class Encoding:
 
     @property
     def text(self) -> str:
-        """The encoding as text for seeding searches: without a bypass gene it is the text
-        encodings had before they had one, so seeded runs stay as they were."""
+        """The encoding as text for seeding searches and keying stored fitness searches:
+        without a bypass gene it is the text encodings had before they had one, so seeded
+        runs stay as they were and a stored structure search still replays."""
         return repr(self) if self.bypass else repr(self).replace(", bypass=())", ")")
 
     def with_bypass(self, pairs) -> Encoding:

@@ -105,7 +105,7 @@ def fit_to_array(structure: Structure, factors: np.ndarray) -> np.ndarray:
     return out
 
 
-def fit_to_levels(structure: Structure, factors: np.ndarray, rounds: int = 48) -> np.ndarray:
+def fit_to_levels(structure: Structure, factors: np.ndarray, rounds: int = 8) -> np.ndarray:
     """Factors close to `factors` that the model accepts (capacity, fan-out, array), or the
     least-violating ones found when no move helps any more. A level's excess is that of its
     fullest tile, so one operator's move may change nothing while its siblings stay as

@@ -117,7 +117,7 @@ class StoredSearch(GeneticSearch):
         inner = super()._fit(weight)
 
         def fit(structure, budget: int, seed: int):
-            key = hashlib.sha256(f"{weight}|{structure.encoding!r}|{budget}|{seed}".encode()) \
+            key = hashlib.sha256(f"{weight}|{structure.encoding.text}|{budget}|{seed}".encode()) \
                 .hexdigest()
             if key in self.known:
                 self.replayed += 1
