@@ -18,7 +18,8 @@ ops:
 """
 
 # every loop as the defaults place it: only fusion, primitives and homes vary
-FUSION_ONLY = SpaceOptions(loop_orders=False, spatial=False, outer_tiles=False, shares=(1,))
+FUSION_ONLY = SpaceOptions(loop_orders=False, spatial=False, outer_tiles=False, shares=(1,),
+                           bypass=False)
 
 
 def tiny_chain_space() -> StructureSpace:

@@ -359,7 +359,8 @@ GENETIC = Section("genetic", "`genetic` of an exploration config", (
     Key("rungs", "integer >= 1", "budget doublings of successive halving; population, "
         "generations, evaluations and rungs together may ask for at most 100,000,000 "
         "evaluations", "3"),
-    Key("top", "integer >= 1", "best structures handed to the tile-factor study", "4"),
+    Key("top", "integer >= 1", "best structures handed to the tile-factor study (and each "
+        "level seed: the structure fusing every operator at a shared on-chip level)", "4"),
 ))
 
 EXPLORE_LIMITS = Section("limits", "`limits` of an exploration config", (

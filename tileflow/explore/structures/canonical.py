@@ -39,7 +39,7 @@ def shape(node: Node):
         return node.op
     return (node.level, tuple((lp.dim, lp.spatial) for lp in node.loops),
             node.primitive if len(node.children) > 1 else None,
-            tuple(shape(c) for c in node.children))
+            tuple(sorted(node.bypass)), tuple(shape(c) for c in node.children))
 
 
 def encode(frame: Frame, flow: Dataflow, share: tuple[int, ...] | None = None) -> Encoding:
@@ -83,8 +83,11 @@ def encode(frame: Frame, flow: Dataflow, share: tuple[int, ...] | None = None) -
         _, default = home_options(frame, chains, t)
         if t in flow.homes and index[flow.homes[t]] != default:
             home[o] = index[flow.homes[t]]
+    bypass = {(t, index[node.level]) for _, node in walk(root) if isinstance(node, Tile)
+              for t in node.bypass}
     enc = Encoding(into, level, tuple(primitive), tuple(home), _shares(frame, root, share),
-                   root.primitive if container else "Seq", tuple(sorted(loops.items())))
+                   root.primitive if container else "Seq", tuple(sorted(loops.items())),
+                   tuple(sorted(bypass)))
     back = decode(frame, enc)
     if shape(back.root) != shape(root):
         raise InputError(f"dataflow '{flow.name}' is not in the generated space: its tree "
@@ -152,6 +155,10 @@ def repair(frame: Frame, enc: Encoding, limit: int = 200) -> tuple[Encoding, Cou
                 level[o] = min(max(level[o], 0), top)
                 fixes["level"] += 1
     home = [h if -1 <= h < len(frame.levels) else -1 for h in enc.home]
+    bypass = {(t, lv) for t, lv in enc.bypass
+              if t in frame.bypassable and 0 < lv < len(frame.levels)}
+    fixes["bypass"] += len(set(enc.bypass) - bypass)
+    enc = enc.with_bypass(bypass)
     share = [s if s >= 1 and not s & (s - 1) else 1 for s in enc.share]
     root_primitive = enc.root_primitive if enc.root_primitive in PRIMITIVES else "Seq"
     enc = replace(enc, into=tuple(into), level=tuple(level), primitive=tuple(primitive),

@@ -23,7 +23,7 @@ from functools import cached_property
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile
+from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, ops_under
 
 LoopSpec = tuple[tuple[str, bool], ...]  # (dim, spatial), outermost first
 
@@ -46,6 +46,7 @@ class Encoding:
     share: tuple[int, ...]
     root_primitive: str
     loops: tuple[tuple[str, LoopSpec], ...]  # (tile key, loops), sorted by key
+    bypass: tuple[tuple[str, int], ...] = ()  # (input or output, level it skips), sorted
 
     @cached_property
     def loop_map(self) -> dict[str, LoopSpec]:
@@ -53,6 +54,16 @@ class Encoding:
 
     def with_loops(self, loops: dict[str, LoopSpec]) -> Encoding:
         return replace(self, loops=tuple(sorted(loops.items())))
+
+    @property
+    def text(self) -> str:
+        """The encoding as text for seeding searches and keying stored fitness searches:
+        without a bypass gene it is the text encodings had before they had one, so seeded
+        runs stay as they were and a stored structure search still replays."""
+        return repr(self) if self.bypass else repr(self).replace(", bypass=())", ")")
+
+    def with_bypass(self, pairs) -> Encoding:
+        return replace(self, bypass=tuple(sorted(set(pairs))))
 
 
 class Frame:
@@ -74,6 +85,13 @@ class Frame:
             feed.append(f)
             loop_level.append(f - 1 if per_pe else f)
         self.feed, self.loop_level = tuple(feed), tuple(loop_level)
+
+    @property
+    def bypassable(self) -> tuple[str, ...]:
+        """Tensors a level may skip: the workload's inputs and outputs (an intermediate
+        lives where its home says)."""
+        return tuple(t for t in (*self.workload.inputs, *self.workload.outputs)
+                     if t not in self.workload.intermediates)
 
     def dims(self, o: int) -> tuple[str, ...]:
         return self.workload.op_by_name[self.ops[o]].dims
@@ -100,13 +118,34 @@ class Frame:
                   for d in ops[self.ops[p]].reduction_dims if d != ops[self.ops[p]].carried}
         return tuple(d for d in self.workload.sizes if d in common and d not in banned)
 
+    def group_loops_allowed(self, members, level: int) -> bool:
+        """Whether a group tile at `level` may have loops: at the outermost level, and at an
+        on-chip level above every member's innermost loops (a shared L2 stepping through
+        blocks that its members' L1 tiles then work on)."""
+        return level == 0 or level < min(self.loop_level[o] for o in members)
+
+    def middle_levels(self, o: int, start: int) -> tuple[int, ...]:
+        """On-chip levels strictly between `start` and the level of `o`'s innermost loops:
+        where an own tile can keep a block of `o`'s data (a shared L2 between DRAM and
+        per-core L1s)."""
+        return tuple(range(max(start, 0) + 1, self.loop_level[o]))
+
     def fanout_below(self, level: int) -> int:
         return self.arch.levels[level + 1].fanout if level + 1 < len(self.levels) else 1
+
+    def spread_below(self, members, level: int) -> int:
+        """Instances of the levels between `level` and the members' innermost loops: what a
+        spatial loop of a tile at `level` may spread over when no tile sits between (a DRAM
+        tile over per-core L1s spreads over the cores even where the L2 between has one)."""
+        inner = min(self.loop_level[o] for o in members)
+        if level >= inner:
+            return self.fanout_below(level)
+        return self.arch.fanout_between(self.levels[level], self.levels[inner])
 
     def spatial_limit(self, o: int, level: int) -> int:
         """Instances a spatial loop in `o`'s own tile at `level` may spread over."""
         if level < self.loop_level[o]:
-            return self.fanout_below(level)
+            return self.spread_below((o,), level)
         unit = self.arch.unit(self.workload.op_by_name[self.ops[o]].unit)
         if self.feed[o] > level:
             return self.arch.fanout_between(self.levels[level], unit.level) * unit.parallelism
@@ -207,6 +246,11 @@ def check_genes(frame: Frame, enc: Encoding) -> None:
     for p in (*enc.primitive, enc.root_primitive):
         if p not in PRIMITIVES:
             raise InvalidEncoding("primitive", f"unknown primitive '{p}'")
+    for t, lv in enc.bypass:
+        if t not in frame.bypassable or not 0 < lv < len(frame.levels):
+            raise InvalidEncoding("bypass", f"'{t}' cannot skip level {lv} (inputs and outputs "
+                                  f"may skip levels 1..{len(frame.levels) - 1})",
+                                  lambda e, x=(t, lv): e.with_bypass(set(e.bypass) - {x}))
 
 
 class _Builder:
@@ -251,13 +295,14 @@ class _Builder:
             spec = self.loops.get(key, default_group_loops(f, members))
         else:
             spec = self.loops.get(key, ())
-            if spec:
-                raise InvalidEncoding("loops", f"group tile {key}: on-chip groups have no loops",
+            if spec and not f.group_loops_allowed(members, lam):
+                raise InvalidEncoding("loops", f"group tile {key}: a group at the level that "
+                                      "feeds its operators' units has no loops",
                                       _set_loops(key, ()))
         chooser = self.primitive_gene(members, lam)
         primitive = self.enc.primitive[chooser] if len(kids) > 1 else "Seq"
         self.check_para(primitive, subs, key, lambda enc: _set_primitive(enc, chooser, "Pipe"))
-        return Tile(f.levels[lam], self.group_loops(members, key, spec), kids, primitive,
+        return Tile(f.levels[lam], self.group_loops(members, key, spec, lam), kids, primitive,
                     name=key)
 
     def primitive_gene(self, members: tuple[int, ...], lam: int) -> int:
@@ -276,11 +321,12 @@ class _Builder:
                                       f"but '{self.frame.ops[c]}' reads '{self.frame.ops[p]}'",
                                       fix)
 
-    def group_loops(self, members, key: str, spec: LoopSpec) -> tuple[Loop, ...]:
+    def group_loops(self, members, key: str, spec: LoopSpec,
+                    lam: int = 0) -> tuple[Loop, ...]:
         f = self.frame
         legal = set(f.group_dims(members))
-        _check_spec(key, spec, legal, f.fanout_below(0) > 1, "dims shared by the group and no "
-                    "reduction of a producer whose consumer is in it")
+        _check_spec(key, spec, legal, f.spread_below(members, lam) > 1, "dims shared by the "
+                    "group and no reduction of a producer whose consumer is in it")
         return tuple(Loop(d, 1, sp) for d, sp in spec)
 
     def chain(self, o: int, start: int, force: bool = False) -> Node:
@@ -339,12 +385,12 @@ def _flatten(enc: Encoding, groups: list[tuple[int, ...]], lam: int) -> Encoding
     return replace(enc, into=tuple(into), level=tuple(level))
 
 
-def default_group_loops(frame: Frame, members) -> LoopSpec:
+def default_group_loops(frame: Frame, members, level: int = 0) -> LoopSpec:
     """Temporal loops over every dim the group may share, and the largest spread over the
     instances of the level below (the cores)."""
     dims = frame.group_dims(members)
     spec: list[tuple[str, bool]] = [(d, False) for d in dims]
-    if dims and frame.fanout_below(0) > 1:
+    if dims and frame.spread_below(members, level) > 1:
         spec.append((max(dims, key=lambda d: frame.workload.sizes[d]), True))
     return tuple(spec)
 
@@ -407,4 +453,31 @@ def decode(frame: Frame, enc: Encoding, name: str = "generated") -> Dataflow:
                                   "common ancestor", lambda e, g=genes: replace(e, home=g))
         if enc.home[o] != default:
             homes[t] = frame.levels[enc.home[o]]
-    return Dataflow(root, name, homes)
+    return Dataflow(_bypassed(frame, enc, root, chains), name, homes)
+
+
+def _bypassed(frame: Frame, enc: Encoding, root: Tile, chains) -> Tile:
+    """The tree with every tile at a skipped level listing the tensors that skip it (each
+    (tensor, level) gene must meet a tile at that level on the path of an operator that
+    uses the tensor)."""
+    index = frame.arch.level_index
+    skip: dict[int, set[str]] = {}
+    for t, lv in enc.bypass:
+        users = [o for o in frame.ops if t in frame.workload.op_by_name[o].tensors]
+        if not any(index[tile.level] == lv for o in users for _, tile in chains[o]):
+            raise InvalidEncoding("bypass", f"'{t}' skips {frame.levels[lv]} but no operator "
+                                  "using it has a tile there",
+                                  lambda e, x=(t, lv): e.with_bypass(set(e.bypass) - {x}))
+        skip.setdefault(lv, set()).add(t)
+    if not skip:
+        return root
+
+    def go(node: Node) -> Node:
+        if isinstance(node, Op):
+            return node
+        kids = tuple(go(c) for c in node.children)
+        used = {t for o in ops_under(node) for t in frame.workload.op_by_name[o].tensors}
+        gone = tuple(sorted(skip.get(index[node.level], set()) & used))
+        return replace(node, children=kids, bypass=gone)
+
+    return go(root)

@@ -127,7 +127,7 @@ class GeneticSearch:
         return self.fits[weight]
 
     def _seed(self, enc: Encoding, fits: int) -> int:
-        return zlib.crc32(f"{self.config.seed}|{fits}|{enc!r}".encode())
+        return zlib.crc32(f"{self.config.seed}|{fits}|{enc.text}".encode())
 
     def _record(self, key, cost: float, factors: np.ndarray) -> None:
         enc, weight = key
@@ -228,6 +228,8 @@ class GeneticSearch:
                 self.evaluations += 1  # a point of the run's budget like any other
                 cost = float(_scalar(self.config.objectives, key[1])(m)[0])
                 self._record(key, cost if m.valid[0] else math.inf, own)
+            for enc in self.space.level_seeds().values():
+                population.append((enc, self._weight()))
         while len(population) < self.config.population:
             population.append((self.space.random(self.rng), self._weight()))
         return list(dict.fromkeys(population))

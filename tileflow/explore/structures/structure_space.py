@@ -27,6 +27,7 @@ from tileflow.explore.structures.encoding import (
     ordered,
     shares,
 )
+from tileflow.explore.structures.feasible import fit_to_levels
 from tileflow.explore.structures.tilings import EncodedStructure, Tilings, build_structure
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
@@ -43,6 +44,8 @@ class SpaceOptions:
     spatial: bool = True  # which loops are spatial
     outer_tiles: bool = True  # own tiles at outer levels, and the dims groups tile
     shares: tuple[int, ...] = (1, 2, 4)  # an operator's share of the array under Pipe/Para
+    bypass: bool = True  # which levels each input and output skips
+    fit_factors: bool = True  # start from factors fitted to the levels' capacities
 
 
 class StructureSpace:
@@ -74,7 +77,8 @@ class StructureSpace:
         encoding; raises InvalidEncoding for an invalid one (repair it first)."""
         if enc not in self._structures:
             flow = decode(self.frame, enc, name="searched")
-            self._structures[enc] = build_structure(self.frame, enc, flow)
+            fit = fit_to_levels if self.options.fit_factors else None
+            self._structures[enc] = build_structure(self.frame, enc, flow, fit)
         return self._structures[enc]
 
     def own_loops(self, o: int, level: int) -> LoopSpec:
@@ -109,6 +113,8 @@ class StructureSpace:
                 loops[f.own_key(c[0], 0)] = self.own_loops(c[0], 0)
             elif len(c) > 1:
                 loops[f.group_key(c, 0)] = default_group_loops(f, c)
+        if self.options.outer_tiles:
+            loops.update(self.level_tiles(sh))
         if home is None:
             genes = list(enc.home)
             for t in f.workload.intermediates:
@@ -117,6 +123,39 @@ class StructureSpace:
                     genes[p] = 0
             enc = replace(enc, home=tuple(genes))
         return self.repair(enc.with_loops(loops))[0]
+
+    def level_tiles(self, sh: list[list[int]]) -> dict[str, LoopSpec]:
+        """Default tiles at the on-chip levels between DRAM and each operator's innermost
+        loops (a shared L2 above per-core L1s): every fused group there steps through blocks
+        (spread over the instances below, the cores, where there are several), and every
+        operator's own chain keeps a block at each middle level below its innermost group."""
+        f = self.frame
+        loops: dict[str, LoopSpec] = {}
+        for members, lam in groups(range(self.n), sh):
+            if lam > 0 and f.group_loops_allowed(members, lam):
+                loops[f.group_key(members, lam)] = default_group_loops(f, members, lam)
+        for o in range(self.n):
+            start = max((sh[o][p] for p in range(self.n) if p != o), default=-1)
+            for lv in f.middle_levels(o, start):
+                loops[f.own_key(o, lv)] = self.own_loops(o, lv)
+        return loops
+
+    def level_seeds(self) -> dict[str, Encoding]:
+        """Per on-chip level above every operator's innermost loops (a shared L2), the
+        structure that fuses every operator there: the intermediates stay on chip while DRAM
+        streams blocks, the pattern the other seeds (baselines fused at DRAM or in the L1)
+        do not start from. Empty on a chip without such a level, or without outer tiles."""
+        f, n = self.frame, self.n
+        if n < 2 or not self.options.outer_tiles:
+            return {}
+        out = {}
+        for lv in range(1, min(f.loop_level)):
+            try:
+                out[f"fused-at-{f.levels[lv]}"] = self.defaults(
+                    (*range(1, n), -1), (lv,) * (n - 1) + (0,))
+            except InvalidEncoding:  # a workload the repair cannot fuse there
+                continue
+        return out
 
     def unfused(self) -> Encoding:
         return self.defaults((-1,) * self.n, (0,) * self.n)
@@ -181,6 +220,7 @@ class StructureSpace:
         kinds += ["home"] * opts.homes + ["share"] * (len(opts.shares) > 1)
         kinds += ["order"] * opts.loop_orders + ["spatial"] * opts.spatial
         kinds += ["tiles"] * opts.outer_tiles
+        kinds += ["bypass"] * (opts.bypass and len(f.levels) > 1 and bool(f.bypassable))
         kind = str(rng.choice(kinds))
         into, level = list(enc.into), list(enc.level)
         o = int(rng.integers(0, n))
@@ -205,15 +245,19 @@ class StructureSpace:
             allowed = (-1, *home_options(f, chains, t)[0])
             p = f.index[f.workload.producer[t]]
             enc = replace(enc, home=_set(enc.home, p, int(rng.choice(allowed))))
+        elif kind == "bypass":
+            t = str(rng.choice(f.bypassable))
+            gene = (t, int(rng.integers(1, len(f.levels))))
+            enc = enc.with_bypass(set(enc.bypass) ^ {gene})
         elif kind == "share":
             enc = replace(enc, share=_set(enc.share, o, int(rng.choice(opts.shares))))
         elif kind in ("order", "spatial", "tiles"):
-            loops = self._mutate_loops(kind, loops, o, rng)
+            loops = self._mutate_loops(kind, loops, o, rng, shares(enc))
         enc = replace(enc, into=tuple(into), level=tuple(level))
         return self.repair(enc.with_loops(loops))[0]
 
     def _mutate_loops(self, kind: str, loops: dict[str, LoopSpec], o: int,
-                      rng: np.random.Generator) -> dict[str, LoopSpec]:
+                      rng: np.random.Generator, sh: list[list[int]]) -> dict[str, LoopSpec]:
         f = self.frame
         keys = sorted(loops)
         key = keys[int(rng.integers(0, len(keys)))]
@@ -227,10 +271,15 @@ class StructureSpace:
             spec = [x for x in spec if x != (d, True)] if (d, True) in spec else \
                 [*spec, (d, True)]
         elif kind == "tiles":
-            outer = [lv for lv in range(f.loop_level[o]) if f.own_key(o, lv) not in keys]
+            outer = [(f.own_key(o, lv), self.own_loops(o, lv))
+                     for lv in range(f.loop_level[o]) if f.own_key(o, lv) not in keys]
+            outer += [(f.group_key(m, lam), default_group_loops(f, m, lam))
+                      for m, lam in groups(range(self.n), sh)
+                      if lam > 0 and f.group_loops_allowed(m, lam)
+                      and f.group_key(m, lam) not in keys]
             if outer and rng.random() < 0.5:
-                lv = outer[int(rng.integers(0, len(outer)))]
-                loops[f.own_key(o, lv)] = self.own_loops(o, lv)
+                new_key, spec = outer[int(rng.integers(0, len(outer)))]
+                loops[new_key] = spec
                 return loops
             if spec:
                 spec.pop(int(rng.integers(0, len(spec))))
@@ -258,8 +307,23 @@ class StructureSpace:
             if key in source:
                 loops[key] = source[key]
         root = a.root_primitive if rng.random() < 0.5 else b.root_primitive
-        child = replace(a, root_primitive=root, **genes).with_loops(loops)
+        bypass: set[tuple[str, int]] = set()
+        if a.bypass or b.bypass:  # each tensor's skips from one parent
+            skips = {t: (a if rng.random() < 0.5 else b) for t in self.frame.bypassable}
+            bypass = {g for g in (*a.bypass, *b.bypass) if g in skips[g[0]].bypass}
+        child = replace(a, root_primitive=root, **genes).with_loops(loops).with_bypass(bypass)
         return self.repair(child)[0]
+
+
+def groups(members, sh: list[list[int]], threshold: int = 0) -> list[tuple[tuple[int, ...], int]]:
+    """Every fused group (members, the level of its tile), outermost first."""
+    out = []
+    for comp in components(members, sh, threshold):
+        if len(comp) > 1:
+            lam = merge_level(comp, sh)
+            out.append((comp, lam))
+            out += groups(comp, sh, lam + 1)
+    return out
 
 
 def _set(values: tuple, i: int, value) -> tuple:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -49,7 +49,8 @@ def slot_limits(frame: Frame, enc: Encoding, flow: Dataflow, slots: Sequence[Slo
         if kids:
             inner = min(kids, key=lambda lv: arch.level_index[lv])
             limit = arch.fanout_between(tile.level, inner)
-            if len(below) == 1 and arch.level_index[inner] == frame.feed[below[0]]:
+            if len(below) == 1 and arch.level_index[inner] == frame.feed[below[0]] \
+                    and arch.level_index[tile.level] == frame.loop_level[below[0]]:
                 limit *= arch.unit(frame.workload.op_by_name[frame.ops[below[0]]].unit) \
                     .parallelism
         else:
@@ -85,9 +86,9 @@ def default_factors(w: Workload, structure: Structure, limits: Sequence[int]) ->
             f[k] = max(d for d in divisors(left) if d <= room)
             used[s.path] = used.get(s.path, 1) * int(f[k])
 
-    shared = [k for k, s in enumerate(structure.slots)
-              if sum(any(p == s.path for p, _ in c) for c in chains.values()) > 1]
-    for k in shared:
+    shared = {k for k, s in enumerate(structure.slots)
+              if sum(any(p == s.path for p, _ in c) for c in chains.values()) > 1}
+    for k in sorted(shared):
         spread(k, w.sizes[structure.slots[k].dim])
     for op, chain in chains.items():
         for d in w.op_by_name[op].dims:
@@ -101,16 +102,24 @@ def default_factors(w: Workload, structure: Structure, limits: Sequence[int]) ->
                     spread(k, left)
             covered = math.prod(int(f[k]) for k in ks)
             need = -(-w.sizes[d] // covered)
-            if need > 1:
-                temporal = [k for k in ks if not structure.slots[k].spatial] or ks
+            if need > 1:  # an own loop where there is one: a shared one would tile the others
+                own = [k for k in ks if k not in shared]
+                temporal = [k for k in own if not structure.slots[k].spatial] or own or \
+                    [k for k in ks if not structure.slots[k].spatial] or ks
                 f[temporal[-1]] *= need
     return f
 
 
-def build_structure(frame: Frame, enc: Encoding, flow: Dataflow) -> EncodedStructure:
+def build_structure(frame: Frame, enc: Encoding, flow: Dataflow,
+                    fit: Callable[[Structure, np.ndarray], np.ndarray] | None = None
+                    ) -> EncodedStructure:
+    """The structure of a decoded encoding, its template holding the default factors
+    (`fit(structure, factors)`: starting factors fitted to the chip, e.g. its capacities)."""
     plain = structure_of(frame.workload, frame.arch, flow)
     limits = slot_limits(frame, enc, flow, plain.slots)
     factors = default_factors(frame.workload, plain, limits)
+    if fit is not None:
+        factors = fit(plain, factors)
     template = with_factors(flow, {(s.path, s.index): int(x)
                                    for s, x in zip(plain.slots, factors, strict=True)})
     return EncodedStructure(frame.workload, frame.arch, template, plain.slots, enc, limits)

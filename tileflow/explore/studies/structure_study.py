@@ -117,7 +117,7 @@ class StoredSearch(GeneticSearch):
         inner = super()._fit(weight)
 
         def fit(structure, budget: int, seed: int):
-            key = hashlib.sha256(f"{weight}|{structure.encoding!r}|{budget}|{seed}".encode()) \
+            key = hashlib.sha256(f"{weight}|{structure.encoding.text}|{budget}|{seed}".encode()) \
                 .hexdigest()
             if key in self.known:
                 self.replayed += 1
@@ -187,7 +187,16 @@ def run_search(w: Workload, arch: Architecture, storage, *, objectives, objectiv
                             on_fit=on_fit)
     result = searcher.run()
     found = []
-    for k, p in enumerate(_ranked(result, objectives, top)):
+    ranked = _ranked(result, objectives, top)
+    if ga.seed_baselines:  # the chip-spanning seeds go on whatever their small budgets gave
+        kept = {p.encoding for p in ranked}
+        for enc in space.level_seeds().values():
+            seeded = [p for p in result.points if p.encoding == enc and enc not in kept
+                      and math.isfinite(p.cycles)]
+            if seeded:
+                ranked.append(min(seeded, key=lambda p: (p.cost, p.cycles)))
+                kept.add(enc)
+    for k, p in enumerate(ranked):
         st = space.structure(p.encoding)
         found.append({"name": f"searched-{k + 1}", "tree": to_dict(st.template),
                       "factors": [int(x) for x in p.factors],
