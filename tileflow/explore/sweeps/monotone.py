@@ -14,7 +14,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from tileflow.explore.sweeps.sweep_config import CAPACITY_PARAMETERS, Parameter, SweepConfig
+from tileflow.explore.sweeps.sweep_config import (
+    CAPACITY_PARAMETERS,
+    Parameter,
+    SweepConfig,
+    point_label,
+)
 
 BANDWIDTH_PARAMETERS = ("bandwidth_gbps", "read_bandwidth_gbps", "write_bandwidth_gbps")
 RELATIVE_SLACK = 1e-9  # rounding in the model's sums: worse means worse by more than this
@@ -125,6 +130,28 @@ def _value(row: dict, column: str) -> float | None:
         c, e = row.get("cycles"), row.get("energy_pj")
         return None if c is None or e is None else c * e
     return row.get(column)
+
+
+def ceiling(config: SweepConfig, index: int, rows: dict[str, dict]) -> float | None:
+    """The objective value point `index` must not exceed: the least of its finished
+    neighbours' with fewer resources (where more of them can only help the objective; `rows`
+    by label). Its warm starts reach it, so its tie-break is held to it."""
+    objective = config.explore.objective
+    if objective not in COMPARED or len(config.explore.objectives) != 1:
+        return None
+    column, helped_by = COMPARED[objective]
+    points = config.points()
+    values = []
+    for j in neighbours(config)[index]:
+        row = rows.get(point_label(j))
+        kinds = compare(config, points[j], points[index])
+        if row is None or row.get("status") != "done" or kinds is None \
+                or not kinds <= set(helped_by):
+            continue
+        value = _value(row, column)
+        if value is not None:
+            values.append(value)
+    return min(values, default=None)
 
 
 def flags(config: SweepConfig, rows: list[dict], tolerance: float = 0.0) -> list[dict]:

@@ -7,8 +7,10 @@ Points run fewer resources first (`monotone.sweep_order`), and each starts from 
 neighbours' best dataflows (warm starts): every one still valid on the point's accelerator is
 searched there as a user's tree is, its own factors a point of the study, so the point's best
 is never worse than a neighbour's best re-evaluated on it. With more capacity or bandwidth
-a dataflow's cycles and DRAM words never grow, so a sweep is monotone in them by construction
-(up to the tie-break's tolerance). A point whose chip area exceeds `max_area_mm2` is not run.
+a dataflow's cycles and DRAM words never grow, so a sweep is monotone in them by
+construction; the tie-break (energy after latency) may not pick a point worse than a
+neighbour with fewer resources (`monotone.ceiling`). A point whose chip area exceeds
+`max_area_mm2` is not run.
 
 OUT/ holds: accelerators/pNNN.yaml (each point's accelerator), studies/pNNN.db (its study),
 points/pNNN/ (the explore outputs of the point, and bound.yaml, a dataflow that reaches the
@@ -33,7 +35,7 @@ from tileflow.cost.components import ChipArea, chip_area
 from tileflow.errors import InputError
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.structures.bound import Bound, FrontPoint, data_movement_bound, lifted
-from tileflow.explore.sweeps.monotone import neighbours, sweep_order
+from tileflow.explore.sweeps.monotone import ceiling, neighbours, sweep_order
 from tileflow.explore.sweeps.sweep_config import (
     CAPACITY_PARAMETERS,
     SweepConfig,
@@ -251,10 +253,12 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
             db = out / "studies" / f"{label}.db"
             db.parent.mkdir(parents=True, exist_ok=True)
             url = f"sqlite:///{db.resolve()}"
+            cap = ceiling(config, index, finished)
             point_config = dataclasses.replace(
                 config.explore, accelerator=str(arch_file), name=f"{config.explore.name} "
                 f"{label}", out=str(out / "points" / label),
-                trees=config.explore.trees + tuple(s["file"] for s in warm if s["valid"]))
+                trees=config.explore.trees + tuple(s["file"] for s in warm if s["valid"]),
+                tie_break=dataclasses.replace(config.explore.tie_break, ceiling=cap))
             outcome = explore(point_config, url, 1, _has_study(url), progress=False,
                               heartbeat_s=heartbeat_s)
             if outcome.interrupted:
@@ -265,6 +269,7 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
             row["area_mm2"] = areas[index].total_mm2
             row["area_left_out"] = list(areas[index].missing)
             row["warm_starts"] = warm
+            row["tie_break_ceiling"] = cap
             if bound is not None:
                 _write_bound_dataflow(config, w, arch, bound, row, out / "points" / label)
             state.rows.append(row)
