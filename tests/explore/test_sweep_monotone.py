@@ -323,3 +323,13 @@ def test_points_keep_the_base_accelerator_area_keys(tmp_path):
     doc = load_yaml(tmp_path / "tiny.yaml")
     new = apply_point(doc, config.points()[0], config.parameters)
     assert new["technology_nm"] == 45 and new["precision"] == "int8"
+
+
+@pytest.mark.parametrize("value, message", [("-1", "at least"), ("big", "must be a number"),
+                                            (".nan", "finite")])
+def test_a_bad_area_limit_names_the_file_and_line(tmp_path, capsys, value, message):
+    path = write(tmp_path, config_text("    L1.capacity_words: [16]\n").replace(
+        "  bound: none\n", f"  bound: none\n  max_area_mm2: {value}\n"), AREA_TINY)
+    code = main(["sweep", str(path), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and str(path) in err and "line 11" in err
