@@ -132,17 +132,19 @@ def _value(row: dict, column: str) -> float | None:
     return row.get(column)
 
 
-def ceiling(config: SweepConfig, index: int, rows: dict[str, dict]) -> float | None:
+def ceiling(config: SweepConfig, index: int, rows: dict[str, dict],
+            near: dict[int, tuple[int, ...]] | None = None) -> float | None:
     """The objective value point `index` must not exceed: the least of its finished
     neighbours' with fewer resources (where more of them can only help the objective; `rows`
-    by label). Its warm starts reach it, so its tie-break is held to it."""
+    by label; `near`: `neighbours(config)` if known). Its warm starts reach it, so its
+    tie-break is held to it."""
     objective = config.explore.objective
     if objective not in COMPARED or len(config.explore.objectives) != 1:
         return None
     column, helped_by = COMPARED[objective]
     points = config.points()
     values = []
-    for j in neighbours(config)[index]:
+    for j in (near if near is not None else neighbours(config))[index]:
         row = rows.get(point_label(j))
         kinds = compare(config, points[j], points[index])
         if row is None or row.get("status") != "done" or kinds is None \

@@ -253,7 +253,7 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
             db = out / "studies" / f"{label}.db"
             db.parent.mkdir(parents=True, exist_ok=True)
             url = f"sqlite:///{db.resolve()}"
-            cap = ceiling(config, index, finished)
+            cap = ceiling(config, index, finished, near)
             point_config = dataclasses.replace(
                 config.explore, accelerator=str(arch_file), name=f"{config.explore.name} "
                 f"{label}", out=str(out / "points" / label),
