@@ -27,6 +27,10 @@ section:
       L1.capacity_bytes: [8192, 32768, 131072]   # LEVEL.fanout, matrix.size, vector.lanes...
     mode: grid                       # or zip
     bound: L1                        # the level the data-movement bound is drawn against
+    max_area_mm2: 2.0                # skip points with more chip area (needs technology_nm)
+
+Points run fewer resources first; each starts from its neighbours' best dataflows that are
+still valid on it, and summary.md flags a point worse than a neighbour with fewer resources.
 
 Outputs in OUT/: sweep.csv, summary.md, summary.json, sweep.png, bound.png, and per point
 accelerators/pNNN.yaml, studies/pNNN.db, points/pNNN/ (best.yaml, bound.yaml, ...).
@@ -94,7 +98,14 @@ def cmd_sweep(args) -> int:
                 extra = (f", bound {r['bound_dram_words']:,.0f} ({r['gap']:.2f}x)"
                          if r.get("gap") else f", bound {r['bound_dram_words']:,.0f}")
             cycles = f"{r['cycles']:,.0f} cycles" if r["cycles"] else "nothing valid"
+            if r.get("status") == "over_area_limit":
+                cycles = f"not run: {r['area_mm2']:.3f} mm2 is over the area limit"
             dram = f", {r['dram_words']:,.0f} DRAM words" if r["dram_words"] else ""
-            print(f"  {r['label']} {r['point']}: {cycles}{dram}{extra}")
+            area = f", {r['area_mm2']:.3f} mm2" if r.get("area_mm2") and r["cycles"] else ""
+            print(f"  {r['label']} {r['point']}: {cycles}{dram}{area}{extra}")
+        flagged = data["monotonicity"]["flags"]
+        for f in flagged:
+            print(f"  not monotone: {f['point']} has a worse {f['objective']} than "
+                  f"{f['neighbour']}, which has fewer resources (+{100 * f['excess']:.3g} %)")
         print(f"outputs in {config.out}/: " + ", ".join(data["files"]))
     return 130 if state.interrupted else 0

@@ -61,3 +61,33 @@ def components_table(rows: tuple[ComponentCost, ...]) -> str:
     lines.append(f"  {'total':<14} {'':>9} {sum(c.energy_pj for c in rows) / 1e6:>11.4f} "
                  f"{(f'{sum(total_area):.4f}' if total_area else '-'):>10}")
     return "\n".join(lines)
+
+
+class ChipArea(NamedTuple):
+    """The accelerator's area from the component model: on-chip storage levels (all
+    instances) and compute lanes. `total_mm2` adds what has an area (None when nothing has:
+    the file names no `technology_nm`); `missing` names the components without one (a
+    compute unit without `precision`, a level whose numbers were all given)."""
+
+    total_mm2: float | None
+    by_component_mm2: dict[str, float]
+    missing: tuple[str, ...]
+
+
+def chip_area(arch: Architecture) -> ChipArea:
+    """The on-chip area of `arch` (DRAM is off chip and left out), as `component_costs`
+    counts it per component."""
+    areas: dict[str, float] = {}
+    missing: list[str] = []
+    for lv in arch.levels[1:]:
+        if lv.area_mm2 is None:
+            missing.append(lv.name)
+        else:
+            areas[lv.name] = lv.area_mm2 * lv.instances
+    for unit in [arch.matrix] + ([] if arch.vector_on_matrix else [arch.vector]):
+        name = f"{unit.kind} unit"
+        if unit.lane_area_mm2 is None:
+            missing.append(name)
+        else:
+            areas[name] = unit.lane_area_mm2 * arch.level(unit.level).instances * unit.parallelism
+    return ChipArea(sum(areas.values()) if areas else None, areas, tuple(missing))

@@ -421,6 +421,9 @@ SWEEP = Section("sweep", "`sweep` of a sweep config (`tileflow sweep`): an explo
     Key("bound_sample_tilings", "integer >= 0", "random tilings of each left-out structure "
         "evaluated to show whether it would lower the bound (reported apart, never part of "
         "the bound)", "5000"),
+    Key("max_area_mm2", "number > 0", "points whose on-chip area (the component model's, "
+        "which needs `technology_nm` in the accelerator file) exceeds this are not run; "
+        "every point's area is reported", "no limit", "mm2"),
 ), about="A point's accelerator is the config's accelerator with the point's values written "
          "into it and validated like any accelerator file; it is saved beside the results.")
 

@@ -35,10 +35,13 @@ MAX_BATCH = 65_536
 @dataclass(frozen=True)
 class TieBreak:
     """Among the points within `tolerance` (a fraction) of the best objective value, the one
-    best by `objective` (None: by the objective alone) is the study's best."""
+    best by `objective` (None: by the objective alone) is the study's best. `ceiling`: an
+    objective value the pick may not exceed where the best reaches it (a sweep point's: the
+    best of a neighbour with fewer resources, so the tie-break never makes it worse)."""
 
     objective: str | None
     tolerance: float = 0.001
+    ceiling: float | None = None
 
 
 @dataclass(frozen=True)

@@ -340,12 +340,16 @@ def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> 
 def pick_best(valid: pd.DataFrame, tie_break: TieBreak):
     """The index of the study's best point among `valid` (finite cost): the least cost or,
     with a tie-break objective, the point least by it among those whose cost is within
-    `tolerance` (a fraction) of the least; equal values go to the earlier point."""
+    `tolerance` (a fraction) of the least and, where the least is within the tie-break's
+    `ceiling`, within it too; equal values go to the earlier point."""
     cost = valid["cost"].astype(float)
     column = COLUMNS.get(tie_break.objective or "")
     if column is None or column not in valid:
         return cost.idxmin()
-    near = valid[cost <= cost.min() * (1.0 + tie_break.tolerance)]
+    limit = cost.min() * (1.0 + tie_break.tolerance)
+    if tie_break.ceiling is not None and cost.min() <= tie_break.ceiling * (1 + 1e-9):
+        limit = min(limit, tie_break.ceiling * (1 + 1e-9))
+    near = valid[cost <= limit]
     return near[column].astype(float).idxmin()
 
 

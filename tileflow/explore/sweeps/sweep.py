@@ -3,10 +3,20 @@ accelerator with the point's values (one study per point, stored in OUT/studies/
 and the data-movement bound at the point's capacity; the table and plots are rewritten after
 every point, so an interrupted sweep keeps everything completed.
 
+Points run fewer resources first (`monotone.sweep_order`), and each starts from its finished
+neighbours' best dataflows (warm starts): every one still valid on the point's accelerator is
+searched there as a user's tree is, its own factors a point of the study, so the point's best
+is never worse than a neighbour's best re-evaluated on it. With more capacity or bandwidth
+a dataflow's cycles and DRAM words never grow, so a sweep is monotone in them by
+construction; the tie-break (energy after latency) may not pick a point worse than a
+neighbour with fewer resources (`monotone.ceiling`). A point whose chip area exceeds
+`max_area_mm2` is not run.
+
 OUT/ holds: accelerators/pNNN.yaml (each point's accelerator), studies/pNNN.db (its study),
 points/pNNN/ (the explore outputs of the point, and bound.yaml, a dataflow that reaches the
-bound there), bounds/*.json (each bound's Pareto front), sweep.csv, summary.json, summary.md,
-sweep.png and bound.png."""
+bound there), warm/pNNN/warm-pMMM.yaml (the neighbours' best trees the point started from),
+bounds/*.json (each bound's Pareto front), sweep.csv, summary.json, summary.md, sweep.png and
+bound.png."""
 
 from __future__ import annotations
 
@@ -21,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileflow import provenance
+from tileflow.cost.components import ChipArea, chip_area
 from tileflow.errors import InputError
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.structures.bound import Bound, FrontPoint, data_movement_bound, lifted
+from tileflow.explore.sweeps.monotone import ceiling, neighbours, sweep_order
 from tileflow.explore.sweeps.sweep_config import (
     CAPACITY_PARAMETERS,
     SweepConfig,
@@ -56,6 +68,8 @@ def fingerprint(config: SweepConfig) -> str:
     parts = [e.objective, repr(e.structures), e.method, repr(config.mode),
              repr(config.bound_level), repr([(p.name, p.values) for p in config.parameters]),
              repr(sorted(provenance.marks(arch, w, [e.limits, e.genetic, e.top]).items()))]
+    if config.max_area_mm2 is not None:
+        parts.append(f"max_area_mm2={config.max_area_mm2!r}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -144,25 +158,47 @@ def _load_previous(config: SweepConfig, out: Path, resume: bool) -> SweepState:
     return state
 
 
-def estimate(config: SweepConfig, points: int, done: int) -> str:
-    """The work ahead, said before it starts: points left times each point's budget."""
-    e, left = config.explore, points - done
+def estimate(config: SweepConfig, points: int, done: int, over_area: int = 0) -> str:
+    """The work ahead, said before it starts: points left times each point's budget
+    (`over_area`: points left that exceed the area limit and are not run)."""
+    e, left = config.explore, points - done - over_area
     per = " and ".join(([f"{e.budget_evals:,} evaluations"] if e.budget_evals else [])
                        + ([f"{e.budget_seconds:,.0f} s"] if e.budget_seconds else []))
     total = " and ".join(([f"{left * e.budget_evals:,} evaluations"] if e.budget_evals else [])
                          + ([f"{left * e.budget_seconds:,.0f} s"] if e.budget_seconds else []))
     text = (f"sweep {e.name}: {left} of {points} points to run, each within {per or 'no cap'}"
             f": at most {total or 'no cap'} in all")
+    if over_area:
+        text += (f" ({over_area} over the area limit of {config.max_area_mm2:g} mm2 are not "
+                 "run)")
     if config.bound_level:
         text += (f", plus a data-movement bound per point (at {config.bound_level}; "
                  "not capped by the budget)")
     return text
 
 
+def point_areas(config: SweepConfig, archs: list[Architecture]) -> list[ChipArea]:
+    """Each point's chip area; with `max_area_mm2`, an accelerator without an area model is
+    an error naming the config's line."""
+    areas = [chip_area(arch) for arch in archs]
+    if config.max_area_mm2 is not None and any(a.total_mm2 is None for a in areas):
+        raise InputError("sweep.max_area_mm2 needs the chip's area, and the accelerator has "
+                         "none: name its 'technology_nm' (and the compute units' 'precision') "
+                         "so that the component model gives the levels and lanes an area",
+                         config.source, config.area_where)
+    return areas
+
+
+def over_area(config: SweepConfig, area: ChipArea) -> bool:
+    return (config.max_area_mm2 is not None and area.total_mm2 is not None
+            and area.total_mm2 > config.max_area_mm2)
+
+
 def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
               write: Callable[[SweepState], None] | None = None,
               heartbeat_s: float | None = None) -> SweepState:
-    """Run every point not finished yet; `write(state)` after each (the table and plots).
+    """Run every point not finished yet, fewer resources first, each warm-started from its
+    finished neighbours' best dataflows; `write(state)` after each (the table and plots).
     It says the work ahead first (`estimate`) unless silent; `heartbeat_s`: each point's
     progress lines on stderr that often."""
     from tqdm import tqdm
@@ -176,20 +212,28 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
     points = config.points()
     # every point's accelerator is validated before any work starts
     archs = [point_arch(config, document, source, p) for p in points]
+    areas = point_areas(config, [arch for _, arch in archs])
     state = _load_previous(config, out, resume)
     done = {r["label"] for r in state.rows}
+    labels = [point_label(i) for i in range(len(points))]
+    over = {i for i in range(len(points)) if over_area(config, areas[i])
+            and labels[i] not in done}
     w = config.explore.load()[0]
     if progress or heartbeat_s is not None:
-        print(estimate(config, len(points), len(done & {point_label(i)
-                                                        for i in range(len(points))})),
+        print(estimate(config, len(points), len(done & set(labels)), len(over)),
               file=sys.stderr, flush=True)
+    near = neighbours(config)
     start = time.perf_counter()
     bar = tqdm(total=len(points), disable=not progress, unit="point",
                desc=f"sweep {config.explore.name}", initial=len(done))
     try:
-        for index, (point, (doc, arch)) in enumerate(zip(points, archs, strict=True)):
-            label = point_label(index)
+        for index in sweep_order(config):
+            point, (doc, arch), label = points[index], archs[index], labels[index]
             if label in done:
+                continue
+            if index in over:
+                state.rows.append(_over_area_row(label, point, areas[index]))
+                bar.update(1)
                 continue
             bar.set_postfix_str(describe_point(point))
             arch_file = out / "accelerators" / f"{label}.yaml"
@@ -202,12 +246,19 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
                     print(f"sweep {config.explore.name} {label}: data-movement bound",
                           file=sys.stderr, flush=True)
                 bound = _bound_for(config, state, w, arch, point, out, progress)
+            finished = {r["label"]: r for r in state.rows if r.get("status") == "done"}
+            warm = warm_starts(config, w, arch, [finished[labels[j]] for j in near[index]
+                                                  if labels[j] in finished],
+                               out / "warm" / label)
             db = out / "studies" / f"{label}.db"
             db.parent.mkdir(parents=True, exist_ok=True)
             url = f"sqlite:///{db.resolve()}"
+            cap = ceiling(config, index, finished, near)
             point_config = dataclasses.replace(
                 config.explore, accelerator=str(arch_file), name=f"{config.explore.name} "
-                f"{label}", out=str(out / "points" / label))
+                f"{label}", out=str(out / "points" / label),
+                trees=config.explore.trees + tuple(s["file"] for s in warm if s["valid"]),
+                tie_break=dataclasses.replace(config.explore.tie_break, ceiling=cap))
             outcome = explore(point_config, url, 1, _has_study(url), progress=False,
                               heartbeat_s=heartbeat_s)
             if outcome.interrupted:
@@ -215,6 +266,10 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
                 break
             summary = write_all(outcome, point_config.out)
             row = _row(config, label, point, outcome, summary, bound)
+            row["area_mm2"] = areas[index].total_mm2
+            row["area_left_out"] = list(areas[index].missing)
+            row["warm_starts"] = warm
+            row["tie_break_ceiling"] = cap
             if bound is not None:
                 _write_bound_dataflow(config, w, arch, bound, row, out / "points" / label)
             state.rows.append(row)
@@ -231,6 +286,44 @@ def run_sweep(config: SweepConfig, resume: bool = False, progress: bool = True,
     if write:
         write(state)
     return state
+
+
+def warm_starts(config: SweepConfig, w, arch: Architecture, rows: list[dict],
+                folder: Path) -> list[dict]:
+    """The finished neighbours' best dataflows re-evaluated on this point's accelerator: one
+    record each (the neighbour, whether its tree is valid here, its cycles, DRAM words and
+    energy here); a valid one is copied to `folder`/warm-LABEL.yaml (`file`), the tree the
+    point's study searches. A neighbour without a valid best gives none."""
+    from tileflow.cost.model import evaluate
+    from tileflow.specs.dataflow import load_dataflow_file
+
+    found = []
+    for row in sorted(rows, key=lambda r: r["label"]):
+        best = Path(config.out) / "points" / row["label"] / "best.yaml"
+        if not row.get("valid") or not best.exists():
+            continue
+        result = evaluate(w, arch, load_dataflow_file(best))
+        record = {"from": row["label"], "valid": bool(result.valid),
+                  "cycles": result.cycles if result.valid else None,
+                  "dram_words": result.dram_words if result.valid else None,
+                  "energy_pj": result.energy_pj if result.valid else None, "file": None}
+        if result.valid:
+            path = folder / f"warm-{row['label']}.yaml"
+            folder.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, best.read_text())
+            record["file"] = str(path)
+        found.append(record)
+    return found
+
+
+def _over_area_row(label: str, point: dict, area: ChipArea) -> dict:
+    """A point not run: its chip area exceeds the sweep's limit."""
+    return {"label": label, "status": "over_area_limit", "parameters": point,
+            "point": describe_point(point), "structure": None, "valid": False,
+            "cycles": None, "latency_ms": None, "dram_words": None, "energy_pj": None,
+            "evaluations": 0, "seconds": 0.0, "area_mm2": area.total_mm2,
+            "area_left_out": list(area.missing), "files": {},
+            "warm_starts": []}
 
 
 def _has_study(url: str) -> bool:

@@ -51,6 +51,8 @@ class SweepConfig:
     bound_sample_tilings: int = DEFAULT_BOUND_SAMPLE_TILINGS
     out: str = ""
     bound_where: str = "sweep.bound"  # the line of `bound`, for errors about the level
+    max_area_mm2: float | None = None  # points whose chip area exceeds this are not run
+    area_where: str = "sweep.max_area_mm2"  # its line, for errors about it
 
     @property
     def source(self) -> str:
@@ -127,7 +129,9 @@ def parse_sweep(data: Field) -> SweepConfig:
     return SweepConfig(explore, parameters, mode, None if bound == "none" else bound,
                        s.integer("bound_max_tilings", DEFAULT_BOUND_MAX_TILINGS),
                        s.integer("bound_sample_tilings", DEFAULT_BOUND_SAMPLE_TILINGS, minimum=0),
-                       out, s.where("bound") if s.has("bound") else s.where())
+                       out, s.where("bound") if s.has("bound") else s.where(),
+                       s.number("max_area_mm2") if s.has("max_area_mm2") else None,
+                       s.where("max_area_mm2") if s.has("max_area_mm2") else s.where())
 
 
 def load_sweep(path: str | Path) -> SweepConfig:

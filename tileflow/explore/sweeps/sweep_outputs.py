@@ -2,7 +2,9 @@
 point: sweep.csv (one row per point), summary.json, summary.md, sweep.png (the best
 dataflow's cycles and DRAM words against the swept parameter) and bound.png (the
 data-movement bound against capacity, compulsory traffic as the floor, the explorer's best
-at each swept capacity)."""
+at each swept capacity). The summaries and sweep.png flag every point whose objective is
+worse than a neighbour's with fewer resources (`monotone.flags`), and give each point's chip
+area where the accelerator has one."""
 
 from __future__ import annotations
 
@@ -12,29 +14,58 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tileflow.explore.sweeps.monotone import flags, not_compared_note
 from tileflow.explore.sweeps.sweep import SweepState, fingerprint
 from tileflow.explore.sweeps.sweep_config import describe_point
 from tileflow.outputs import save_figure, write_csv, write_text_atomic
 from tileflow.provenance import MODEL_VERSION
 
 FILES = ("sweep.csv", "summary.json", "summary.md", "sweep.png", "bound.png")
-COLUMNS = ("label", "structure", "valid", "cycles", "latency_ms", "dram_words", "energy_pj",
-           "evaluations", "seconds", "capacity_bytes", "found_footprint_bytes",
-           "bound_dram_words", "compulsory_words", "gap")
+COLUMNS = ("label", "status", "structure", "valid", "cycles", "latency_ms", "dram_words",
+           "energy_pj", "area_mm2", "evaluations", "seconds", "capacity_bytes",
+           "found_footprint_bytes", "bound_dram_words", "compulsory_words", "gap",
+           "worse_than")
 
 
 def table(state: SweepState) -> pd.DataFrame:
     names = [p.name for p in state.config.parameters]
     records = []
+    worse = _worse_than(state)
     for r in state.rows:
         rec = {"label": r["label"], **{n: r["parameters"][n] for n in names}}
         rec.update({c: r.get(c) for c in COLUMNS[1:]})
+        rec["worse_than"] = " ".join(worse.get(r["label"], ())) or None
         records.append(rec)
     return pd.DataFrame(records, columns=["label", *names, *COLUMNS[1:]])
 
 
+def monotonicity(state: SweepState) -> dict:
+    """The flagged points (`monotone.flags`), what was compared and what was not."""
+    c = state.config
+    found = flags(c, state.rows, _tie_break_tolerance(state))
+    return {"objective": c.explore.objective, "flags": found,
+            "flagged_points": sorted({f["point"] for f in found}),
+            "monotone": not found, "not_compared": not_compared_note(c),
+            "rule": "a point with more capacity or bandwidth can run its neighbour's best "
+                    "dataflow (it starts from it), so its latency and DRAM words are never "
+                    "worse; a point worse than a neighbour with fewer resources is flagged"}
+
+
+def _tie_break_tolerance(state: SweepState) -> float:
+    e = state.config.explore
+    return e.tie_break.tolerance if e.tie_break.objective and len(e.objectives) == 1 else 0.0
+
+
+def _worse_than(state: SweepState) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for f in flags(state.config, state.rows, _tie_break_tolerance(state)):
+        out.setdefault(f["point"], []).append(f["neighbour"])
+    return out
+
+
 def summary(state: SweepState) -> dict:
     c = state.config
+    done = [r for r in state.rows if r.get("status") == "done"]
     return {"sweep": c.explore.name, "fingerprint": fingerprint(c),
             "model_version": MODEL_VERSION,
             "accelerator": c.explore.accelerator, "workload": c.explore.workload,
@@ -42,7 +73,10 @@ def summary(state: SweepState) -> dict:
             "objective": c.explore.objective, "mode": c.mode,
             "parameters": {p.name: list(p.values) for p in c.parameters},
             "bound_level": c.bound_level, "points_total": len(c.points()),
-            "points_done": len(state.rows), "seconds": state.seconds,
+            "points_done": len(done), "max_area_mm2": c.max_area_mm2,
+            "points_over_area_limit": [r["label"] for r in state.rows
+                                       if r.get("status") == "over_area_limit"],
+            "monotonicity": monotonicity(state), "seconds": state.seconds,
             "interrupted": state.interrupted, "points": state.rows,
             "bounds": {k: {"compulsory_words": b.compulsory_words, "tilings": b.tilings,
                            "evaluated": b.evaluated, "skipped": list(b.skipped),
@@ -65,16 +99,24 @@ def markdown(state: SweepState) -> str:
              f"Workload {c.explore.workload} "
              f"({', '.join(f'{k}={v}' for k, v in c.explore.sizes.items()) or c.explore.preset})"
              f" on {c.explore.accelerator}, objective {c.explore.objective}; "
-             f"{len(state.rows)} of {len(c.points())} points done"
+             f"{sum(r.get('status') == 'done' for r in state.rows)} of {len(c.points())} "
+             "points done"
              + (" (interrupted: `--resume` continues)" if state.interrupted else "") + ".", "",
-             "| point | values | best structure | cycles | DRAM words | bound | gap |",
-             "|---|---|---|---:|---:|---:|---:|"]
+             "| point | values | best structure | cycles | DRAM words | area mm2 | bound | gap "
+             "| worse than |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    worse = _worse_than(state)
     for r in state.rows:
+        structure = r["structure"] or ("over the area limit" if r.get("status") ==
+                                       "over_area_limit" else "-")
         lines.append(f"| {r['label']} | {describe_point(r['parameters'])} | "
-                     f"{r['structure'] or '-'} | {_num(r['cycles'])} | {_num(r['dram_words'])} | "
-                     f"{_num(r.get('bound_dram_words'))} | {_num(r.get('gap'), '{:.2f}x')} |")
+                     f"{structure} | {_num(r['cycles'])} | {_num(r['dram_words'])} | "
+                     f"{_num(r.get('area_mm2'), '{:.3f}')} | "
+                     f"{_num(r.get('bound_dram_words'))} | {_num(r.get('gap'), '{:.2f}x')} | "
+                     f"{', '.join(worse.get(r['label'], ())) or '-'} |")
+    lines += ["", *_monotonicity_lines(state), *_area_lines(state)]
     for key, b in state.bounds.items():
-        lines += ["", f"Data-movement bound over {c.bound_level} capacity ({key}): "
+        lines += [f"Data-movement bound over {c.bound_level} capacity ({key}): "
                   f"{b.tilings:,} exact tilings of {len(b.names)} structures, "
                   f"{b.evaluated:,} evaluated after pruning by dominance; compulsory traffic "
                   f"{b.compulsory_words:,.0f} words, reached from "
@@ -88,9 +130,53 @@ def markdown(state: SweepState) -> str:
             lines.append("Random tilings of the left-out structures: "
                          + (f"below the bound at {', '.join(below)}." if below else
                             "none below the bound at any point."))
-    lines += ["", "`gap`: the latency-optimal dataflow's DRAM words over the bound at the "
+        lines.append("")
+    lines += ["`gap`: the latency-optimal dataflow's DRAM words over the bound at the "
               "point's capacity (1.00x: it moves no more than any dataflow of the space)."]
     return "\n".join(lines) + "\n"
+
+
+def _monotonicity_lines(state: SweepState) -> list[str]:
+    """What the flags say: none, or each flagged point, and what is not compared."""
+    m = monotonicity(state)
+    what = {"latency": "latency", "dram": "DRAM words", "energy": "energy",
+            "edp": "energy-delay product"}.get(m["objective"], m["objective"])
+    lines = []
+    if m["flags"]:
+        lines.append(f"**Not monotone**: {len(m['flagged_points'])} point(s) with more "
+                     f"resources than a neighbour have a worse {what} (`worse than`):")
+        for f in m["flags"]:
+            note = " (within the tie-break's tolerance)" if f["within_tie_break"] else ""
+            lines.append(f"- {f['point']}: {f['value']:,.6g} against {f['neighbour']}'s "
+                         f"{f['neighbour_value']:,.6g} (+{100 * f['excess']:.3g} %, more "
+                         f"{' and '.join(f['resources'])}){note}")
+    else:
+        lines.append(f"Monotone: no point has a worse {what} than a neighbour with fewer "
+                     "resources (more capacity or bandwidth can run the smaller point's "
+                     "dataflow, and every point starts from its neighbours' best).")
+    if m["not_compared"]:
+        lines.append(f"Not flagged: {m['not_compared']}.")
+    return [*lines, ""]
+
+
+def _area_lines(state: SweepState) -> list[str]:
+    c = state.config
+    over = [r["label"] for r in state.rows if r.get("status") == "over_area_limit"]
+    lines = []
+    if all(r.get("area_mm2") is None for r in state.rows):
+        lines.append("Area: none (the accelerator names no `technology_nm`, so the component "
+                     "model gives no level or lane an area).")
+    else:
+        lines.append("Area: on-chip storage and compute lanes from the component model "
+                     "(docs/energy.md); DRAM is off chip.")
+        left = sorted({x for r in state.rows for x in r.get("area_left_out") or ()})
+        if left:
+            lines.append(f"Without an area (not counted): {', '.join(left)}.")
+    if c.max_area_mm2 is not None:
+        lines.append(f"Area limit {c.max_area_mm2:g} mm2: "
+                     + (f"{', '.join(over)} over it, not run." if over else "every point "
+                        "within it."))
+    return [*lines, ""]
 
 
 def _compulsory_capacity(b) -> float | None:
@@ -121,6 +207,13 @@ def sweep_plot(state: SweepState, path: Path) -> None:
         x = [r["parameters"][first] for r in rows]
         axes[0].plot(x, [r["cycles"] for r in rows], "o-", label=key or None)
         axes[1].plot(x, [r["dram_words"] for r in rows], "o-", label=key or None)
+    flagged = [r for r in state.rows if r["label"] in _worse_than(state) and r["cycles"]]
+    if flagged:
+        x = [r["parameters"][first] for r in flagged]
+        for ax, column in zip(axes, ("cycles", "dram_words"), strict=True):
+            ax.plot(x, [r[column] for r in flagged], "o", ms=12, mfc="none", mec="red",
+                    label=f"worse {c.explore.objective} than a neighbour with fewer "
+                          "resources")
     plotted = any(r["cycles"] for r in state.rows)
     for ax, what in zip(axes, ("cycles of the best dataflow", "its DRAM words"), strict=True):
         if plotted:  # a log axis needs positive data
@@ -131,7 +224,7 @@ def sweep_plot(state: SweepState, path: Path) -> None:
         ax.set_xlabel(first)
         ax.set_ylabel(what)
         ax.grid(True, which="both", alpha=0.3)
-        if others:
+        if others or flagged:
             ax.legend(fontsize=7)
     fig.suptitle(f"sweep {c.explore.name}")
     fig.tight_layout()
