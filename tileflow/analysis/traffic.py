@@ -307,7 +307,10 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
     epoch_x = [e for _, e in inst_x + temporal]
     refill_y = _refills(axes, dims_y, loops_y, epoch_y, (), moved_y, first)
     refill_x = _refills(axes, dims_y, loops_x, epoch_x, union, moved_x, first)
-    return moved_y, moved_x, refill_y, refill_x
+    # the parent reads, per step, the union of what its instances are refilled with: never
+    # more than they are refilled with in all (none where no instance is refilled; the
+    # per-axis sums over overlapping instances count first touches over their union)
+    return moved_y, moved_x, refill_y, min(refill_x, refill_y)
 
 
 def _refills(axes: tuple[AxisRec, ...], dims: dict[str, DimRec], loops: list[LoopRec],

@@ -370,6 +370,10 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
     epoch_x = [e for _, e in inst_x + temporal]
     refill_y = _refills(axes, dims, loops_y, epoch_y, (), moved_y, k, first)
     refill_x = _refills(axes, dims, loops_x, epoch_x, union, moved_x, k, parent)
+    # `traffic._general_counts`: at most what the instances are refilled with
+    plain_y = refill_y if first == parent else _refills(axes, dims, loops_y, epoch_y, (),
+                                                         moved_y, k, False)
+    refill_x = np.minimum(refill_x, plain_y)
     return moved_y, moved_x, refill_y, refill_x
 
 
