@@ -209,3 +209,18 @@ def test_a_resident_output_across_a_new_epoch_is_not_refilled():
     result = evaluate(w, ARCH, flow)
     assert result.traffic["L1"]["E"].fill == 0
     assert result.traffic["DRAM"]["E"].read == 0
+
+
+def test_a_resident_clipped_output_across_revisited_epochs_is_not_refilled():
+    """TWINS m = 3, n = k = 2, j = 1: a Shar root m:2 k:2 n:2 over g1 and g2 in L1 tiles
+    m:2 (clipped: rows 0-1, then row 2). g2 does not use n (its epochs), which k encloses.
+    E's rows enter L1 once per root m step and stay over every k and n step: never filled,
+    never read from DRAM, written back once each (3 updates). Counting each epoch afresh
+    would fill 2 x 3 (entries at 8 steps, 12, less 2 x 3 first touches)."""
+    w = workload(TWINS, m=3, n=2, k=2, j=1)
+    flow = Dataflow(tile("DRAM", "m:2 k:2 n:2", tile("L1", "m:2", "g1"),
+                         tile("L1", "m:2", "g2"), primitive="Shar"))
+    assert oracle_for(w, ARCH, flow).traffic[("DRAM", "E")] == [0, 0, 3]
+    result = evaluate(w, ARCH, flow)
+    assert result.traffic["L1"]["E"].fill == 0
+    assert (result.traffic["DRAM"]["E"].read, result.traffic["DRAM"]["E"].update) == (0, 3)
