@@ -224,3 +224,20 @@ def test_a_resident_clipped_output_across_revisited_epochs_is_not_refilled():
     result = evaluate(w, ARCH, flow)
     assert result.traffic["L1"]["E"].fill == 0
     assert (result.traffic["DRAM"]["E"].read, result.traffic["DRAM"]["E"].update) == (0, 3)
+
+
+def test_a_first_touch_level_fills_only_what_enters_it():
+    """TWINS m = j = 1, n = k = 2, L1 with first-touch fills: a Shar root n:2 k:2 over g1
+    and g2 in L1 tiles without loops. E (one element) enters L1 once and stays over both
+    epochs of n (g2 does not use n): 1 fill, read once from DRAM, 1 write-back; and as
+    many with the epochs' steps interleaved (k:2 n:2)."""
+    arch = replace(ARCH, levels=tuple(replace(lv, first_touch_fills=lv.name == "L1")
+                                      for lv in ARCH.levels))
+    w = workload(TWINS, m=1, n=2, k=2, j=1)
+    for loops in ("n:2 k:2", "k:2 n:2", "n:2"):
+        flow = Dataflow(tile("DRAM", loops, tile("L1", "", "g1"), tile("L1", "", "g2"),
+                             primitive="Shar"))
+        assert oracle_for(w, arch, flow).traffic[("DRAM", "E")] == [0, 1, 1]
+        result = evaluate(w, arch, flow)
+        assert result.traffic["L1"]["E"].fill == 1
+        assert (result.traffic["DRAM"]["E"].read, result.traffic["DRAM"]["E"].update) == (1, 1)

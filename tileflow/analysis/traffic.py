@@ -315,20 +315,19 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
 
 def _refills(axes: tuple[AxisRec, ...], dims: dict[str, DimRec], loops: list[LoopRec],
              epoch: list[bool], union: list[LoopRec], moved: int, first: bool) -> int:
-    """Partial sums filled back (`first`: every entry filled, first touches included).
-    Where an epoch's steps are consecutive, each starts with nothing resident of it: the
-    entries with each epoch counted afresh, less the first touches. Where they are not,
-    the entries less the first touches that enter (`resident_first_touches`)."""
+    """Partial sums filled back (`first`: every entry filled, first touches included: the
+    entries themselves). Where an epoch's steps are consecutive, each starts with nothing
+    resident of it: the entries with each epoch counted afresh, less the first touches.
+    Where they are not, the entries less the first touches that enter
+    (`resident_first_touches`)."""
+    if first:
+        return moved
     if epochs_revisited(loops, epoch):
-        resident = None if first else resident_first_touches(axes, dims, loops, epoch, union)
-        if first:
-            return moved
+        resident = resident_first_touches(axes, dims, loops, epoch, union)
         if resident is not None:
             return moved - first_touches(axes, dims, loops, epoch, union=union) + resident
-    refill = words_moved(axes, dims, loops, epoch, union)
-    if not first:
-        refill -= first_touches(axes, dims, loops, epoch, union=union)
-    return refill
+    return (words_moved(axes, dims, loops, epoch, union)
+            - first_touches(axes, dims, loops, epoch, union=union))
 
 
 def _timeloop_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
@@ -472,14 +471,11 @@ class _ExactTiling:
         flagged = [(lp, _drops(lp, self.j, drops, no_reuse), e)
                    for lp, e in zip(loops, epoch, strict=True)
                    if lp.node <= self.j and not lp.spatial]
+        if first:  # every entry is filled, first touches included
+            return moved_y, moved_x, moved_y, moved_x
         kept = _kept_epochs(flagged, dims)
         if kept is not None:  # an epoch's steps are not consecutive
-            if first:
-                return moved_y, moved_x, moved_y, moved_x
             restarts = moved + kept
-        if first:  # every entry is filled, first touches included
-            return moved_y, moved_x, slice_y * self.inst_y * restarts, \
-                slice_x * self.inst_x * restarts
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
         words = math.prod(self.sizes[d] for d in dims) * _product(loops, epoch_loops)

@@ -289,12 +289,9 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     restarts = _steps(r, path, cross, dims, fresh=True)
     kept, revisited = _kept_epochs(r, path, cross, dims)
     if revisited.any():  # an epoch's steps not consecutive: `traffic._kept_epochs`
-        entries = np.where(revisited, moved, restarts)  # every entry filled
         restarts = np.where(revisited, moved + kept, restarts)
-    else:
-        entries = restarts
     if first and parent:  # every entry is filled, first touches included
-        return [moved_y, moved_x, slice_y * inst_y * entries, slice_x * inst_x * entries]
+        return [moved_y, moved_x, moved_y, moved_x]
     epochs = np.ones(r.count, dtype=I64)
     for i, _, epoch in cross.temporal:
         if epoch and path.loops[i].dim not in dims:
@@ -307,7 +304,7 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     refill_y = slice_y * inst_y * restarts - words * spread_y
     refill_x = slice_x * inst_x * restarts - words * spread_x
     if first:  # filled on the first touch, the parent read only for partial sums
-        refill_y = slice_y * inst_y * entries
+        refill_y = moved_y
     return [moved_y, moved_x, refill_y, refill_x]
 
 
@@ -381,9 +378,10 @@ def _refills(axes, dims, loops: list[VLoop], epoch: list[bool], union: list[VLoo
              moved: np.ndarray, k: int, first: bool) -> np.ndarray:
     """`traffic._refills` per row: the per-axis sums where each epoch's steps are
     consecutive, `movement.resident_first_touches` row by row where they are not."""
+    if first:  # every entry filled
+        return moved
     refill = sums.words_moved(axes, dims, loops, k, epoch, union)
-    if not first:
-        refill = refill - sums.first_touches(axes, dims, loops, epoch, k, union=union)
+    refill = refill - sums.first_touches(axes, dims, loops, epoch, k, union=union)
     unmarked = np.zeros(k, dtype=bool)
     revisited = np.zeros(k, dtype=bool)
     for lp, e in zip(loops, epoch, strict=True):
@@ -396,9 +394,6 @@ def _refills(axes, dims, loops: list[VLoop], epoch: list[bool], union: list[VLoo
         return refill
     refill = np.array(refill, dtype=I64, copy=True)
     for row in np.flatnonzero(revisited):
-        if first:  # every entry filled
-            refill[row] = moved[row]
-            continue
         recs = [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop) for lp in loops]
         across = [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop)
                   for lp in union]
