@@ -148,7 +148,7 @@ def test_latency_and_energy_match_the_oracle(case: str) -> None:
 
     check()
     assert tally["energy"] >= 30, tally
-    # the count disagreements (strict xfails here and in test_oracle_mechanisms) stay rare
+    # count disagreements with the oracle stay rare
     assert tally["counts differ"] <= 3, tally
     assert min(tally[ov] for ov in OVERLAPS) >= 15, tally
 
