@@ -128,8 +128,8 @@ def test_mechanisms_match_the_oracle(case: str, mechanism: str) -> None:
 
     check()
     assert tally["counts"] >= 10, tally
-    # the count disagreements stay rare: in 6x the examples, all seen are inputs that
-    # bypass a level, of which the model reads half what the oracle reads above it
+    # the count disagreements stay rare: in 3x the examples, all seen are reads of inputs
+    # that bypass a level, fewer in the model than in the oracle (1/2 to 1/5)
     assert tally["counts differ"] <= 3, tally
     assert min(tally[ov] for ov in OVERLAPS) >= 3, tally
 
