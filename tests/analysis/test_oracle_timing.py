@@ -148,7 +148,7 @@ def test_latency_and_energy_match_the_oracle(case: str) -> None:
 
     check()
     assert tally["energy"] >= 30, tally
-    # the count disagreements (strict xfails here and in test_oracle_mechanisms) stay rare
+    # count disagreements with the oracle stay rare
     assert tally["counts differ"] <= 3, tally
     assert min(tally[ov] for ov in OVERLAPS) >= 15, tally
 
@@ -188,20 +188,13 @@ def test_lock_step_overhead_on_a_step_that_moves_nothing_follows_the_docs():
     assert math.isclose(evaluate(w, arch, flow, overlap="lockstep").cycles, expected)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "counting.md: the parent reads, per step, the union of what the instances under it are "
-    "filled with; the model reads conv2's window as that union (3) but reads one partial "
-    "sum of A back for conv1 (refill 1 at DRAM against 0 fills of L1): its parent-side "
-    "first touches are counted over the union, whose instances overlap here (the root's "
-    "p:Sp steps by conv2's extent, 1), not per instance"))
 def test_a_windowed_read_of_an_intermediate_at_dram_takes_the_union_of_the_instances():
     """CONV with one channel each and p = 2: A[p] (2 rows, its home DRAM: L1 and Reg are on
     different paths) is read by conv2 through A[p+t-1], t < 3, split t:2 over t:2, under a
     root p:2:Sp. Outer t step 0: instance p=0 needs row 0 (row -1 is padding), p=1 rows 0
     and 1: DRAM reads the union, 2 words. Step 1 (t = 2): p=0 needs row 1, p=1 row 2
-    (outside A): 1 word. 3 reads; the model counts 4: conv1's instances (offset by 1 row,
-    4 rows each) write A's rows back, and the model reads one of them back from DRAM as a
-    partial sum, though no instance is filled with it."""
+    (outside A): 1 word. 3 reads. conv1's instances (offset by 1 row, 4 rows each) write
+    A's rows back, and none is filled with a partial sum: DRAM reads none back for them."""
     w = workload(CONV, c0=1, c1=1, c2=1, p=2)
     flow = Dataflow(tile("DRAM", "p:2:Sp",
                          tile("DRAM", "p:2", tile("L1", "r:3 p:2", "conv1")),

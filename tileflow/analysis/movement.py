@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from itertools import product
+from itertools import combinations, product
 from typing import NamedTuple
 
 
@@ -453,3 +453,135 @@ def distinct_slices(axes: Sequence[AxisRec], union: Sequence[LoopRec]) -> int:
         pos = _positions(union, values)
         offsets.add(tuple(sum(c * pos.get(d, 0) for d, c in axis.terms) for axis in axes))
     return len(offsets)
+
+
+def epochs_revisited(loops: Sequence[LoopRec], epoch: Sequence[bool]) -> bool:
+    """An unmarked loop of more than one iteration encloses a marked one: an epoch's steps
+    are then not consecutive, and an element may stay resident from a step of another epoch
+    into one of its own epoch that touched it before."""
+    unmarked = False
+    for lp, e in zip(loops, epoch, strict=True):
+        if lp.n <= 1:
+            continue
+        if e and unmarked:
+            return True
+        unmarked = unmarked or not e
+    return False
+
+
+def resident_first_touches(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
+                           epoch: Sequence[bool], union: Sequence[LoopRec] = ()) -> int | None:
+    """Elements whose first touch in an epoch finds them resident already (kept from the
+    step before, of another epoch): they do not enter the buffer, so they are neither
+    filled nor counted among the entries that `first_touches` removes from the refills.
+
+    Partial sums refilled = words_moved - first_touches + this count (docs/counting.md:
+    an element is filled again only if it left and comes back). Where the marked loops do
+    not move the slice (but for the instances, a leading run of marked dropping loops), an
+    element x first touched in epoch e at step s is resident only if the loop advancing
+    into s is a marked loop k (with every loop inside it at 0) and x lies in the slice
+    before that step (the loops inside k at their last iteration). Per k, that is
+    (n_k - 1) x (the marked loops outside k) x the sum, over the positions of the unmarked
+    loops outside k, of the elements the slice holds at both ends of k's inner loops and no
+    earlier position of the outer loops touched. None where this does not apply (a marked
+    loop moving the slice, instances whose union is not one slice, a kept halo)."""
+    tensor_dims = {d for a in axes for d, _ in a.terms}
+    dims, unions = _split_union(axes, dims, union, loops)
+    if any(unions) or any(rec.cut for rec in dims.values()):
+        return None
+    lead = 0  # the instances: every iteration is a world of its own
+    while lead < len(loops) and (loops[lead].n <= 1 or (epoch[lead] and loops[lead].drop)):
+        lead += 1
+    if any(e and lp.n > 1 and lp.dim in tensor_dims
+           for lp, e in zip(loops[lead:], epoch[lead:], strict=True)):
+        return None
+    instances = [lp for lp in loops[:lead] if lp.n > 1 and lp.dim in tensor_dims]
+    total = 0
+    marked_outer = math.prod(lp.n for lp in loops[:lead] if lp.dim not in tensor_dims)
+    for k in range(lead, len(loops)):
+        lp = loops[k]
+        if epoch[k] and lp.n > 1 and not _dropped(loops, k):
+            outer = [o for o, e in zip(loops[lead:k], epoch[lead:k], strict=True)
+                     if not e and o.n > 1 and o.dim in tensor_dims]
+            inner = [o for o, e in zip(loops[k + 1:], epoch[k + 1:], strict=True)
+                     if not e and o.n > 1 and o.dim in tensor_dims]
+            kept = 0
+            for values in product(*(range(o.n) for o in instances)):
+                kept += _kept_first(axes, dims, _positions(instances, values), outer, inner)
+            total += (lp.n - 1) * marked_outer * kept
+        if epoch[k]:
+            marked_outer *= lp.n
+    return total
+
+
+def _kept_first(axes: Sequence[AxisRec], dims: Dims, base: Mapping[str, int],
+                outer: Sequence[LoopRec], inner: Sequence[LoopRec]) -> int:
+    """Sum over the positions u of `outer` of |A(u) - seen(u)|: A(u) the slice at both the
+    first and the last iteration of `inner`, seen(u) what every earlier position touched,
+    the union over p of the boxes B_p where the outer loops before p are at u, loop p below
+    u_p and the rest anywhere (inclusion-exclusion over the B_p, one box per axis each)."""
+    last = {}
+    for lp in inner:
+        last[lp.dim] = last.get(lp.dim, 0) + (lp.n - 1) * lp.stride
+    total = 0
+    for values in product(*(range(o.n) for o in outer)):
+        pos = dict(base)
+        for d, v in _positions(outer, values).items():
+            pos[d] = pos.get(d, 0) + v
+        end = {**pos, **{d: pos.get(d, 0) + v for d, v in last.items()}}
+        both = [_meet([_interval(a, dims, pos)], [_interval(a, dims, end)]) for a in axes]
+        if not all(both):
+            continue
+        boxes = []
+        for p, v in enumerate(values):
+            if not v:
+                continue
+            fixed = dict(base)
+            for d, x in _positions(outer[:p], values[:p]).items():
+                fixed[d] = fixed.get(d, 0) + x
+            free = [outer[p]._replace(n=v), *outer[p + 1:], *inner]
+            boxes.append([_reach(a, dims, fixed, free) for a in axes])
+        for r in range(len(boxes) + 1):
+            for chosen in combinations(boxes, r):
+                size = 1
+                for i, spans in enumerate(both):
+                    for box in chosen:
+                        spans = _meet(spans, box[i])
+                    size *= _length(spans)
+                    if not size:
+                        break
+                total += -size if r % 2 else size
+    return total
+
+
+def _meet(a: Spans, b: Spans) -> Spans:
+    """The intersection of two span lists."""
+    out = []
+    for alo, ahi in a:
+        for blo, bhi in b:
+            lo, hi = max(alo, blo), min(ahi, bhi)
+            if hi > lo:
+                out.append((lo, hi))
+    return sorted(out)
+
+
+def _reach(axis: AxisRec, dims: Dims, fixed: Mapping[str, int],
+           free: Sequence[LoopRec]) -> Spans:
+    """The union of the axis's slices over every value of the `free` loops (merged spans)."""
+    names = {d for d, _ in axis.terms}
+    mine = [lp for lp in free if lp.dim in names and lp.n > 1]
+    found = []
+    for values in product(*(range(lp.n) for lp in mine)):
+        pos = dict(fixed)
+        for d, v in _positions(mine, values).items():
+            pos[d] = pos.get(d, 0) + v
+        lo, hi = _interval(axis, dims, pos)
+        if hi > lo:
+            found.append((lo, hi))
+    merged: Spans = []
+    for lo, hi in sorted(found):
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged

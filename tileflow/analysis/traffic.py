@@ -16,8 +16,10 @@ from tileflow.analysis.movement import (
     DimRec,
     LoopRec,
     distinct_slices,
+    epochs_revisited,
     first_touches,
     iteration_count,
+    resident_first_touches,
     timeloop_words_moved,
     words_moved,
 )
@@ -303,12 +305,29 @@ def _general_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimR
     # partial sums come back only for elements touched before in their epoch
     epoch_y = [e for _, e in inst_y + temporal]
     epoch_x = [e for _, e in inst_x + temporal]
-    refill_y = words_moved(axes, dims_y, loops_y, epoch_y)
-    refill_x = words_moved(axes, dims_y, loops_x, epoch_x, union)
-    if not first:
-        refill_y -= first_touches(axes, dims_y, loops_y, epoch_y)
-        refill_x -= first_touches(axes, dims_y, loops_x, epoch_x, union=union)
-    return moved_y, moved_x, refill_y, refill_x
+    refill_y = _refills(axes, dims_y, loops_y, epoch_y, (), moved_y, first)
+    refill_x = _refills(axes, dims_y, loops_x, epoch_x, union, moved_x, first)
+    # the parent reads, per step, the union of what its instances are refilled with: never
+    # more than they are refilled with in all (none where no instance is refilled; the
+    # per-axis sums over overlapping instances count first touches over their union)
+    return moved_y, moved_x, refill_y, min(refill_x, refill_y)
+
+
+def _refills(axes: tuple[AxisRec, ...], dims: dict[str, DimRec], loops: list[LoopRec],
+             epoch: list[bool], union: list[LoopRec], moved: int, first: bool) -> int:
+    """Partial sums filled back (`first`: every entry filled, first touches included: the
+    entries themselves). Where an epoch's steps are consecutive, each starts with nothing
+    resident of it: the entries with each epoch counted afresh, less the first touches.
+    Where they are not, the entries less the first touches that enter
+    (`resident_first_touches`)."""
+    if first:
+        return moved
+    if epochs_revisited(loops, epoch):
+        resident = resident_first_touches(axes, dims, loops, epoch, union)
+        if resident is not None:
+            return moved - first_touches(axes, dims, loops, epoch, union=union) + resident
+    return (words_moved(axes, dims, loops, epoch, union)
+            - first_touches(axes, dims, loops, epoch, union=union))
 
 
 def _timeloop_counts(path: OpPath, j: int, run_start: int, dims_y: dict[str, DimRec],
@@ -449,15 +468,45 @@ class _ExactTiling:
         if not is_out:
             return moved_y, moved_x, 0, 0
         restarts = _product(loops, restarting)
+        flagged = [(lp, _drops(lp, self.j, drops, no_reuse), e)
+                   for lp, e in zip(loops, epoch, strict=True)
+                   if lp.node <= self.j and not lp.spatial]
         if first:  # every entry is filled, first touches included
-            return moved_y, moved_x, slice_y * self.inst_y * restarts, \
-                slice_x * self.inst_x * restarts
+            return moved_y, moved_x, moved_y, moved_x
+        kept = _kept_epochs(flagged, dims)
+        if kept is not None:  # an epoch's steps are not consecutive
+            restarts = moved + kept
         # every instance over a dim the tensor does not index starts its own partial sums,
         # and so does every epoch (recomputation, a new step of the common ancestor)
         words = math.prod(self.sizes[d] for d in dims) * _product(loops, epoch_loops)
         refill_y = slice_y * self.inst_y * restarts - words * _product(loops, spread_y)
         refill_x = slice_x * self.inst_x * restarts - words * _product(loops, spread_x)
         return moved_y, moved_x, refill_y, refill_x
+
+
+def _kept_epochs(flagged: list[tuple[PathLoop, bool, bool]], dims: list[str]) -> int | None:
+    """Under exact tiling, where an unmarked loop encloses a marked one (an epoch's steps
+    not consecutive) and no marked loop moves the slice: `resident_first_touches` over one
+    slice, the entries' multiplier it adds: the sum, over the marked loops k inside which
+    nothing moves or drops the slice, of (n_k - 1) x the marked loops outside k, times the
+    unmarked loops over the tensor's dims (each of their positions holds a new slice).
+    None where the epochs' steps are consecutive or a marked loop moves the slice."""
+    live = [(lp, drop, e) for lp, drop, e in flagged if lp.n > 1]
+    if any(e and lp.dim in dims for lp, _, e in live):
+        return None
+    if not any(e for lp, _, e in live[next((i for i, (_, _, e) in enumerate(live) if not e),
+                                           len(live)):]):
+        return None
+    total = 0
+    marked_outer = 1
+    for i, (lp, drop, e) in enumerate(live):
+        if e:
+            still = not drop and not any(d or (not ee and o.dim in dims)
+                                         for o, d, ee in live[i + 1:])
+            if still:
+                total += (lp.n - 1) * marked_outer
+            marked_outer *= lp.n
+    return total * math.prod(lp.n for lp, _, e in live if not e and lp.dim in dims)
 
 
 def _steps(flagged, dims: list[str], fresh: bool) -> tuple[int, ...]:

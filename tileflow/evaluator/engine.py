@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from tileflow.analysis.movement import DimRec, LoopRec, first_touches, resident_first_touches
 from tileflow.evaluator import sums, timeloop_deltas
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
 from tileflow.evaluator.lattice import I64, VDim, VLoop, distinct_tuples
@@ -298,8 +299,11 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     if not cross.is_out:
         return [moved_y, moved_x, 0, 0]
     restarts = _steps(r, path, cross, dims, fresh=True)
+    kept, revisited = _kept_epochs(r, path, cross, dims)
+    if revisited.any():  # an epoch's steps not consecutive: `traffic._kept_epochs`
+        restarts = np.where(revisited, moved + kept, restarts)
     if first and parent:  # every entry is filled, first touches included
-        return [moved_y, moved_x, slice_y * inst_y * restarts, slice_x * inst_x * restarts]
+        return [moved_y, moved_x, moved_y, moved_x]
     epochs = np.ones(r.count, dtype=I64)
     for i, _, epoch in cross.temporal:
         if epoch and path.loops[i].dim not in dims:
@@ -312,8 +316,46 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
     refill_y = slice_y * inst_y * restarts - words * spread_y
     refill_x = slice_x * inst_x * restarts - words * spread_x
     if first:  # filled on the first touch, the parent read only for partial sums
-        refill_y = slice_y * inst_y * restarts
+        refill_y = moved_y
     return [moved_y, moved_x, refill_y, refill_x]
+
+
+def _kept_epochs(r: Rows, path: Path, cross: Crossing, dims) -> tuple[np.ndarray, np.ndarray]:
+    """`traffic._kept_epochs` per row: the entries' multiplier, and the rows where it
+    applies (an unmarked loop encloses a marked one, no marked loop moves the slice)."""
+    count = r.count
+    moves = np.zeros(count, dtype=bool)
+    unmarked = np.zeros(count, dtype=bool)
+    revisited = np.zeros(count, dtype=bool)
+    for i, _, epoch in cross.temporal:
+        lp = path.loops[i]
+        live = r.n[lp.slot] > 1
+        if epoch:
+            if lp.dim in dims:
+                moves = moves | live
+            revisited = revisited | (unmarked & live)
+        else:
+            unmarked = unmarked | live
+    still = {}  # per marked loop: nothing inside it moves or drops the slice
+    blocked = np.zeros(count, dtype=bool)
+    for i, drop, epoch in reversed(cross.temporal):
+        lp = path.loops[i]
+        if epoch:
+            still[i] = ~blocked & (not drop)
+        if drop or (not epoch and lp.dim in dims):
+            blocked = blocked | (r.n[lp.slot] > 1)
+    total = np.zeros(count, dtype=I64)
+    marked_outer = np.ones(count, dtype=I64)
+    unmarked_over_dims = np.ones(count, dtype=I64)
+    for i, _, epoch in cross.temporal:
+        lp = path.loops[i]
+        n = r.n[lp.slot]
+        if epoch:
+            total = total + np.where(still[i] & (n > 1), (n - 1) * marked_outer, 0)
+            marked_outer = marked_outer * n
+        elif lp.dim in dims:
+            unmarked_over_dims = unmarked_over_dims * n
+    return total * unmarked_over_dims, revisited & ~moves
 
 
 def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
@@ -335,12 +377,12 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
         return moved_y, moved_x, 0, 0
     epoch_y = [e for _, e in inst_y + temporal]
     epoch_x = [e for _, e in inst_x + temporal]
-    refill_y = sums.words_moved(axes, dims, loops_y, k, epoch_y)
-    refill_x = sums.words_moved(axes, dims, loops_x, k, epoch_x, union)
-    if not first:
-        refill_y = refill_y - sums.first_touches(axes, dims, loops_y, epoch_y, k)
-    if not parent:
-        refill_x = refill_x - sums.first_touches(axes, dims, loops_x, epoch_x, k, union=union)
+    refill_y = _refills(axes, dims, loops_y, epoch_y, (), moved_y, k, first)
+    refill_x = _refills(axes, dims, loops_x, epoch_x, union, moved_x, k, parent)
+    # `traffic._general_counts`: at most what the instances are refilled with
+    plain_y = refill_y if first == parent else _refills(axes, dims, loops_y, epoch_y, (),
+                                                         moved_y, k, False)
+    refill_x = np.minimum(refill_x, plain_y)
     return moved_y, moved_x, refill_y, refill_x
 
 
@@ -362,6 +404,38 @@ def _timeloop_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np
     moved_y = r.prod(path, b.inst_y)[rows] * per_instance
     moved_x = r.prod(path, b.inst_x)[rows] * per_instance * distinct
     return moved_y, moved_x, 0, 0
+
+
+def _refills(axes, dims, loops: list[VLoop], epoch: list[bool], union: list[VLoop],
+             moved: np.ndarray, k: int, first: bool) -> np.ndarray:
+    """`traffic._refills` per row: the per-axis sums where each epoch's steps are
+    consecutive, `movement.resident_first_touches` row by row where they are not."""
+    if first:  # every entry filled
+        return moved
+    refill = sums.words_moved(axes, dims, loops, k, epoch, union)
+    refill = refill - sums.first_touches(axes, dims, loops, epoch, k, union=union)
+    unmarked = np.zeros(k, dtype=bool)
+    revisited = np.zeros(k, dtype=bool)
+    for lp, e in zip(loops, epoch, strict=True):
+        live = lp.n > 1
+        if e:
+            revisited = revisited | (unmarked & live)
+        else:
+            unmarked = unmarked | live
+    if not revisited.any():
+        return refill
+    refill = np.array(refill, dtype=I64, copy=True)
+    for row in np.flatnonzero(revisited):
+        recs = [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop) for lp in loops]
+        across = [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop)
+                  for lp in union]
+        one = {d: DimRec(v.size, int(v.extent[row]), int(v.shift[row]))
+               for d, v in dims.items()}
+        resident = resident_first_touches(axes, one, recs, epoch, across)
+        if resident is not None:
+            refill[row] = (moved[row] - first_touches(axes, one, recs, epoch, union=across)
+                           + resident)
+    return refill
 
 
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
