@@ -56,8 +56,8 @@ class Roles:
         """Head dim -> the inputs of the two matrix operators it does not index (grouped-
         query attention: the query heads `h` of a group share K and V)."""
         ins = [t for o in (self.first, self.last) for t in w.op_by_name[o].inputs
-               if t.name not in w.intermediates]
-        return {h: tuple(t.name for t in ins if h not in t.dims) for h in self.heads}
+               if t.tensor not in w.intermediates]
+        return {h: tuple(t.tensor for t in ins if h not in t.dims) for h in self.heads}
 
     @property
     def fused_group(self) -> tuple[str, ...]:
