@@ -71,17 +71,19 @@ def _shared(r: Roles) -> tuple[str, ...]:
     return tuple(d for d in (r.batch, *r.heads, r.rows) if d)
 
 
-def _steps(w: Workload, hw: Hardware, r: Roles,
-           row_tile: int | None) -> tuple[tuple[Loop, ...], dict[str, int]]:
+def _steps(w: Workload, hw: Hardware, r: Roles, row_tile: int | None,
+           tiles: Mapping[str, int] | None = None) -> tuple[tuple[Loop, ...], dict[str, int]]:
     """The loops above the fused stages: batch (or rows) over the cores (`core_split`), the
     row blocks, then one head per step inside each row block. Query heads that share K and V
     (grouped-query attention) thus run one after another while a row block's K and V tiles
     stay on chip, and the stages see as many steps as the multi-head form's; the fit may
     take the head loop's factor into the tiles instead (every head of a group in one step)."""
     loops, ext = core_split(w, hw, r.batch, r.rows, row_tile)
-    for h in r.heads:
-        loops += (Loop(h, w.sizes[h]),)
-        ext[h] = 1
+    tiles = tiles or {}
+    for h in r.heads:  # `tiles[h]` heads per step (one by default)
+        per_step = min(tiles.get(h, 1), w.sizes[h])
+        loops += (Loop(h, -(-w.sizes[h] // per_step)),)
+        ext[h] = per_step
     return loops, ext
 
 
@@ -218,9 +220,10 @@ def _branch(w: Workload, hw: Hardware, op: str, ext: Mapping[str, int],
 
 
 def _fused_chain(w: Workload, arch: Architecture, tm: int, tl: int, primitive: str,
-                 split_array: bool, name: str) -> Dataflow:
+                 split_array: bool, name: str,
+                 tiles: Mapping[str, int] | None = None) -> Dataflow:
     hw, r = Hardware.of(arch), Roles.of(w)
-    loops, ext = _steps(w, hw, r, tm)
+    loops, ext = _steps(w, hw, r, tm, tiles)
     ends, middle = _array_split(hw, r) if split_array else (None, None)
     stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, _shared(r), ends)]
     stages += _middle_group(w, hw, r, ext, "Shar", middle)
@@ -252,7 +255,8 @@ def chimera(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = N
     """Q x K, softmax and x V fused in chain order, sequential. Its rule for the factors (the
     least DRAM traffic among those that fit) is applied by `tileflow.explore.tilesearch.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
-    return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Seq", False, "chimera")
+    return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Seq", False, "chimera",
+                        tiles)
 
 
 def tileflow_pipe(w: Workload, arch: Architecture,
@@ -262,4 +266,4 @@ def tileflow_pipe(w: Workload, arch: Architecture,
     are fitted by `tileflow.explore.tilesearch.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
     return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Pipe", True,
-                        "tileflow-pipe")
+                        "tileflow-pipe", tiles)
