@@ -104,7 +104,21 @@ def comparison_rows(results: Sequence[Result]) -> list[dict]:
             "bottleneck": r.bottleneck.message,
             "footprint_words": {f.level: f.words for f in r.footprints},
         })
+        rows[-1]["note"] = slow_note(rows[-1], base.dataflow)
     return rows
+
+
+SLOW_SPEEDUP = 0.5  # a row this much slower than the first one is flagged, not shown as usual
+
+
+def slow_note(row: dict, first: str) -> str | None:
+    """Why a valid row runs far slower than the first (Layerwise): a fused dataflow that
+    needs more than twice its cycles has lost its spread or its tiles (its fit failed, or
+    its shape does not suit the workload), not a result to read as a speed-up."""
+    if row["speedup"] is None or row["speedup"] >= SLOW_SPEEDUP:
+        return None
+    return (f"{row['speedup']:.2f}x of {first} ({row['utilization']:.1%} of the matrix "
+            "units busy): its factors or its shape do not suit this workload and chip")
 
 
 def comparison_json(results: Sequence[Result]) -> list[dict]:
@@ -113,7 +127,7 @@ def comparison_json(results: Sequence[Result]) -> list[dict]:
     out = []
     for row, r in zip(comparison_rows(results), results, strict=True):
         out.append({**r.to_dict(), "speedup": row["speedup"], "reason": row["reason"],
-                    "utilization": row["utilization"]})
+                    "utilization": row["utilization"], "note": row["note"]})
     return out
 
 
@@ -172,7 +186,8 @@ def comparison_table(results: Sequence[Result], title: str) -> str:
         fp = " ".join(f"{_si(row['footprint_words'][lv]):>9}" for lv in levels)
         speedup = "-" if row["speedup"] is None else f"{row['speedup']:.2f}x"
         util = "-" if row["utilization"] is None else f"{row['utilization']:.1%}"
-        flag = "" if row["valid"] else f"  INVALID: {row['reason']}"
+        flag = f"  INVALID: {row['reason']}" if not row["valid"] else \
+            (f"  NOTE: {row['note']}" if row["note"] else "")
         out.append(
             f"{row['dataflow']:<14} {row['cycles']:>11,.0f} {speedup:>8} "
             f"{_si(row['dram_words']):>11} {row['dram_reduction']:>8.1%} "

@@ -28,9 +28,10 @@ class Roles:
     first: str  # first matrix operator (Q x K)
     middle: tuple[str, ...]  # vector operators between (the softmax)
     last: str  # second matrix operator (x V)
-    batch: str | None  # 'b'
+    batch: str | None  # 'b' (or 'g', the KV heads): spread over the cores first
     rows: str  # 'm': rows of both outputs
     inner: str  # 'l': the first's output columns, the second's reduction
+    heads: tuple[str, ...] = ()  # other dims of both outputs ('h': query heads of a group)
 
     @classmethod
     def of(cls, w: Workload) -> Roles:
@@ -48,7 +49,15 @@ class Roles:
         batch = shared[0] if len(shared) > 1 else None
         rows = shared[-1]
         inner = last.reduction_dims[0]
-        return cls(first.name, tuple(o.name for o in ops[1:-1]), last.name, batch, rows, inner)
+        return cls(first.name, tuple(o.name for o in ops[1:-1]), last.name, batch, rows, inner,
+                   tuple(shared[1:-1]))
+
+    def reused_across(self, w: Workload) -> dict[str, tuple[str, ...]]:
+        """Head dim -> the inputs of the two matrix operators it does not index (grouped-
+        query attention: the query heads `h` of a group share K and V)."""
+        ins = [t for o in (self.first, self.last) for t in w.op_by_name[o].inputs
+               if t.tensor not in w.intermediates]
+        return {h: tuple(t.tensor for t in ins if h not in t.dims) for h in self.heads}
 
     @property
     def fused_group(self) -> tuple[str, ...]:
@@ -59,7 +68,23 @@ class Roles:
 
 def _shared(r: Roles) -> tuple[str, ...]:
     """Dims that the fused dataflows tile in the loops above all stages."""
-    return tuple(d for d in (r.batch, r.rows) if d)
+    return tuple(d for d in (r.batch, *r.heads, r.rows) if d)
+
+
+def _steps(w: Workload, hw: Hardware, r: Roles, row_tile: int | None,
+           tiles: Mapping[str, int] | None = None) -> tuple[tuple[Loop, ...], dict[str, int]]:
+    """The loops above the fused stages: batch (or rows) over the cores (`core_split`), the
+    row blocks, then one head per step inside each row block. Query heads that share K and V
+    (grouped-query attention) thus run one after another while a row block's K and V tiles
+    stay on chip, and the stages see as many steps as the multi-head form's; the fit may
+    take the head loop's factor into the tiles instead (every head of a group in one step)."""
+    loops, ext = core_split(w, hw, r.batch, r.rows, row_tile)
+    tiles = tiles or {}
+    for h in r.heads:  # `tiles[h]` heads per step (one by default)
+        per_step = min(tiles.get(h, 1), w.sizes[h])
+        loops += (Loop(h, -(-w.sizes[h] // per_step)),)
+        ext[h] = per_step
+    return loops, ext
 
 
 def _middle_group(w: Workload, hw: Hardware, r: Roles, ext: Mapping[str, int],
@@ -147,9 +172,10 @@ def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = 
     hw, r = Hardware.of(arch), Roles.of(w)
     ext = dict(w.sizes)
     loops: tuple[Loop, ...] = ()
-    if r.batch:
-        loops = (Loop(r.batch, w.sizes[r.batch]),)
-        ext[r.batch] = 1
+    for d in (r.batch, *r.heads):
+        if d:
+            loops += (Loop(d, w.sizes[d]),)
+            ext[d] = 1
     stages = [compute_tile(w, hw, r.first, ext, shared=_shared(r))]
     stages += _middle_group(w, hw, r, ext)
     if r.last in r.fused_group:
@@ -160,7 +186,7 @@ def uni_pipe(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = 
 
 def _flat(w: Workload, arch: Architecture, row_tile: int | None, name: str) -> Dataflow:
     hw, r = Hardware.of(arch), Roles.of(w)
-    loops, ext = core_split(w, hw, r.batch, r.rows, row_tile)
+    loops, ext = _steps(w, hw, r, row_tile)
     tiles = [compute_tile(w, hw, o, ext, shared=_shared(r)) for o in r.fused_group]
     body = Tile(hw.buffer, (), tuple(tiles), "Shar", name="fused")
     group = Tile(hw.outer, loops, (body,), name=name)
@@ -194,9 +220,10 @@ def _branch(w: Workload, hw: Hardware, op: str, ext: Mapping[str, int],
 
 
 def _fused_chain(w: Workload, arch: Architecture, tm: int, tl: int, primitive: str,
-                 split_array: bool, name: str) -> Dataflow:
+                 split_array: bool, name: str,
+                 tiles: Mapping[str, int] | None = None) -> Dataflow:
     hw, r = Hardware.of(arch), Roles.of(w)
-    loops, ext = core_split(w, hw, r.batch, r.rows, tm)
+    loops, ext = _steps(w, hw, r, tm, tiles)
     ends, middle = _array_split(hw, r) if split_array else (None, None)
     stages = [_branch(w, hw, r.first, ext, {r.inner: tl}, _shared(r), ends)]
     stages += _middle_group(w, hw, r, ext, "Shar", middle)
@@ -228,7 +255,8 @@ def chimera(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = N
     """Q x K, softmax and x V fused in chain order, sequential. Its rule for the factors (the
     least DRAM traffic among those that fit) is applied by `tileflow.explore.tilesearch.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
-    return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Seq", False, "chimera")
+    return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Seq", False, "chimera",
+                        tiles)
 
 
 def tileflow_pipe(w: Workload, arch: Architecture,
@@ -238,4 +266,4 @@ def tileflow_pipe(w: Workload, arch: Architecture,
     are fitted by `tileflow.explore.tilesearch.fit`."""
     hw, r = Hardware.of(arch), Roles.of(w)
     return _fused_chain(w, arch, *_default_tiles(w, r, hw, tiles), "Pipe", True,
-                        "tileflow-pipe")
+                        "tileflow-pipe", tiles)

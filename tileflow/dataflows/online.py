@@ -31,6 +31,15 @@ def _rows(w: Workload, carried: str) -> tuple[str | None, str]:
     return (dims[0] if len(dims) > 1 else None), dims[-1]
 
 
+def _heads(w: Workload, carried: str) -> tuple[str, ...]:
+    """Dims of the first matrix operator's output between the batch and the rows (query
+    heads): looped one per step inside each tile of the sweep, so heads that share K and V
+    (grouped-query attention) reuse their tiles."""
+    first = next(op for op in w.ops if op.unit == MATRIX)
+    dims = [d for d in first.output.dims if d != carried]
+    return tuple(dims[1:-1])
+
+
 def flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None = None) -> Dataflow:
     """Row blocks over the cores (batch first, as the other fused baselines); per block a
     DRAM-level sweep over the carried dim runs the operators that use it one after another
@@ -80,10 +89,14 @@ def _flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None, pri
     tm = tiles.get(rows, min(2 * hw.rows, per_core))
     half = (hw.rows, max(hw.cols // 2, 1)) if split_array else None
 
+    heads = _heads(w, d)
+
     def make(tl: int) -> Dataflow:
         loops, ext = core_split(w, hw, batch, rows, tm)
-        shared = tuple(x for x in (batch, rows) if x)
-        inside = {**ext, d: tl}
+        shared = tuple(x for x in (batch, *heads, rows) if x)
+        # one head per step inside each tile of the sweep: the heads that share K and V
+        # (grouped-query attention) use each K and V tile while it is on chip
+        inside = {**ext, d: tl, **{h: 1 for h in heads}}
         stream = [compute_tile(w, hw, op.name, inside, half if op.unit == MATRIX else None,
                                shared=(*shared, d))
                   for op in w.ops if d in op.dims]
@@ -91,8 +104,9 @@ def _flash(w: Workload, arch: Architecture, tiles: Mapping[str, int] | None, pri
             stream = _stages(w, hw, stream)
         after = tuple(compute_tile(w, hw, op.name, ext, shared=shared)
                       for op in w.ops if d not in op.dims)
-        sweep = Tile(hw.outer, (Loop(d, ceil_div(w.sizes[d], tl)),), tuple(stream), primitive,
-                     name="sweep")
+        head_loops = tuple(Loop(h, w.sizes[h]) for h in heads)
+        sweep = Tile(hw.outer, (Loop(d, ceil_div(w.sizes[d], tl)), *head_loops), tuple(stream),
+                     primitive, name="sweep")
         return Dataflow(Tile(hw.outer, loops, (sweep, *after), "Seq", name=name), name)
 
     if d in tiles:

@@ -30,20 +30,40 @@ BASELINES: dict[str, Builder] = {
 }
 
 
-def baselines_for(w: Workload) -> tuple[str, ...]:
-    """The named dataflows that apply to this workload (Layerwise applies to every one)."""
+def role(w: Workload) -> str:
+    """What the workload is, by its operators' roles (never by its number of dimensions):
+    "online" (state carried across a reduction: online softmax), "conv" (two windowed
+    matrix operators in a chain, `conv.ConvRoles`), "chain" (two matrix contractions with
+    vector stages between them: attention, GEMM chains, MLPs; head dims of any number,
+    `chain.Roles`) or "other"."""
     if any(op.carried for op in w.ops):
-        return ONLINE
-    try:
-        conv.conv_chain_ops(w)
-        return CONV
-    except InputError:
-        pass
+        return "online"
+    for name, recognise in (("conv", conv.ConvRoles.of), ("chain", chain.Roles.of)):
+        try:
+            recognise(w)
+            return name
+        except InputError:
+            pass
+    return "other"
+
+
+def baselines_for(w: Workload) -> tuple[str, ...]:
+    """The named dataflows that apply to this workload (Layerwise applies to every one). A
+    convolution chain with vector stages between its convolutions (an activation) is a chain
+    of contractions too: the chain's dataflows, which can run those stages apart (Seq, Pipe),
+    come after the conv ones, which hold every stage of a step at once (Shar)."""
+    kind = role(w)
+    if kind == "conv" and len(w.ops) > 2 and _is_chain(w):
+        return CONV + CHAIN[1:]
+    return {"online": ONLINE, "conv": CONV, "chain": CHAIN}.get(kind, ("layerwise",))
+
+
+def _is_chain(w: Workload) -> bool:
     try:
         chain.Roles.of(w)
-        return CHAIN
+        return True
     except InputError:
-        return ("layerwise",)
+        return False
 
 
 def build(name: str, w: Workload, arch: Architecture,

@@ -427,6 +427,9 @@ def divisor_blocks(space: Space, chunk: int = 65_536):
     for state, groups, options in divisor_products(space):
         sizes = [len(o) for o in options]
         count = math.prod(sizes)
+        if not sizes:  # every slot decided (a space of fixed factors): one row
+            yield state[None, :].copy()
+            continue
         for first in range(0, count, chunk):
             flat = np.arange(first, min(first + chunk, count))
             block = np.repeat(state[None, :], len(flat), axis=0)

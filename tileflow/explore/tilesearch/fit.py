@@ -95,6 +95,9 @@ def warm_rows(space: Space, tiles: dict[str, int], rng: np.random.Generator,
     outer = s.arch.levels[0].name
     tiles_of = {p: n for p, n in _tiles(s.template)}
     default = s.default_factors
+    default = default.copy()
+    for i, v in space.fixed.items():
+        default[i] = v
     state = np.full(space.size, UNDECIDED, dtype=np.int64)
     for dim, tile in tiles.items():
         top = [i for i, sl in enumerate(s.slots) if sl.dim == dim
@@ -220,12 +223,59 @@ def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
     one search sees almost no difference between them: the second phase is what orders
     them by latency."""
     space = Space(structure)
+    free = _fit_in(space, rule, budget_evals, seed)
+    if rule == "latency":  # a latency fit spreads by itself: a narrow spread is slower
+        return free
+    spread = Space(structure, fixed=intended_spread(structure))
+    if not _any_valid(spread, rule, budget_evals, seed):
+        return free
+    # both fits under the rule, ties to the lower latency: least DRAM traffic and fewest
+    # steps hardly depend on the spread, so the free search may end on a collapsed one
+    cache = PointCache(space, "latency", Limits())
+    cache.evaluate(np.vstack([_fit_in(spread, rule, budget_evals, seed), free]))
+    return choose(cache, rule)
+
+
+def intended_spread(structure: Structure) -> dict[int, int]:
+    """Slot -> factor of every spatial loop as the builder spreads it (over the cores, the
+    PE array, the lanes), within what each slot may take. Least DRAM traffic and fewest
+    steps do not depend on the spread, so a fit under those rules that left it free could
+    end on one core and one PE at no cost to its metric (and 100x the latency)."""
+    space = Space(structure)
+    state = keep_spatial(space, np.full(space.size, UNDECIDED, dtype=np.int64),
+                         structure.default_factors)
+    return {int(i): int(state[i]) for i in np.flatnonzero(space.spatial_limit)
+            if state[i] != UNDECIDED}
+
+
+def _any_valid(space: Space, rule: str, budget_evals: int, seed: int) -> bool:
+    """Whether the restricted space has a valid point among its warm starts (the builder's
+    factors within it, the smallest tiles) or a short search."""
+    try:
+        rows = [space.smallest_completion(space.root_state()),
+                keep(space, space.root_state(), space.structure.default_factors,
+                     range(space.size))]
+    except (ValueError, IndexError):  # the fixed spread leaves no completion
+        return False
+    rows = [r for r in rows if (r != UNDECIDED).all() and space.covers(r)]
+    cache = PointCache(space, "latency", Limits())
+    if rows and cache.evaluate(np.vstack(rows)).valid.any():
+        return True
+    found = search(space, "mcts", objective="latency", budget_evals=max(budget_evals // 10, 16),
+                   seed=seed, batch=16)
+    return any(ok for _, ok, _ in found.rows.values())
+
+
+def _fit_in(space: Space, rule: str, budget_evals: int, seed: int) -> np.ndarray:
+    """`fit_structure` within one space (the whole one, or the intended spread's)."""
+    structure = space.structure
     rng = np.random.default_rng(seed)
     default = structure.default_factors
     warm = [default, space.smallest_completion(space.root_state())]
     tiles = closed_form_tiles(structure.workload, structure.arch)
     if tiles:
         warm += warm_rows(space, tiles, rng)
+    warm = [row for row in warm if within(space, row)]
     # a small space is evaluated whole, in one batch: a search step costs far more per
     # point than a batch does (a few hundred points a second against thousands)
     every = small_space(space, 4 * budget_evals)
@@ -250,13 +300,19 @@ def fit_structure(structure: Structure, rule: str, budget_evals: int = 300,
     least = min(v[0] for v in valid)
     ties = sorted(v for v in valid if v[0] <= least * (1 + 1e-9))
     rows = [np.frombuffer(k, dtype=np.int64) for _, _, k in ties[:8]]
-    warm = rows + [r for row in rows[:4] for r in respread(space, row, default, rng)]
+    warm = rows + [r for row in rows[:4] for r in respread(space, row, default, rng)
+                   if within(space, r)]
     second = search(space, "mcts", objective="latency",
                     limits=Limits(dram_words=least * (1 + 1e-9)),
                     budget_evals=max(budget_evals - first.evaluations, budget_evals // 5),
                     seed=seed + 1, warm=warm, batch=32)
     _merge(first, second)
     return choose(first, rule)
+
+
+def within(space: Space, row: np.ndarray) -> bool:
+    """Whether a row keeps the factors the space holds fixed."""
+    return all(int(row[i]) == v for i, v in space.fixed.items())
 
 
 def small_space(space: Space, limit: int) -> np.ndarray | None:
