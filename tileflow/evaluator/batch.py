@@ -23,7 +23,7 @@ from tileflow.evaluator.limits import Violations, check, footprints
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
-from tileflow.tree import Op, Tile, walk
+from tileflow.tree import Op, Tile
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,10 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 
 def scalar_only(structure: Structure) -> str:
-    """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that keep a halo, or on an accelerator with Timeloop's delta rule (its sampled steps and
-    refills do not factor into the engine's per-loop sums) or whole-block energy (it needs
-    each tensor's count per instance). Such structures are evaluated row by row with the
+    """Why the vectorised engine does not model this structure (empty when it does): on an
+    accelerator with Timeloop's delta rule (its sampled steps and refills do not factor
+    into the engine's per-loop sums) or whole-block energy (it needs each tensor's count
+    per instance). Such structures are evaluated row by row with the
     scalar model, the reference."""
     arch = structure.arch
     if any(lv.deltas == "timeloop" for lv in arch.levels):
@@ -83,11 +83,6 @@ def scalar_only(structure: Structure) -> str:
     if any(lv.block_words for lv in arch.levels):
         return ("a level charges energy in whole blocks per instance and tensor (block_words: "
                 "the engine sums words over tensors)")
-    for _, node in walk(structure.template.root):
-        if not isinstance(node, Tile):
-            continue
-        if any(mode == "cache" for _, mode in node.halo):
-            return "a tile keeps an intermediate's halo (halo: cache)"
     return ""
 
 
