@@ -11,11 +11,13 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from helpers import CONV, workload
-from trees import keep_halos
+from hypothesis import HealthCheck, given, settings
+from trees import keep_halos, trees
 
-from tests.explore.test_batch import TIMED
+from tests.explore.test_batch import TIMED, random_rows
 from tests.explore.test_batch_mechanisms import (
     CONVENTIONS,
     ZEROED,
@@ -24,6 +26,10 @@ from tests.explore.test_batch_mechanisms import (
     with_buffering,
     with_bypass,
 )
+from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.cost import evaluate
+from tileflow.evaluator.batch import evaluate_batch, footprint_words
+from tileflow.evaluator.structure import structure_of
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow
 
@@ -92,3 +98,34 @@ def test_kept_halos_with_the_other_mechanisms_in_the_batch(case: str) -> None:
 
     compared, changed = _agree(w, arch, change, seed=43, plain=(w, arch))
     assert compared >= 40, compared
+
+
+@pytest.mark.parametrize("case", HALO_CASES)
+def test_footprints_alone_under_a_kept_halo(case: str) -> None:
+    """`footprint_words` (what the search's capacity bounds use, without counting data
+    movement) equals the full batch's footprints on trees that keep their halo, the line
+    buffer of kept rows included."""
+    w = workload(HALO_CASES[case])
+    rng = np.random.default_rng(47)
+    checked = [0]
+
+    @settings(max_examples=20, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(original: Dataflow) -> None:
+        flow = keep_halos(w, original)
+        try:
+            evaluate(w, TIMED, flow)
+        except InvalidDataflow:
+            return
+        structure = structure_of(w, TIMED, flow)
+        rows = random_rows(structure, 12, rng)
+        alone = footprint_words(structure, rows)
+        full = evaluate_batch(structure, rows).footprint_words
+        assert alone.keys() == full.keys()
+        for level, words in full.items():
+            np.testing.assert_array_equal(alone[level], words)
+        checked[0] += len(rows)
+
+    check()
+    assert checked[0] >= 100, checked
