@@ -73,9 +73,9 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 
 def scalar_only(structure: Structure) -> str:
-    """Why the vectorised engine does not model this structure (empty when it does): tiles
-    that keep a halo, and so (first) on an accelerator with Timeloop's delta rule. Such
-    structures are evaluated row by row with the scalar model, the reference."""
+    """Why the vectorised engine does not model this structure (empty when it does): a tile
+    that keeps a halo on an accelerator with Timeloop's delta rule. Such structures are
+    evaluated row by row with the scalar model, the reference."""
     arch = structure.arch
     keeps_halo = any(isinstance(node, Tile) and any(mode == "cache" for _, mode in node.halo)
                      for _, node in walk(structure.template.root))
@@ -84,11 +84,6 @@ def scalar_only(structure: Structure) -> str:
         # later slices (DimRec.cut), which only the scalar rule follows
         return ("a tile keeps a halo (halo: cache) on an accelerator with Timeloop's delta "
                 "rule (deltas: timeloop)")
-    for _, node in walk(structure.template.root):
-        if not isinstance(node, Tile):
-            continue
-        if any(mode == "cache" for _, mode in node.halo):
-            return "a tile keeps an intermediate's halo (halo: cache)"
     return ""
 
 

@@ -117,6 +117,7 @@ class Compiled:
                       for op in w.ops}
         self.halos = self._halos()
         self.windows = self._windows()
+        self.cuts = self._cuts()
 
     @cached_property
     def enumerated_axes(self) -> tuple[tuple[str, tuple[str, ...], tuple[int, ...], bool],
@@ -258,6 +259,35 @@ class Compiled:
                         tiling = tuple(i for i, lp in enumerate(path.loops)
                                        if lp.dim == d and lp.node <= depth)
                         out.setdefault(producer.name, []).append((d, axis.offset, tiling))
+        return out
+
+    def _cuts(self) -> dict[str, tuple[int, dict[str, tuple[int, ...]], frozenset[int]]]:
+        """Per producer whose intermediate keeps its halo (`halo: cache` on the common
+        ancestor, `prepare._halo_cuts`): the ancestor's depth; per dim a windowed consumer
+        reads through, the temporal loops over it at or above the ancestor (per row the
+        innermost of more than one iteration is the slide); the loops that place the
+        ancestor's step (over such a dim, at or above it: `OpPath.marks`)."""
+        w = self.workload
+        out = {}
+        for t, where in self.lca.items():
+            if self.tiles[where].halo_of(t) != "cache":
+                continue
+            producer = w.op_by_name[w.producer[t]]
+            path = self.paths[producer.name]
+            depth = where.count(".")
+            windowed = {out_axis.terms[0][0]
+                        for consumer in w.consumers[t]
+                        for out_axis, axis in zip(producer.output.axes,
+                                                  w.op_by_name[consumer].access(t).axes,
+                                                  strict=True) if len(axis.terms) > 1}
+            slides = {d: tuple(i for i, lp in enumerate(path.loops)
+                               if lp.dim == d and lp.node <= depth and not lp.spatial)
+                      for d in sorted(windowed)}
+            slides = {d: loops for d, loops in slides.items() if loops}
+            if slides:
+                marked = frozenset(i for i, lp in enumerate(path.loops)
+                                   if lp.dim in slides and lp.node <= depth)
+                out[producer.name] = (depth, slides, marked)
         return out
 
     def _windows(self) -> list[tuple[str, str, str, str, int, int, tuple[int, ...]]]:

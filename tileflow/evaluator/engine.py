@@ -31,6 +31,11 @@ class Rows:
         self._strides(c.flow.root, "root")
         self.extents = {o: self._extents(p) for o, p in c.paths.items()}
         self.shift = {o: self._shift(o) for o in c.paths}
+        # halo caching: per producer and dim, the rows kept and the sliding loop's index
+        self.cut: dict[str, dict[str, np.ndarray]] = {}
+        self.slide: dict[str, dict[str, np.ndarray]] = {}
+        for o in c.cuts:
+            self._cuts(o)
         # (operator, position, input) -> rows where an earlier sibling loaded the slice
         self.served: dict[tuple[str, int, str], np.ndarray] = {}
 
@@ -80,6 +85,27 @@ class Rows:
             out[d] = np.where(tiled, np.minimum(current, offset), current)
         return out
 
+    def _cuts(self, op: str) -> None:
+        """`prepare._halo_cuts` per row: along each dim, the innermost temporal loop of more
+        than one iteration at or above the common ancestor slides; the regions of two of its
+        iterations overlap by (the extent below the ancestor - its stride) rows, kept."""
+        depth, slides, _ = self.c.cuts[op]
+        path = self.c.paths[op]
+        below = self.extents[op][depth + 1]
+        for d, loops in slides.items():
+            slide = np.full(self.count, -1, dtype=I64)
+            stride = np.zeros(self.count, dtype=I64)
+            for i in loops:
+                slot = path.loops[i].slot
+                longer = self.n[slot] > 1
+                slide = np.where(longer, i, slide)
+                stride = np.where(longer, self.stride[slot], stride)
+            kept = below[d] - stride
+            cut = np.where((slide >= 0) & (kept > 0), kept, 0)
+            if cut.any():
+                self.cut.setdefault(op, {})[d] = cut
+                self.slide.setdefault(op, {})[d] = np.where(cut > 0, slide, -1)
+
     def any_above_one(self, path: Path, loops) -> np.ndarray:
         found = np.zeros(self.count, dtype=bool)
         for i in loops:
@@ -94,7 +120,13 @@ class Rows:
 
     def vloop(self, path: Path, i: int, drop: bool) -> VLoop:
         slot = path.loops[i].slot
-        return VLoop(path.loops[i].dim, self.n[slot], self.stride[slot], drop)
+        lp = path.loops[i]
+        slides = self.slide.get(path.op.name)
+        if slides is None or lp.dim not in slides:
+            return VLoop(lp.dim, self.n[slot], self.stride[slot], drop)
+        slide = slides[lp.dim] == i
+        return VLoop(lp.dim, self.n[slot], self.stride[slot], drop,
+                     i in self.c.cuts[path.op.name][2], slide if slide.any() else None)
 
     def dims(self, path: Path, position: int, extent: int | None = None) -> dict[str, VDim]:
         w = self.c.workload
@@ -102,8 +134,9 @@ class Rows:
         shifts = self.shift[path.op.name]
         ext = self.extents[path.op.name][position]
         one = np.ones(self.count, dtype=I64)
-        return {d: VDim(w.sizes[d], one if extent == 1 else ext[d], shifts.get(d, zero))
-                for d in path.op.dims}
+        cuts = self.cut.get(path.op.name, {})
+        return {d: VDim(w.sizes[d], one if extent == 1 else ext[d], shifts.get(d, zero),
+                        cuts.get(d)) for d in path.op.dims}
 
 
 def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
@@ -261,6 +294,9 @@ def exact_dims(r: Rows, path: Path) -> dict[str, np.ndarray]:
         ok &= span == w.sizes[d]
         if d in shifts:
             ok &= shifts[d] == 0
+        cut = r.cut.get(path.op.name, {}).get(d)
+        if cut is not None:  # a kept halo: its slices start after the kept rows
+            ok &= cut == 0
         out[d] = ok
     cache[key] = out
     return out

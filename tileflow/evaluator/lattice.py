@@ -18,27 +18,55 @@ I64 = np.int64
 
 @dataclass(frozen=True)
 class VLoop:
-    """A loop above a buffer: per-row trip counts `n` and strides; `drop` as in LoopRec."""
+    """A loop above a buffer: per-row trip counts `n` and strides; `drop` as in LoopRec.
+    Halo caching (`LoopRec.mark`): `mark`, the loop places the region of a step of the
+    common ancestor; `slide`, per row, it is the loop the kept halo slides along."""
 
     dim: str
     n: np.ndarray
     stride: np.ndarray
     drop: bool = False
+    mark: bool = False
+    slide: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> VLoop:
-        return VLoop(self.dim, self.n[rows], self.stride[rows], self.drop)
+        return VLoop(self.dim, self.n[rows], self.stride[rows], self.drop, self.mark,
+                     None if self.slide is None else self.slide[rows])
 
 
 @dataclass(frozen=True)
 class VDim:
-    """A dimension's size, the per-row extent inside the buffer and start shift."""
+    """A dimension's size, the per-row extent inside the buffer and start shift; `cut`,
+    per row, the halo rows a producer keeps along it (`DimRec.cut`; None: none on any row)."""
 
     size: int
     extent: np.ndarray
     shift: np.ndarray
+    cut: np.ndarray | None = None
 
     def take(self, rows: np.ndarray) -> VDim:
-        return VDim(self.size, self.extent[rows], self.shift[rows])
+        return VDim(self.size, self.extent[rows], self.shift[rows],
+                    None if self.cut is None else self.cut[rows])
+
+
+def uncut(axis: AxisRec, dims) -> np.ndarray | bool:
+    """Per row, whether no dim of the axis keeps a halo (the closed forms ignore it: the
+    rows that do are summed on the grid)."""
+    ok: np.ndarray | bool = True
+    for d, _ in axis.terms:
+        cut = dims[d].cut if d in dims else None
+        if cut is not None:
+            ok = ok & (cut == 0)
+    return ok
+
+
+def floor_at_cut(dlo, x_base, rec: VDim, slide, expand):
+    """`movement._interval` under halo caching: past the first iteration of the sliding
+    loop (`slide`), the slice starts no earlier than the region's start + the kept rows
+    (`x_base`: the shift plus the offset of the common ancestor's step)."""
+    if rec.cut is None or slide is None:
+        return dlo
+    return np.where(slide, np.maximum(dlo, x_base + expand(rec.cut)), dlo)
 
 
 def ap_clip_sum(start: np.ndarray, step: np.ndarray, count: np.ndarray,
@@ -101,10 +129,17 @@ class Grid:
 
 def positions(pairs, rows: int) -> dict[str, np.ndarray]:
     """Per dim, the summed loop offsets: pairs of (loop, values [rows or 1, K])."""
-    pos: dict[str, np.ndarray] = {}
+    pos: dict = {}
     for lp, v in pairs:
         add = v * lp.stride[:, None]
         pos[lp.dim] = pos[lp.dim] + add if lp.dim in pos else add
+        if lp.mark:  # halo caching: the common ancestor's step, and past the first slide
+            key = ("base", lp.dim)
+            pos[key] = pos[key] + add if key in pos else add
+            if lp.slide is not None:
+                moved = (v > 0) & lp.slide[:, None]
+                key = ("slide", lp.dim)
+                pos[key] = pos[key] | moved if key in pos else moved
     return pos
 
 
@@ -117,6 +152,8 @@ def interval(axis: AxisRec, dims: dict[str, VDim], pos: dict[str, np.ndarray]):
         rec = dims[d]
         x = rec.shift[:, None] + pos.get(d, 0)
         dlo = np.maximum(x, 0)
+        dlo = floor_at_cut(dlo, rec.shift[:, None] + pos.get(("base", d), 0), rec,
+                           pos.get(("slide", d)), lambda a: a[:, None])
         dhi = np.minimum(x + rec.extent[:, None], rec.size)
         empty = empty | (dhi <= dlo)
         lo = lo + c * dlo

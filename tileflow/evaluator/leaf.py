@@ -12,7 +12,7 @@ import numpy as np
 from tileflow.evaluator import sums
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import READ, UPDATE, Busy, Rows, Tally, exact_dims
-from tileflow.evaluator.lattice import I64, distinct_tuples
+from tileflow.evaluator.lattice import I64, VDim, distinct_tuples
 from tileflow.specs.workload import Workload
 
 
@@ -94,10 +94,34 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         _feed(r, fed, home, ops * out_width, out_instances, "write")
         updates = np.zeros(r.count)
     steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
+    steps = _kept_halo_steps(r, path, steps, ops)
     fed_time = None
     for busy in fed.values():  # `cost._transfer_time` of the fed transfers: the busiest port
         fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
     return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time)
+
+
+def _kept_halo_steps(r: Rows, path: Path, steps: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """A producer that keeps a halo: past the first iteration of a sweep its steps do fewer
+    rows, so its steps scale by its operations over those recomputing every row
+    (`traffic._count_compute`)."""
+    cuts = r.cut.get(path.op.name)
+    if not cuts:
+        return steps
+    kept = np.zeros(r.count, dtype=bool)
+    for cut in cuts.values():
+        kept |= cut > 0
+    rows = np.flatnonzero(kept)
+    w: Workload = r.c.workload
+    dims = {d: VDim(v.size, v.extent, v.shift) for d, v in r.dims(path, 0, extent=1).items()}
+    dims = {d: v.take(rows) for d, v in dims.items()}
+    loops = [r.vloop(path, i, False).take(rows) for i in range(len(path.loops))]
+    axes = tuple(sums.AxisRec(((d, 1),), 0, w.sizes[d]) for d in path.op.dims)
+    whole = sums.iteration_count(axes, dims, loops, (), len(rows))
+    out = steps.astype(float)
+    scaled = steps[rows] * ops[rows]
+    out[rows] = np.where(whole > 0, scaled / np.maximum(whole, 1), steps[rows])
+    return out
 
 
 def _spread_above(path: Path, position: int) -> tuple[int, ...]:

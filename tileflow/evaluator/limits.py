@@ -93,7 +93,7 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
     for t, lca in c.lca.items():
         if lca == path and c.homes[t] == level:
             scale = c.words_per_element(t, level, (node,) if at_level else ())
-            extent = _scaled(scale, _lca_extent(r, t, path))
+            extent = _scaled(scale, _lca_extent(r, t, path) + _kept_rows(r, t))
             combined[t] = combined[t] + extent if t in combined else extent
     if not at_level:
         return combined
@@ -164,7 +164,7 @@ def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarr
 
     if _within(axis, dims):
         closed, ok = _separable_span(axis, dims, above, r.count)
-        return closed_or_grid(closed, ok, largest, dims, above, [])
+        return closed_or_grid(closed, ok, largest, dims, above, [], axis)
     return on_grid(largest, dims, above, [], r.count)
 
 
@@ -238,6 +238,38 @@ def _lca_extent(r: Rows, tensor: str, lca: str) -> np.ndarray:
         box = tile_words(r, r.c.paths[o], tensor, depth + 1)
         out = box if out is None else np.maximum(out, box)
     return out
+
+
+def _kept_rows(r: Rows, tensor: str) -> np.ndarray | float:
+    """`resources._kept_rows` per row: under a kept halo, loops of the common ancestor
+    inside the sliding one over other axes of the intermediate keep the rows of each of
+    their positions resident until the slide returns (a line buffer)."""
+    c = r.c
+    producer = c.workload.producer[tensor]
+    cuts = r.cut.get(producer)
+    if not cuts:
+        return 0.0
+    w = c.workload
+    path = c.paths[producer]
+    depth = c.cuts[producer][0]
+    step = r.extents[producer][depth + 1]
+    dims = [a.terms[0][0] for a in path.op.output.axes]
+    extra = np.zeros(r.count)
+    for d, kept in cuts.items():
+        slide = r.slide[producer][d]
+        sweep = {e: step[e] for e in dims}
+        for i, lp in enumerate(path.loops):
+            if lp.node <= depth and not lp.spatial and lp.dim != d and lp.dim in sweep:
+                grow = (r.n[lp.slot] - 1) * r.stride[lp.slot]
+                sweep[lp.dim] = sweep[lp.dim] + np.where(slide < i, grow, 0)
+        others = [e for e in dims if e != d]
+        swept = np.ones(r.count, dtype=np.int64)
+        one = np.ones(r.count, dtype=np.int64)
+        for e in others:
+            swept = swept * np.minimum(sweep[e], w.sizes[e])
+            one = one * np.minimum(step[e], w.sizes[e])
+        extra = extra + kept * (swept - one)
+    return extra
 
 
 class Violations:

@@ -22,12 +22,14 @@ from tileflow.evaluator.lattice import (
     ap_clip_sum,
     ap_length_sum,
     axis_loops,
+    floor_at_cut,
     grid_rows,
     interval,
     lattice_sum,
     on_grid,
     positions,
     progression,
+    uncut,
     union_length,
 )
 
@@ -55,6 +57,8 @@ def _interval3(axis: AxisRec, dims, pos):
         rec = dims[d]
         x = rec.shift[:, None, None] + pos.get(d, 0)
         dlo = np.maximum(x, 0)
+        dlo = floor_at_cut(dlo, rec.shift[:, None, None] + pos.get(("base", d), 0), rec,
+                           pos.get(("slide", d)), lambda a: a[:, None, None])
         dhi = np.minimum(x + rec.extent[:, None, None], rec.size)
         empty = empty | (dhi <= dlo)
         lo = lo + c * dlo
@@ -72,7 +76,10 @@ def _plain(axis: AxisRec, dims) -> bool:
 
 def closed_or_grid(closed, ok: np.ndarray, grid, dims, loops, union,
                     axis: AxisRec | None = None) -> np.ndarray:
-    """The closed form where it holds (`ok`), the grid on the other rows."""
+    """The closed form where it holds (`ok`), the grid on the other rows (and on the rows
+    where a dim of `axis` keeps a halo)."""
+    if axis is not None:
+        ok = ok & uncut(axis, dims)
     if ok.all():
         return closed
     out = np.array(closed, dtype=I64, copy=True)
