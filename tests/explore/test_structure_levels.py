@@ -168,7 +168,8 @@ def test_the_l2_hand_trees_and_every_baseline_are_in_the_space(soc, pair):
     ref = spec["workload"]
     w = load_workload(str(QUALITY / ref) if ref.endswith(".yaml") else ref, spec["sizes"])
     hand = {p.name: load_dataflow_file(p)
-            for p in sorted((QUALITY / "trees" / "hand").glob(f"{pair}.*.yaml"))}
+            for p in sorted((QUALITY / "trees" / "hand").glob(f"{pair}.*l2.yaml"))}
+    assert hand
     space = StructureSpace(w, soc, seeds=hand)
     encoded = space.baselines()
     assert space.skipped == {}
