@@ -146,3 +146,35 @@ def test_a_stage_that_runs_operators_at_once_uses_their_units_together(inner, ne
     assert (v.node, v.level, v.needed, v.available, v.unit) == \
         ("root", "Reg", needed, 128, "matrix units")
     assert batch.violations["fanout"][0] == needed - 128
+
+
+def test_the_soc_l2_swiglu_pipe_is_invalid_where_it_would_beat_the_compute_floor():
+    """The search-quality pair (search/quality: soc-l2, SwiGLU m=256 d=512 f=1408 e=512): a
+    `Pipe` over 32 row blocks whose stages are gate and up at once, silu, mul and down, each
+    matmul on a whole core's 8 x 8 array. Its latency is below the chip's compute floor,
+    3 x 256 x 512 x 1408 MACs / 128 per cycle = 4,325,376 cycles; the stages need 3 x 64 = 192
+    matrix units of the 2 x 64 = 128, so the result is invalid."""
+    from pathlib import Path
+
+    from tileflow.interop.files import load_arch_any, load_workload_any
+
+    quality = Path(__file__).parents[2] / "search" / "quality"
+    arch = load_arch_any(str(quality / "chips" / "soc-l2.yaml"))
+    w = load_workload_any(str(quality / "workloads" / "swiglu.yaml"))
+    gate = tile("L1", "f:2 d:512 m:8:SpX f:8:SpY", tile("Reg", "", "gate"))
+    up = tile("L1", "f:2 d:512 m:8:SpX f:8:SpY", tile("Reg", "", "up"))
+    flow = Dataflow(tile("DRAM", "f:88", tile(
+        "L2", "m:32", tile("L2", "", gate, up, primitive="Para"),
+        tile("L1", "m:8 f:16:Sp", "silu"), tile("L1", "m:8 f:16:Sp", "mul"),
+        tile("L1", "e:64 f:16 m:8:SpX e:8:SpY", tile("Reg", "", "down")),
+        primitive="Pipe")))
+    floor_cycles = 3 * 256 * 512 * 1408 / 128
+    assert floor_cycles == 4_325_376
+    r = evaluate(w, arch, flow)
+    assert r.cycles < floor_cycles and r.utilization > 1
+    [v] = r.violations
+    assert (v.kind, v.node, v.level, v.needed, v.available, v.unit) == \
+        ("fanout", "root.0", "Reg", 192, 128, "matrix units")
+    structure = structure_of(w, arch, flow)
+    batch = evaluate_batch(structure, structure.default_factors[None, :])
+    assert not batch.valid[0] and batch.violations["fanout"][0] == 192 - 128
