@@ -117,9 +117,10 @@ def _array(o: Oracle, arch: Architecture, op: str, run, lv: int, below: int) -> 
 
 def _together(o: Oracle, arch: Architecture) -> set[tuple]:
     """The children of a `Para` or `Pipe` tile run at once on disjoint units: per kind of
-    unit, the units each child spreads over (the largest over its operators: the spatial
-    factors from the tile down, the tile's own and those of the tiles above it at its level
-    included, which share its level's instance) add up to at most the units below one
+    unit, the units each child spreads over (per operator, the spatial factors from the tile
+    down, the tile's own and those of the tiles above it at its level included, which share
+    its level's instance; operators one after another in a child take the largest, those
+    under a `Para` or `Pipe` inside it the sum) add up to at most the units below one
     instance of the tile's level."""
     out = set()
     for path, node in o.tiles.items():
@@ -128,23 +129,36 @@ def _together(o: Oracle, arch: Architecture) -> set[tuple]:
         depth = path.count(".")
         lv = o.index[node.level]
         for kind in ("matrix", "vector"):
-            total, used = 0, False
-            for child in node.children:
-                best = 0
-                for op in o._ops_below(child):
-                    if arch.unit(o.w.op_by_name[op].unit).kind != kind:
-                        continue
-                    used = True
-                    top = depth  # tiles above at the same level share its instances
-                    while top > 0 and o.paths[op][top - 1][1].level == node.level:
-                        top -= 1
-                    best = max(best, math.prod(lp.factor for k, _, _, lp in o.loops(op)
-                                               if k >= top and lp.spatial))
-                total += best
+            used = any(arch.unit(o.w.op_by_name[op].unit).kind == kind
+                       for op in o._ops_below(node))
+            total = _at_once(node, lambda op, k=kind, d=depth, n=node:
+                             _op_units(o, arch, op, k, d, n.level))
             available = _unit_limit(arch, kind, lv)
             if used and available is not None and total > available:
                 out.add(("fanout", path, arch.unit(kind).level, total, available))
     return out
+
+
+def _op_units(o: Oracle, arch: Architecture, op: str, kind: str, depth: int,
+              level: str) -> int:
+    """Units of `kind` an operator spreads over below the tile at `depth` (0 for another
+    kind): its spatial factors from the tile down, those of the tiles above it at the tile's
+    level (which share its instance) included."""
+    if arch.unit(o.w.op_by_name[op].unit).kind != kind:
+        return 0
+    top = depth
+    while top > 0 and o.paths[op][top - 1][1].level == level:
+        top -= 1
+    return math.prod(lp.factor for k, _, _, lp in o.loops(op) if k >= top and lp.spatial)
+
+
+def _at_once(node, units) -> int:
+    """Units a subtree uses at once: an operator's own; the sum over `Para`/`Pipe` children
+    (they run together); the largest over children run one after another."""
+    if not hasattr(node, "children"):  # an operator's leaf
+        return units(node.op)
+    parts = [_at_once(c, units) for c in node.children]
+    return sum(parts) if node.primitive in ("Para", "Pipe") else max(parts)
 
 
 def _coverage(o: Oracle) -> set[tuple]:

@@ -429,26 +429,59 @@ def split_fanout(arch: Architecture, first: OpPath, depth: int, level: int, feed
     return arch.fanout_between(arch.levels[level].name, arch.levels[target].name)
 
 
+Demand = str | tuple
+"""How the units under a node combine: an operator's name (its units), or ("max", parts)
+for children that run one after another (`Seq`, `Shar`), ("sum", parts) for children that
+run at once (`Para`, `Pipe`)."""
+
+
+def unit_demand(node: Tile | Op) -> Demand:
+    """The `Demand` of a subtree (shape-only): a `Para` or `Pipe` nested anywhere below a
+    `Para`/`Pipe` child adds its children's units, it does not take the largest."""
+    if isinstance(node, Op):
+        return node.op
+    parts = tuple(unit_demand(c) for c in node.children)
+    if len(parts) == 1:
+        return parts[0]
+    return ("sum" if node.primitive in ("Para", "Pipe") else "max", parts)
+
+
+def fold_demand(demand: Demand, units, maximum=max):
+    """Evaluate a `Demand`: `units(op)` at the operators (0 for another kind of unit), sums
+    and largest values above them; `maximum` is `max`, or `numpy.maximum` for rows."""
+    if isinstance(demand, str):
+        return units(demand)
+    how, parts = demand
+    values = [fold_demand(p, units, maximum) for p in parts]
+    total = values[0]
+    for v in values[1:]:
+        total = total + v if how == "sum" else maximum(total, v)
+    return total
+
+
 def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]:
     """Para and Pipe children run at once on disjoint units: per kind of compute unit, the
     units they spread over must add up to no more than each instance of the tile has (the
-    tile's own spatial loops give each instance a whole share of the instances below)."""
+    tile's own spatial loops give each instance a whole share of the instances below). A
+    child's units are those of its operators combined as its tree runs them
+    (`unit_demand`): the largest of operators one after another, the sum of those at once."""
     arch = plan.arch
     depth = node_path.count(".")
     level = arch.level_index[node.level]
     first = plan.paths[_ops(plan, node_path, node)[0]]
     spread = math.prod(lp.n for lp in first.loops
                        if lp.spatial and lp.node <= depth and lp.level == level)
+    kinds = dict.fromkeys(arch.unit(plan.paths[o].op.unit).kind
+                          for o in _ops(plan, node_path, node))
+    demand = unit_demand(node)
     used: dict[str, int] = {}
-    for index, child in enumerate(node.children):
-        per_kind: dict[str, int] = {}
-        for o in _ops(plan, f"{node_path}.{index}", child):
+    for kind in kinds:
+        def units(o: str, kind: str = kind) -> int:
             path = plan.paths[o]
-            units = math.prod(lp.n for lp in path.loops if lp.spatial and lp.node > depth)
-            kind = arch.unit(path.op.unit).kind
-            per_kind[kind] = max(per_kind.get(kind, 0), units)
-        for kind, units in per_kind.items():
-            used[kind] = used.get(kind, 0) + units * spread
+            if arch.unit(path.op.unit).kind != kind:
+                return 0
+            return math.prod(lp.n for lp in path.loops if lp.spatial and lp.node > depth)
+        used[kind] = fold_demand(demand, units) * spread
     out = []
     for kind, units in used.items():
         unit = arch.matrix if kind == "matrix" else arch.vector

@@ -16,7 +16,7 @@ from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale, serialised
 from tileflow.analysis.bypass import skips, source_run
 from tileflow.analysis.movement import AxisRec
-from tileflow.analysis.resources import split_fanout
+from tileflow.analysis.resources import Demand, split_fanout, unit_demand
 from tileflow.analysis.shape import node_key, shape_of, spec_key
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
@@ -335,12 +335,14 @@ class Compiled:
             out.append((used, limit))
         return out
 
-    def split_limits(self) -> list[tuple[list[dict[str, list[tuple[str, tuple[int, ...]]]]],
-                                         tuple[str, tuple[int, ...]], dict[str, tuple[int, int]]]]:
-        """Para/Pipe tiles: per child, per unit kind, the (op, spatial loops below the tile);
-        the (op, spatial loops of the tile and its same-level ancestors) that spread every
-        child; and per kind the units the tile has and the fan-out its own spatial loops share
-        out (`resources._split_violations`)."""
+    def split_limits(self) -> list[tuple[Demand, dict[str, tuple[str, tuple[int, ...]]],
+                                         tuple[str, tuple[int, ...]],
+                                         dict[str, tuple[int, int]]]]:
+        """Para/Pipe tiles: how their operators' units combine (`resources.unit_demand`);
+        per operator its unit kind and spatial loops below the tile; the (op, spatial loops
+        of the tile and its same-level ancestors) that spread every child; and per kind the
+        units the tile has and the fan-out its own spatial loops share out
+        (`resources._split_violations`)."""
         arch = self.arch
         out = []
         for node_path, node in self.tiles.items():
@@ -351,22 +353,14 @@ class Compiled:
             first = self.ops_below[node_path][0]
             spread = (first, tuple(k for k, lp in enumerate(self.paths[first].loops)
                                    if lp.spatial and lp.node <= depth and lp.level == level))
-            children = []
-            kinds = set()
-            for i, _child in enumerate(node.children):
-                per_kind: dict[str, list] = {}
-                child_path = f"{node_path}.{i}"
-                below = self.ops_below.get(child_path) or (node.children[i].op,)
-                for o in below:
-                    path = self.paths[o]
-                    loops = tuple(k for k, lp in enumerate(path.loops)
-                                  if lp.spatial and lp.node > depth)
-                    kind = arch.unit(path.op.unit).kind
-                    per_kind.setdefault(kind, []).append((o, loops))
-                    kinds.add(kind)
-                children.append(per_kind)
+            ops = {}
+            for o in self.ops_below[node_path]:
+                path = self.paths[o]
+                ops[o] = (arch.unit(path.op.unit).kind,
+                          tuple(k for k, lp in enumerate(path.loops)
+                                if lp.spatial and lp.node > depth))
             limits = {}
-            for kind in kinds:
+            for kind in dict.fromkeys(kind for kind, _ in ops.values()):
                 unit = arch.matrix if kind == "matrix" else arch.vector
                 start, feed = arch.level_index[node.level], arch.level_index[unit.level]
                 limit = unit.parallelism * (arch.fanout_between(node.level, unit.level)
@@ -374,7 +368,7 @@ class Compiled:
                 fanout = (split_fanout(arch, self.paths[first], depth, level, feed)
                           if start < feed else 1)
                 limits[kind] = (limit, fanout)
-            out.append((children, spread, limits))
+            out.append((unit_demand(node), ops, spread, limits))
         return out
 
     def words_per_element(self, tensor: str, level: int, tiles: tuple[Tile, ...]) -> float:

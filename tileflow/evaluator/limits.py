@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.analysis.resources import compute_mesh, level_mesh, split_limit
+from tileflow.analysis.resources import compute_mesh, fold_demand, level_mesh, split_limit
 from tileflow.evaluator import carried as carried_state
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import Rows
@@ -305,19 +305,14 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
         for used, limit in c.fanout_limits(path):
             out.add("fanout", r.prod(path, used), limit)
     _check_arrays(r, out)
-    for children, (first, spread_loops), limits in c.split_limits():
+    for demand, ops, (first, spread_loops), limits in c.split_limits():
         spread = r.prod(c.paths[first], spread_loops)
-        used: dict[str, np.ndarray] = {}
-        for per_kind in children:
-            for kind, entries in per_kind.items():
-                units = None
-                for o, loops in entries:
-                    u = r.prod(c.paths[o], loops)
-                    units = u if units is None else np.maximum(units, u)
-                used[kind] = used[kind] + units if kind in used else units
-        for kind, units in used.items():
-            limit, fanout = limits[kind]
-            out.add("fanout", units * spread, split_limit(limit, fanout, spread))
+        for kind, (limit, fanout) in limits.items():
+            def units(o: str, kind: str = kind, ops=ops):
+                own, loops = ops[o]
+                return r.prod(c.paths[o], loops) if own == kind else 0
+            used = fold_demand(demand, units, np.maximum)
+            out.add("fanout", used * spread, split_limit(limit, fanout, spread))
     for o, path in c.paths.items():
         shifts = r.shift[o]
         for d in path.op.dims:
