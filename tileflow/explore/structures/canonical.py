@@ -42,6 +42,24 @@ def shape(node: Node):
             tuple(sorted(node.bypass)), tuple(shape(c) for c in node.children))
 
 
+def structure_key(flow: Dataflow) -> tuple:
+    """What a dataflow's structure is, factors and names aside: the tree's levels, loop
+    order (dim, spatial, axis), primitives of tiles with several children, bypass, reuse,
+    buffering and halo marks, and the intermediates' homes. Two dataflows with one key differ
+    only in their loop factors (and tile names), so one factor search covers both."""
+    return (_tree_key(flow.root), tuple(sorted(flow.homes.items())))
+
+
+def _tree_key(node: Node) -> tuple:
+    if isinstance(node, Op):
+        return ("op", node.op)
+    return (node.level, node.primitive if len(node.children) > 1 else None,
+            tuple(sorted(node.bypass)), tuple(sorted(node.no_reuse)),
+            tuple(sorted(node.buffering)), tuple(sorted(node.halo)),
+            tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops),
+            tuple(_tree_key(c) for c in node.children))
+
+
 def encode(frame: Frame, flow: Dataflow, share: tuple[int, ...] | None = None) -> Encoding:
     """The canonical encoding of a tree. Raises InputError when the tree is not one the
     encoding can express (the message says how it differs). `share` defaults to what the
