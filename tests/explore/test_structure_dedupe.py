@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 from tileflow.tree import Dataflow, Loop, Op, Tile, to_dict
 
+CHIPS = Path(__file__).resolve().parents[2] / "search" / "quality" / "chips"
 SIZES = {"b": 2, "m": 256, "l": 128, "k": 32, "n": 32}
 LEAF_A = Tile("L1", (Loop("m", 4), Loop("l", 8, spatial=True)), (Op("gemm1"),), name="a")
 LEAF_B = Tile("L1", (Loop("n", 2), Loop("m", 8)), (Op("gemm2"),), name="b")
@@ -153,3 +155,41 @@ def test_the_study_searches_the_merged_structure_once(study_dir, capsys):
     assert summary["found"]["cycles"] <= merged["cycles"][merged["valid"]].min() * (1 + 1e-12)
     assert "pipe.yaml (= tileflow-pipe)" in (out / "summary.md").read_text() or \
         summary["found"]["structure"] == "chimera"
+
+
+def marked(*axes: str) -> Dataflow:
+    """FLOW with gemm1's two spatial L1 loops marked `axes` (k:2 spread too)."""
+    loops = (Loop("m", 4), Loop("l", 8, spatial=True, axis=axes[0]),
+             Loop("k", 2, spatial=True, axis=axes[1]))
+    return Dataflow(replace(ROOT, children=(replace(LEAF_A, loops=loops), LEAF_B)), "flow")
+
+
+def test_axis_marks_that_change_nothing_on_square_arrays_are_no_part_of_the_key():
+    """On square arrays, loops marked one x and one y check the same two groups against the
+    same size as unmarked loops (first x, the other y); two x marks put both on one axis."""
+    square = load_arch("edge")
+    wide = load_arch(str(CHIPS / "wide-5level.yaml"))
+    assert square.matrix.rows == square.matrix.cols
+    assert wide.matrix.rows != wide.matrix.cols
+    plain = structure_key(marked("", ""), square)
+    assert structure_key(marked("x", "y"), square) == plain
+    assert structure_key(marked("y", "x"), square) == plain
+    assert structure_key(marked("x", "x"), square) != plain
+    assert structure_key(marked("x", ""), square) != plain
+    assert structure_key(marked("x", "y"), wide) != structure_key(marked("", ""), wide)
+    assert structure_key(marked("x", "y")) != structure_key(marked("", ""))  # no chip
+
+
+def test_every_baseline_is_its_structure_search_copy_on_a_square_chip():
+    """The structure search's encoding of a baseline decodes to the baseline's structure
+    (tile names and axis marks aside): on soc-l2 each is one candidate, not two."""
+    from tileflow.explore.structures.structure_space import StructureSpace
+
+    w = load_workload("attention", {"b": 8, "m": 256, "l": 256, "k": 64, "n": 64})
+    arch = load_arch(str(CHIPS / "soc-l2.yaml"))
+    space = StructureSpace(w, arch)
+    copies = space.baselines()
+    assert {"tileflow-pipe", "chimera", "layerwise"} <= set(copies)
+    for name, enc in copies.items():
+        assert structure_key(space.structure(enc).template, arch) == \
+            structure_key(build(name, w, arch), arch), name

@@ -407,7 +407,8 @@ def merge_duplicates(named: list[tuple[str, Structure]],
     rank = {n: k for k, n in enumerate(preference)}
     groups: dict[tuple, list[tuple[str, Structure]]] = {}
     for name, structure in named:
-        groups.setdefault(structure_key(structure.template), []).append((name, structure))
+        key = structure_key(structure.template, structure.arch)
+        groups.setdefault(key, []).append((name, structure))
     out = []
     for members in groups.values():
         members.sort(key=lambda m: rank.get(m[0], len(rank)))

@@ -117,7 +117,8 @@ def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dat
     def add(name: str, structure, factors: np.ndarray) -> None:
         c = owner.get(name)
         if c is not None and same_slots(structure, c.structure) and \
-                structure_key(structure.template) == structure_key(c.structure.template):
+                structure_key(structure.template, arch) == \
+                structure_key(c.structure.template, arch):
             rows.setdefault(c.name, []).append(factors)
 
     for name, flow in fitted.items():
