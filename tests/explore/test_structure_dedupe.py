@@ -193,3 +193,14 @@ def test_every_baseline_is_its_structure_search_copy_on_a_square_chip():
     for name, enc in copies.items():
         assert structure_key(space.structure(enc).template, arch) == \
             structure_key(build(name, w, arch), arch), name
+
+
+def test_the_summary_names_every_source_of_a_merged_structure(study_dir):
+    out = study_dir / "out"  # written by test_the_study_searches_the_merged_structure_once
+    if not (out / "summary.json").exists():
+        assert main(["explore", str(study_dir / "study.yaml"), "--out", str(out),
+                     "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["merged_structures"] == {
+        "pipe.yaml (= tileflow-pipe)": ["pipe.yaml", "tileflow-pipe"]}
+    assert "`pipe.yaml (= tileflow-pipe)`" in (out / "summary.md").read_text()

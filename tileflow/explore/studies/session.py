@@ -59,6 +59,8 @@ class Outcome:
     workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
     structures: dict | None = None  # name -> structure: rebuilds any point's dataflow
     budget: dict | None = None  # the caps, their split between phases, what each used
+    # structure -> every name it came under, for those several sources gave (searched once)
+    merged: dict[str, list[str]] | None = None
 
 
 def slot_labels(structure) -> list[str]:
@@ -353,8 +355,9 @@ def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> 
         compared.append(Compared(name, flow, evaluate(w, arch, flow), s,
                                  evaluate(w, arch, s) if s else None))
     slots = {c.name: slot_labels(c.structure) for c in candidates}
+    merged = {c.name: list(c.names) for c in candidates if len(c.names) > 1}
     return Outcome(config, w, arch, best_name, best_flow, best_result, tuple(compared), points,
-                   slots, seconds, interrupted, structures=by_name)
+                   slots, seconds, interrupted, structures=by_name, merged=merged)
 
 
 def pick_best(valid: pd.DataFrame, tie_break: TieBreak):
