@@ -16,6 +16,7 @@ from tileflow.explore.structures.encoding import (
     home_options,
     leaf_chains,
 )
+from tileflow.specs.arch import Architecture
 from tileflow.tree import PRIMITIVES, Dataflow, Node, Op, Tile, ops_under, walk
 
 
@@ -40,6 +41,58 @@ def shape(node: Node):
     return (node.level, tuple((lp.dim, lp.spatial) for lp in node.loops),
             node.primitive if len(node.children) > 1 else None,
             tuple(sorted(node.bypass)), tuple(shape(c) for c in node.children))
+
+
+def structure_key(flow: Dataflow, arch: Architecture | None = None) -> tuple:
+    """What a dataflow's structure is, factors and names aside: the tree's levels, loop
+    order (dim, spatial, axis), primitives of tiles with several children, bypass, reuse,
+    buffering and halo marks, and the intermediates' homes. Two dataflows with one key differ
+    only in their loop factors (and tile names), so one factor search covers both. With
+    `arch`, axis marks that cannot change a result on its arrays are left out
+    (`free_axis_marks`)."""
+    free = free_axis_marks(flow, arch) if arch is not None else set()
+    return (_tree_key(flow.root, "root", free), tuple(sorted(flow.homes.items())))
+
+
+def _tree_key(node: Node, path: str, free: set[tuple[str, int]]) -> tuple:
+    if isinstance(node, Op):
+        return ("op", node.op)
+    return (node.level, node.primitive if len(node.children) > 1 else None,
+            tuple(sorted(node.bypass)), tuple(sorted(node.no_reuse)),
+            tuple(sorted(node.buffering)), tuple(sorted(node.halo)),
+            tuple((lp.dim, lp.spatial, "" if (path, i) in free else lp.axis)
+                  for i, lp in enumerate(node.loops)),
+            tuple(_tree_key(c, f"{path}.{k}", free) for k, c in enumerate(node.children)))
+
+
+def square_arrays(arch: Architecture) -> bool:
+    """Whether every two-dimensional array of the chip (a level's mesh, a unit of rows x
+    columns; a vector unit's lanes are one row) has as many rows as columns."""
+    meshes = [lv.mesh for lv in arch.levels] + [
+        (u.rows, u.cols) for u in (arch.matrix, arch.vector) if u.rows > 1 and u.cols > 1]
+    return all(len(m) != 2 or m[0] == m[1] for m in meshes)
+
+
+def free_axis_marks(flow: Dataflow, arch: Architecture) -> set[tuple[str, int]]:
+    """The spatial loops (tile path, loop index) whose axis marks change nothing: on a chip
+    whose arrays are all square, an operator's spatial loops at one level marked one x and
+    one y (or just one of them) check the same two groups against the same size as the
+    unmarked loops do (the first that spreads takes x, the other y), whatever the factors.
+    A loop is free when that holds for every operator under it."""
+    if not square_arrays(arch):
+        return set()
+    free: set[tuple[str, int]] = set()
+    fixed: set[tuple[str, int]] = set()
+    for chain in leaf_chains(flow.root).values():
+        runs: dict[str, list[tuple[tuple[str, int], str]]] = {}
+        for path, tile in chain:
+            runs.setdefault(tile.level, []).extend(
+                ((path, i), lp.axis) for i, lp in enumerate(tile.loops) if lp.spatial)
+        for loops in runs.values():
+            marks = [axis for _, axis in loops]
+            ok = all(marks) and marks.count("x") <= 1 and marks.count("y") <= 1
+            (free if ok else fixed).update(key for key, _ in loops)
+    return free - fixed
 
 
 def encode(frame: Frame, flow: Dataflow, share: tuple[int, ...] | None = None) -> Encoding:

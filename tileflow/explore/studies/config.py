@@ -357,15 +357,34 @@ def check_against(config: ExploreConfig, w: Workload, arch: Architecture) -> Non
                              f"has {', '.join(sorted(levels))}", config.source)
 
 
+@dataclass(frozen=True)
+class NamedStructure:
+    """One structure a study searches, with every name it came under: a baseline, a user's
+    tree and the structure search can give the same structure (factors aside), which is then
+    searched once. `names` puts a user's tree first, then baselines, then found structures;
+    `members` holds each name's own structure, whose factors warm-start the one kept."""
+
+    names: tuple[str, ...]
+    structure: Structure
+    members: tuple[tuple[str, Structure], ...]
+
+    @property
+    def name(self) -> str:
+        """The study's name for it: the first name, the others in brackets."""
+        first, *others = self.names
+        return f"{first} (= {', '.join(others)})" if others else first
+
+
 def candidate_structures(config: ExploreConfig, w: Workload, arch: Architecture,
-                         found=()) -> list[tuple[str, Structure]]:
-    """The structures a study searches, by name: the named baselines' tree shapes and, with
-    `structures: search`, before them the structures the genetic search `found` (name,
-    structure) pairs."""
+                         found=()) -> list[NamedStructure]:
+    """The structures a study searches: the named baselines' tree shapes, the users' trees
+    and, with `structures: search`, before them the structures the genetic search `found`
+    (name, structure) pairs; those of one structure (`structure_key`) merged into one."""
     from tileflow.dataflows import baselines_for, build
 
     names = config.structures if isinstance(config.structures, tuple) else baselines_for(w)
-    out = list(found)
+    found = list(found)
+    named: list[tuple[str, Structure]] = []
     for name in names:
         try:
             flow = build(name, w, arch)
@@ -376,9 +395,28 @@ def candidate_structures(config: ExploreConfig, w: Workload, arch: Architecture,
                 continue
             raise InputError(f"structures: '{name}' cannot be built for this workload: "
                              f"{exc}", config.source) from None
-        out.append((name, structure_of(w, arch, flow)))
-    for path in config.trees:
-        out.append((tree_name(path), structure_of(w, arch, load_tree(config, path, w, arch))))
+        named.append((name, structure_of(w, arch, flow)))
+    users = [(tree_name(path), structure_of(w, arch, load_tree(config, path, w, arch)))
+             for path in config.trees]
+    return merge_duplicates(found + named + users, [n for n, _ in users + named + found])
+
+
+def merge_duplicates(named: list[tuple[str, Structure]],
+                     preference: list[str]) -> list[NamedStructure]:
+    """`named` structures merged by `structure_key`, in the order each structure first
+    appears; within one, the names (and the structure kept) in `preference` order."""
+    from tileflow.explore.structures.canonical import structure_key
+
+    rank = {n: k for k, n in enumerate(preference)}
+    groups: dict[tuple, list[tuple[str, Structure]]] = {}
+    for name, structure in named:
+        key = structure_key(structure.template, structure.arch)
+        groups.setdefault(key, []).append((name, structure))
+    out = []
+    for members in groups.values():
+        members.sort(key=lambda m: rank.get(m[0], len(rank)))
+        out.append(NamedStructure(tuple(n for n, _ in members), members[0][1],
+                                  tuple(members)))
     return out
 
 

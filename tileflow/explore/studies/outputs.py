@@ -135,6 +135,8 @@ def summary(outcome: Outcome) -> dict:
         data["structure_search"] = outcome.structure_search
     if outcome.budget is not None:
         data["budget"] = outcome.budget
+    if outcome.merged:
+        data["merged_structures"] = outcome.merged
     if len(cfg.objectives) == 2:
         table = pareto.front(outcome.points, cfg.objectives)
         keep = ["structure", "factors", "cycles", "energy_pj", "dram_words", "edp"]
@@ -244,6 +246,11 @@ def summary_markdown(outcome: Outcome, data: dict) -> str:
                  f"structures (`searched-1`, ...) and the baselines' were then searched "
                  f"above. Repairs by rule: {search['repairs']}; children rejected: "
                  f"{search['rejected']}.", ""]
+    if data.get("merged_structures"):
+        text += ["Structures that several sources gave (baselines, your trees, the structure "
+                 "search) were each searched once, under all their names and from every "
+                 "source's factors: " + ", ".join(
+                     f"`{label}`" for label in data["merged_structures"]) + ".", ""]
     if "front" in data:
         x, y = cfg.objectives
         text += [f"Pareto front of {x} and {y} over the valid points ({len(data['front'])} "

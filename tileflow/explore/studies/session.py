@@ -59,6 +59,8 @@ class Outcome:
     workers: dict | None = None  # processes, points by worker, notes (see _workers_report)
     structures: dict | None = None  # name -> structure: rebuilds any point's dataflow
     budget: dict | None = None  # the caps, their split between phases, what each used
+    # structure -> every name it came under, for those several sources gave (searched once)
+    merged: dict[str, list[str]] | None = None
 
 
 def slot_labels(structure) -> list[str]:
@@ -67,9 +69,9 @@ def slot_labels(structure) -> list[str]:
 
 def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
                    fitted: dict[str, Dataflow], seed: int, found=None) -> list[studies.Candidate]:
-    """Candidate structures with their warm starts: the builder's default factors, the
-    baseline's fitted factors, the structure search's best factors and, for chains, the
-    closed-form DRAM-minimising tiles."""
+    """Candidate structures with their warm starts: of every name a structure came under,
+    the builder's default factors, the baseline's fitted factors and the structure search's
+    best factors; for chains, the closed-form DRAM-minimising tiles."""
     from tileflow.evaluator.structure import structure_of
     from tileflow.explore.studies.structure_study import structures_of
 
@@ -78,39 +80,58 @@ def candidates_for(config: ExploreConfig, w: Workload, arch: Architecture,
     searched = structures_of(found, w, arch) if found is not None else []
     best = {name: factors for name, _, factors in searched}
     out = []
-    for name, structure in candidate_structures(config, w, arch,
-                                                [(n, s) for n, s, _ in searched]):
-        warm = [structure.default_factors]
-        if name in best:
-            warm.append(best[name])
-        if name in fitted:
-            warm.append(structure_of(w, arch, fitted[name]).default_factors)
+    for merged in candidate_structures(config, w, arch, [(n, s) for n, s, _ in searched]):
+        structure = merged.structure
+        warm = []
+        for name, own in merged.members:
+            rows = [own.default_factors] + ([best[name]] if name in best else [])
+            if name in fitted:
+                rows.append(structure_of(w, arch, fitted[name]).default_factors)
+            warm += [r for r in rows if same_slots(own, structure)]
         if tiles:
             warm += warm_rows(Space(structure), tiles, rng)
-        out.append(studies.Candidate(name, structure, tuple(warm)))
+        out.append(studies.Candidate(merged.name, structure, tuple(warm), merged.names))
     return out
 
 
+def same_slots(a, b) -> bool:
+    """Whether factor rows of structure `a` are rows of `b` (one slot list: what two
+    structures of one `structure_key` have)."""
+    return [(s.path, s.index, s.dim, s.spatial) for s in a.slots] == \
+        [(s.path, s.index, s.dim, s.spatial) for s in b.slots]
+
+
 def seed_rows(w: Workload, arch: Architecture, candidates, fitted: dict[str, Dataflow],
-              found, users: tuple[str, ...] = ()) -> dict[str, list[np.ndarray]]:
-    """Points every study holds: each baseline's own factors (where its fitted tree has its
-    candidate's shape), the structure search's best factors of each structure it found and
-    the factors of the users' trees named `users` (so the found dataflow is never worse
-    than them)."""
+              found, users: dict[str, Dataflow] | None = None
+              ) -> dict[str, list[np.ndarray]]:
+    """Points every study holds, by candidate name: each baseline's own factors (where its
+    fitted tree has its candidate's structure), the structure search's best factors of each
+    structure it found and the factors of the users' trees `users` (by name; so the found
+    dataflow is never worse than any of them, under whichever name each was merged)."""
     from tileflow.evaluator.structure import structure_of
+    from tileflow.explore.structures.canonical import structure_key
     from tileflow.explore.studies.structure_study import structures_of
 
-    shapes = {c.name: c.structure.key for c in candidates}
-    rows = {}
+    users = users or {}
+    owner = {n: c for c in candidates for n in c.names}
+    rows: dict[str, list[np.ndarray]] = {}
+
+    def add(name: str, structure, factors: np.ndarray) -> None:
+        c = owner.get(name)
+        if c is not None and same_slots(structure, c.structure) and \
+                structure_key(structure.template, arch) == \
+                structure_key(c.structure.template, arch):
+            rows.setdefault(c.name, []).append(factors)
+
     for name, flow in fitted.items():
         own = structure_of(w, arch, flow)
-        if shapes.get(name) == own.key:
-            rows[name] = [own.default_factors]
-    for name, _, factors in structures_of(found, w, arch) if found is not None else []:
-        rows.setdefault(name, []).append(factors)
-    for c in candidates:  # a user's tree: its own factors are a point of the study
-        if c.name in users:
-            rows.setdefault(c.name, []).append(c.structure.default_factors)
+        add(name, own, own.default_factors)
+    for name, structure, factors in structures_of(found, w, arch) if found is not None \
+            else []:
+        add(name, structure, factors)
+    for name, flow in users.items():  # a user's tree: its own factors are a point
+        own = structure_of(w, arch, flow)
+        add(name, own, own.default_factors)
     return rows
 
 
@@ -227,7 +248,7 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     candidates = candidates_for(config, w, arch, own, config.seed, found)
     studies.seed_points(study, candidates, config.objective, config.limits,
                         seed_rows(w, arch, candidates, own, found,
-                                  tuple(tree_name(p) for p in config.trees)))
+                                  user_trees(config, w, arch)))
     tile_config = replace(config, budget_evals=tile_evals, budget_seconds=_left(
         config.budget_seconds, time.perf_counter() - start))
     bar = tqdm(total=tile_evals, disable=not progress, unit="eval",
@@ -327,14 +348,16 @@ def gather(config, w, arch, study, candidates, fitted, seconds, interrupted) -> 
         searched[best_name] = by_name[best_name].dataflow(factors)
         best_flow = searched[best_name]
         best_result = evaluate(w, arch, best_flow)
+    label = {n: c.name for c in candidates for n in c.names}  # a source -> its candidate
     compared = []
     for name, flow in fitted.items():
-        s = searched.get(name)
+        s = searched.get(label.get(name, name))
         compared.append(Compared(name, flow, evaluate(w, arch, flow), s,
                                  evaluate(w, arch, s) if s else None))
     slots = {c.name: slot_labels(c.structure) for c in candidates}
+    merged = {c.name: list(c.names) for c in candidates if len(c.names) > 1}
     return Outcome(config, w, arch, best_name, best_flow, best_result, tuple(compared), points,
-                   slots, seconds, interrupted, structures=by_name)
+                   slots, seconds, interrupted, structures=by_name, merged=merged)
 
 
 def pick_best(valid: pd.DataFrame, tie_break: TieBreak):

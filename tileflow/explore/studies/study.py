@@ -47,11 +47,18 @@ STUDY_NAME = "tileflow-explore"
 
 @dataclass(frozen=True)
 class Candidate:
-    """One structure of a study, by name."""
+    """One structure of a study, by name; `sources`: every name it came under (a baseline,
+    a user's tree, the structure search) when several gave this one structure."""
 
     name: str
     structure: Structure
     warm: tuple[np.ndarray, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names this candidate answers to: its sources, or its own name."""
+        return self.sources or (self.name,)
 
 
 def fingerprint(candidates: Sequence[Candidate], objective: str, limits: Limits,
