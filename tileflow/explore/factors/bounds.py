@@ -87,19 +87,20 @@ class Bounds:
         by several chains takes the least of their remainders), every other undecided slot
         1. It may fall short of covering a dimension: it is a bound, not a point."""
         sp = self.space
-        out = state.copy()
-        undecided = out == UNDECIDED
-        out[undecided] = 1
+        values = [int(x) for x in state]
+        out = [1 if x == UNDECIDED else x for x in values]
         outermost = {}
-        for k, c in enumerate(sp.chains):
-            open_slots = [i for i in c.slots if undecided[i]]
-            if open_slots:
-                outermost[k] = open_slots[0]
+        for k, chain in enumerate(sp.chains):
+            slots = chain.slots
+            for i in slots:
+                if values[i] == UNDECIDED:
+                    outermost[k] = i
+                    break
         for i in set(outermost.values()):
             chains = sp.chains_of[i]
             if all(outermost.get(k) == i for k in chains):
-                out[i] = min(sp.remaining(state, k) for k in chains)
-        return out
+                out[i] = min(sp.remaining(values, k) for k in chains)
+        return np.array(out, dtype=np.int64)
 
     # --- which levels may be checked --------------------------------------------------
 

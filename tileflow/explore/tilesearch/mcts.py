@@ -34,6 +34,15 @@ class Node:
     dead: bool = False
     children: dict[int, list[bytes]] = field(default_factory=dict)  # slot -> child keys
     slot_stats: dict[int, list[float]] = field(default_factory=dict)  # slot -> [n, reward]
+    decided: np.ndarray | None = None  # indices of the decided slots (read by `agrees`)
+    decided_key: bytes = b""  # their values' bytes
+
+    def agrees(self, row: np.ndarray) -> bool:
+        """Whether a complete int64 row takes every factor this node has decided."""
+        if self.decided is None:
+            self.decided = np.flatnonzero(self.state != UNDECIDED)
+            self.decided_key = self.state[self.decided].tobytes()
+        return row[self.decided].tobytes() == self.decided_key
 
 
 class MCTS:
@@ -131,6 +140,7 @@ class MCTS:
 
     def _path_of(self, row: np.ndarray) -> list[tuple[Node, int | None]]:
         """The deepest path of existing nodes that agrees with a complete row."""
+        row = np.asarray(row, dtype=np.int64)
         node = self.nodes[self.root_key]
         path: list[tuple[Node, int | None]] = []
         while True:
@@ -139,8 +149,7 @@ class MCTS:
                                      key=lambda kv: -node.slot_stats.get(kv[0], (0,))[0]):
                 for key in keys:
                     child = self.nodes[key]
-                    decided = child.state != UNDECIDED
-                    if np.array_equal(child.state[decided], row[decided]):
+                    if child.agrees(row):
                         step = (slot, child)
                         break
                 if step:
