@@ -4,7 +4,7 @@ A node is a partial assignment (forced slots filled in by `Space.propagate`). A 
 undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
 slot's children. The first time a slot is picked at a node, every factor it may take is
 checked at once: the smallest covering completion of each child is evaluated (points to
-learn from; those of every expansion of a step in one batch, before its mutations), and
+learn from; evaluated with the step's rollouts and mutations, in one batch), and
 children that no completion can make valid are pruned with the sound bounds of
 `tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are monotone
 in the undecided slots). New leaves are
@@ -240,17 +240,17 @@ class MCTS:
         for node_path in {id(p): p for p in paths}.values():
             for node, _ in node_path:
                 node.visits -= 1
-        if self._pending:  # the expansions' points, learnt before the elite is mutated
-            lower = np.array(self._pending)
-            self._pending = []
-            self._learn(lower, evaluate(lower))
         for _ in range(mutations):
             rows.append(self._mutate())
             paths.append(None)
-        if not rows:
+        # the expansions' points first (within a budget they come first), then the rollouts
+        # and mutations: one call of the evaluator per step, whose cost is mostly per call
+        lower, self._pending = self._pending, []
+        if not rows and not lower:
             return
-        batch = np.array(rows)
+        batch = np.array(lower + rows)
         result = evaluate(batch)
         self._learn(batch, result)
-        for row, path, cost in zip(batch, paths, result.cost, strict=True):
+        for row, path, cost in zip(batch[len(lower):], paths, result.cost[len(lower):],
+                                   strict=True):
             self._backprop(path or self._path_of(row), self._reward(float(cost)))
