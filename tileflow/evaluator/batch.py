@@ -88,13 +88,20 @@ def scalar_only(structure: Structure) -> str:
 
 
 _SCALAR_ONLY: dict[tuple, str] = {}
+# the same answers by the identity of a structure's key (kept alive here, so an id is never
+# reused): a search asks once per call, and hashing a key takes longer than the question
+_SCALAR_ONLY_BY_ID: dict[int, tuple[tuple, str]] = {}
 
 
 def _scalar_only_cached(structure: Structure) -> str:
     """`scalar_only` once per structure shape: evaluate_batch is the search's hot path."""
     key = structure.key
+    hit = _SCALAR_ONLY_BY_ID.get(id(key))
+    if hit is not None and hit[0] is key:
+        return hit[1]
     if key not in _SCALAR_ONLY:
         _SCALAR_ONLY[key] = scalar_only(structure)
+    _SCALAR_ONLY_BY_ID[id(key)] = (key, _SCALAR_ONLY[key])
     return _SCALAR_ONLY[key]
 
 

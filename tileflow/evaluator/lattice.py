@@ -16,6 +16,12 @@ from tileflow.analysis.movement import AxisRec
 I64 = np.int64
 
 
+def clamp(values, low, high):
+    """`np.clip(values, low, high)` by its definition, minimum(maximum(values, low), high):
+    the same arrays without NumPy's per-call checks (the evaluator calls it per tree node)."""
+    return np.minimum(np.maximum(values, low), high)
+
+
 @dataclass(frozen=True)
 class VLoop:
     """A loop above a buffer: per-row trip counts `n` and strides; `drop` as in LoopRec.
@@ -72,8 +78,8 @@ def floor_at_cut(dlo, x_base, rec: VDim, slide, expand):
 def ap_clip_sum(start: np.ndarray, step: np.ndarray, count: np.ndarray,
                 size: int) -> np.ndarray:
     """sum_{k < count} clamp(start + k * step, 0, size), for step >= 1, in closed form."""
-    below = np.clip(np.floor_divide(-start, step) + 1, 0, count)  # terms <= 0
-    inside = np.clip(-np.floor_divide(start - size, step), 0, count)  # terms < size
+    below = clamp(np.floor_divide(-start, step) + 1, 0, count)  # terms <= 0
+    inside = clamp(-np.floor_divide(start - size, step), 0, count)  # terms < size
     inside = np.maximum(inside, below)
     linear = (inside - below) * start + step * ((inside * (inside - 1)) // 2
                                                 - (below * (below - 1)) // 2)
@@ -175,7 +181,7 @@ def union_length(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     reach = np.maximum.accumulate(hi, axis=-1)
     before = np.concatenate([np.full(lo.shape[:-1] + (1,), np.iinfo(I64).min // 2),
                              reach[..., :-1]], axis=-1)
-    return np.clip(hi - np.maximum(lo, before), 0, None).sum(axis=-1)
+    return np.maximum(hi - np.maximum(lo, before), 0).sum(axis=-1)
 
 
 def axis_loops(axis: AxisRec, loops: Sequence[VLoop]) -> list[int]:

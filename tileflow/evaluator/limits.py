@@ -13,7 +13,7 @@ from tileflow.analysis.resources import compute_mesh, fold_demand, level_mesh, s
 from tileflow.evaluator import carried as carried_state
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import Rows
-from tileflow.evaluator.lattice import Grid, interval, on_grid, positions, progression
+from tileflow.evaluator.lattice import Grid, clamp, interval, on_grid, positions, progression
 from tileflow.evaluator.sums import closed_or_grid
 from tileflow.tree import Op, Tile
 
@@ -196,8 +196,8 @@ def _separable_span(axis: AxisRec, dims, above, rows: int) -> tuple[np.ndarray, 
         top = np.maximum(0, rec.size - rec.extent)
         bottom = np.minimum(0, rec.size - rec.extent)
         last = count - 1
-        k_low = np.clip(np.floor_divide(top - rec.shift, step), 0, last)
-        k_high = np.clip(-np.floor_divide(rec.shift - bottom, step), 0, last)
+        k_low = clamp(np.floor_divide(top - rec.shift, step), 0, last)
+        k_high = clamp(-np.floor_divide(rec.shift - bottom, step), 0, last)
         ks = np.stack([k_low, np.minimum(k_low + 1, last), k_high], axis=1)
         candidates[d] = ks * step[:, None]
     names = list(candidates)

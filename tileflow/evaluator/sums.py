@@ -22,6 +22,7 @@ from tileflow.evaluator.lattice import (
     ap_clip_sum,
     ap_length_sum,
     axis_loops,
+    clamp,
     floor_at_cut,
     grid_rows,
     interval,
@@ -358,8 +359,8 @@ def _pieces(loops: Sequence[VLoop], extent: np.ndarray, rows: int):
 
 def _nonempty_count(start, step, count, extent, size: int) -> np.ndarray:
     """How many k < count have [start + k step, + extent) meeting [0, size)."""
-    below_size = np.clip(-np.floor_divide(start - size, step), 0, count)
-    too_low = np.clip(np.floor_divide(-extent - start, step) + 1, 0, count)
+    below_size = clamp(-np.floor_divide(start - size, step), 0, count)
+    too_low = clamp(np.floor_divide(-extent - start, step) + 1, 0, count)
     return np.maximum(below_size - too_low, 0)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.evaluator.lattice import I64, Grid, VLoop, axis_loops, positions, progression
+from tileflow.evaluator.lattice import I64, Grid, VLoop, axis_loops, clamp, positions, progression
 
 
 def _ceil_div(a, b):
@@ -96,7 +96,7 @@ def piecewise_sum(f, start, step, count, cuts: list) -> np.ndarray:
     """sum_{k < count} f(start + k step) for f linear between consecutive cuts (positions
     where it may change slope): each segment adds (length x (first + last) / 2)."""
     ks = [np.zeros_like(cuts[0]), np.broadcast_to(count, cuts[0].shape)]
-    ks += [np.clip(_ceil_div(cut - start, step), 0, count) for cut in cuts]
+    ks += [clamp(_ceil_div(cut - start, step), 0, count) for cut in cuts]
     ks = np.sort(np.stack(np.broadcast_arrays(*ks)), axis=0)
     first, end = ks[:-1], ks[1:]
     length = end - first

@@ -77,6 +77,8 @@ class Bounds:
                 by_tile.setdefault(s.path, []).append(i)
         self.spread = [(idx, max(int(space.spatial_limit[i]) for i in idx))
                        for idx in by_tile.values()]
+        # bound row bytes -> words per level (nodes of one tree often share a bound row)
+        self._footprints: dict[bytes, dict[str, float]] = {}
 
     # --- the bound row ----------------------------------------------------------------
 
@@ -87,19 +89,20 @@ class Bounds:
         by several chains takes the least of their remainders), every other undecided slot
         1. It may fall short of covering a dimension: it is a bound, not a point."""
         sp = self.space
-        out = state.copy()
-        undecided = out == UNDECIDED
-        out[undecided] = 1
+        values = [int(x) for x in state]
+        out = [1 if x == UNDECIDED else x for x in values]
         outermost = {}
-        for k, c in enumerate(sp.chains):
-            open_slots = [i for i in c.slots if undecided[i]]
-            if open_slots:
-                outermost[k] = open_slots[0]
+        for k, chain in enumerate(sp.chains):
+            slots = chain.slots
+            for i in slots:
+                if values[i] == UNDECIDED:
+                    outermost[k] = i
+                    break
         for i in set(outermost.values()):
             chains = sp.chains_of[i]
             if all(outermost.get(k) == i for k in chains):
-                out[i] = min(sp.remaining(state, k) for k in chains)
-        return out
+                out[i] = min(sp.remaining(values, k) for k in chains)
+        return np.array(out, dtype=np.int64)
 
     # --- which levels may be checked --------------------------------------------------
 
@@ -147,16 +150,33 @@ class Bounds:
                    for r, s in enumerate(states)]
         if not any(checked):  # no level to check (or every state pruned already)
             return ok
-        rows = np.array([self.footprint_bound(s) for s in states])
+        rows = [self.footprint_bound(s) for r, s in enumerate(states) if checked[r]]
+        keys = [row.tobytes() for row in rows]
+        new = list(dict.fromkeys(k for k in keys if k not in self._footprints))
+        if new:
+            fresh = np.array([np.frombuffer(k, dtype=np.int64) for k in new])
+            if len(self._footprints) > 100_000:
+                self._footprints.clear()
+            for k, words in zip(new, self._footprints_of(fresh), strict=True):
+                self._footprints[k] = words
+        found = iter(keys)
+        for r, levels in enumerate(checked):
+            if not levels:
+                continue
+            fps = self._footprints[next(found)]
+            for x in levels:
+                words = fps.get(names[x])
+                if words is not None and words > limits[x]:
+                    ok[r] = False
+        return ok
+
+    def _footprints_of(self, rows: np.ndarray) -> list[dict[str, float]]:
+        """Words per level of each bound row (the model's footprints, row by row where it
+        cannot analyse them in a batch)."""
         try:
             fps = footprint_words(self.space.structure, rows)
         except InputError:  # a row the model cannot analyse: row by row, as the search does
             metrics = evaluate_rows(self.space, rows, "latency", self.limits).metrics
             fps = {k[len("footprint_"):]: v for k, v in metrics.items()
                    if k.startswith("footprint_")}
-        for r, levels in enumerate(checked):
-            for x in levels:
-                words = fps.get(names[x])
-                if words is not None and words[r] > limits[x]:
-                    ok[r] = False
-        return ok
+        return [{name: float(v[r]) for name, v in fps.items()} for r in range(len(rows))]

@@ -131,6 +131,10 @@ class Space:
         self._deps = [tuple(sorted({j for k in ks for j in self.chains[k].slots}))
                       for ks in self.chains_of]
         self._candidates: dict[tuple, list[int]] = {}
+        # chains x slots: which slots each chain holds (its undecided ones counted at once)
+        self._incidence = np.zeros((len(self.chains), len(self.structure.slots)), dtype=np.int64)
+        for k, c in enumerate(self.chains):
+            self._incidence[k, list(c.slots)] = 1
 
     def _spatial_limit(self, slot, tiles, leaves) -> int:
         """The fan-out a spatial slot may use: instances of the next level down the path of
@@ -189,7 +193,7 @@ class Space:
                 s[i] = 1
         chain_slots, chains_of = self._chain_slots, self._chains_of
         if opens is None:
-            opens = [sum(s[i] == UNDECIDED for i in slots) for slots in chain_slots]
+            opens = (self._incidence @ (np.array(s, dtype=np.int64) == UNDECIDED)).tolist()
         changed = True
         while changed:
             changed = False
@@ -252,24 +256,25 @@ class Space:
         it opens a choice; pruning uses the bounds of `tileflow.explore.factors.bounds` (a loop of
         one
         iteration spreads over nothing, so footprints are not monotone in every slot)."""
-        out = state.copy()
-        undecided = out == UNDECIDED
-        out[undecided] = 1
-        for c in self.chains:
-            open_slots = [i for i in c.slots if undecided[i]]
+        out = [int(x) for x in state]
+        undecided = [x == UNDECIDED for x in out]
+        out = [1 if u else x for x, u in zip(out, undecided, strict=True)]
+        spatial, limit = self._spatial, self._limit
+        for slots, size in zip(self._chain_slots, self._chain_size, strict=True):
+            open_slots = [i for i in slots if undecided[i]]
             if not open_slots:
                 continue
-            need = ceil_div(c.size, math.prod(int(out[i]) for i in c.slots))
-            temporal = [i for i in open_slots if not self.structure.slots[i].spatial]
+            need = ceil_div(size, math.prod(out[i] for i in slots))
+            temporal = [i for i in open_slots if not spatial[i]]
             if temporal:
                 out[temporal[0]] *= need
                 continue
             for i in open_slots:  # only spatial slots left: fill them outermost first
-                take = min(need, max(int(self.spatial_limit[i]) // int(out[i]), 1))
+                take = min(need, max(limit[i] // out[i], 1))
                 out[i] *= take
                 need = ceil_div(need, take)
             out[open_slots[-1]] *= need  # beyond every fan-out: infeasible, as it should be
-        return out
+        return np.array(out, dtype=np.int64)
 
     def random_completion(self, state: np.ndarray, rng: np.random.Generator,
                           spread_bias: float = 0.0) -> np.ndarray:

@@ -4,7 +4,7 @@ A node is a partial assignment (forced slots filled in by `Space.propagate`). A 
 undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
 slot's children. The first time a slot is picked at a node, every factor it may take is
 checked at once: the smallest covering completion of each child is evaluated (points to
-learn from; those of every expansion of a step in one batch, before its mutations), and
+learn from; evaluated with the step's rollouts and mutations, in one batch), and
 children that no completion can make valid are pruned with the sound bounds of
 `tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are monotone
 in the undecided slots). New leaves are
@@ -34,6 +34,15 @@ class Node:
     dead: bool = False
     children: dict[int, list[bytes]] = field(default_factory=dict)  # slot -> child keys
     slot_stats: dict[int, list[float]] = field(default_factory=dict)  # slot -> [n, reward]
+    decided: np.ndarray | None = None  # indices of the decided slots (read by `agrees`)
+    decided_key: bytes = b""  # their values' bytes
+
+    def agrees(self, row: np.ndarray) -> bool:
+        """Whether a complete int64 row takes every factor this node has decided."""
+        if self.decided is None:
+            self.decided = np.flatnonzero(self.state != UNDECIDED)
+            self.decided_key = self.state[self.decided].tobytes()
+        return row[self.decided].tobytes() == self.decided_key
 
 
 class MCTS:
@@ -131,6 +140,7 @@ class MCTS:
 
     def _path_of(self, row: np.ndarray) -> list[tuple[Node, int | None]]:
         """The deepest path of existing nodes that agrees with a complete row."""
+        row = np.asarray(row, dtype=np.int64)
         node = self.nodes[self.root_key]
         path: list[tuple[Node, int | None]] = []
         while True:
@@ -139,8 +149,7 @@ class MCTS:
                                      key=lambda kv: -node.slot_stats.get(kv[0], (0,))[0]):
                 for key in keys:
                     child = self.nodes[key]
-                    decided = child.state != UNDECIDED
-                    if np.array_equal(child.state[decided], row[decided]):
+                    if child.agrees(row):
                         step = (slot, child)
                         break
                 if step:
@@ -231,17 +240,17 @@ class MCTS:
         for node_path in {id(p): p for p in paths}.values():
             for node, _ in node_path:
                 node.visits -= 1
-        if self._pending:  # the expansions' points, learnt before the elite is mutated
-            lower = np.array(self._pending)
-            self._pending = []
-            self._learn(lower, evaluate(lower))
         for _ in range(mutations):
             rows.append(self._mutate())
             paths.append(None)
-        if not rows:
+        # the expansions' points first (within a budget they come first), then the rollouts
+        # and mutations: one call of the evaluator per step, whose cost is mostly per call
+        lower, self._pending = self._pending, []
+        if not rows and not lower:
             return
-        batch = np.array(rows)
+        batch = np.array(lower + rows)
         result = evaluate(batch)
         self._learn(batch, result)
-        for row, path, cost in zip(batch, paths, result.cost, strict=True):
+        for row, path, cost in zip(batch[len(lower):], paths, result.cost[len(lower):],
+                                   strict=True):
             self._backprop(path or self._path_of(row), self._reward(float(cost)))

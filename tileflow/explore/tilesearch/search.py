@@ -77,9 +77,15 @@ class PointCache:
 
     def lookup(self, rows: np.ndarray) -> Evaluated:
         got = [self.rows[r.tobytes()] for r in rows]
-        keys = dict.fromkeys(k for _, _, m in got for k in m)
-        metrics = {k: np.array([m.get(k, 0.0) for _, _, m in got]) for k in keys}
-        return Evaluated(rows, np.array([c for c, _, _ in got]),
+        keys = dict.fromkeys(got[0][2] if got else ())
+        if all(m.keys() == keys.keys() for _, _, m in got):  # every row has the same metrics
+            table = np.array([[m[k] for k in keys] for _, _, m in got], dtype=float)
+            table = table.reshape(len(got), len(keys))
+            metrics = {k: table[:, j].copy() for j, k in enumerate(keys)}
+        else:
+            keys = dict.fromkeys(k for _, _, m in got for k in m)
+            metrics = {k: np.array([m.get(k, 0.0) for _, _, m in got]) for k in keys}
+        return Evaluated(rows, np.array([c for c, _, _ in got], dtype=float),
                          np.array([v for _, v, _ in got], dtype=bool), metrics)
 
     def best(self) -> tuple[np.ndarray, float] | None:
