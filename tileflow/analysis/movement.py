@@ -570,18 +570,4 @@ def _reach(axis: AxisRec, dims: Dims, fixed: Mapping[str, int],
     """The union of the axis's slices over every value of the `free` loops (merged spans)."""
     names = {d for d, _ in axis.terms}
     mine = [lp for lp in free if lp.dim in names and lp.n > 1]
-    found = []
-    for values in product(*(range(lp.n) for lp in mine)):
-        pos = dict(fixed)
-        for d, v in _positions(mine, values).items():
-            pos[d] = pos.get(d, 0) + v
-        lo, hi = _interval(axis, dims, pos)
-        if hi > lo:
-            found.append((lo, hi))
-    merged: Spans = []
-    for lo, hi in sorted(found):
-        if merged and lo <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return merged
+    return _spans(axis, dims, fixed, mine)
