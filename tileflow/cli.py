@@ -31,7 +31,7 @@ EXAMPLES = """examples:
 MAX_FLAG_VALUE = 2**31  # --set and --tile values (the same bound as sizes in files)
 # of a budget in seconds, kept for what follows the search: writing explore's outputs
 # (plots, CSV: about 1 s), the last batch's overrun and the interpreter's exit
-OUTPUTS_RESERVE_S, OUTPUTS_RESERVE_SHARE = 2.5, 0.03
+OUTPUTS_RESERVE_S, OUTPUTS_RESERVE_SHARE = 3.0, 0.05
 
 
 def _pairs(values: Sequence[str] | None, flag: str, minimum: int) -> dict[str, int]:

@@ -270,7 +270,8 @@ def _explore(config: ExploreConfig, url: str | None, workers: int, resume: bool,
     try:
         studies.run(study, candidates, config.objective, config.limits, method=config.method,
                     seed=config.seed, worker=0, batch=config.batch, shared=shared,
-                    budget_evals=tile_evals, budget_seconds=tile_config.budget_seconds,
+                    budget_evals=tile_evals,  # its seconds counted from now, not before the pool
+                    budget_seconds=_left(config.budget_seconds, time.perf_counter() - start),
                     progress=show)
         pool.finish()
     except KeyboardInterrupt:
