@@ -31,6 +31,7 @@ from tileflow.explore.factors.space import (
     divisors,
     enumerate_divisors,
 )
+from tileflow.explore.tilesearch.bypass import with_forced_bypass
 from tileflow.explore.tilesearch.search import PointCache, search
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -332,7 +333,7 @@ def _merge(cache: PointCache, other: PointCache) -> None:
 def fit_baseline(name: str, workload: Workload, arch: Architecture,
                  budget_evals: int = 300, seed: int = 0) -> Dataflow:
     """A named baseline with its factors fitted under its own rule (see the module doc)."""
-    flow = build(name, workload, arch)
+    flow = with_forced_bypass(build(name, workload, arch), workload, arch)
     structure = structure_of(workload, arch, flow)
     if not structure.slots:
         return flow
