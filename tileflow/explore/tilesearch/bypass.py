@@ -18,6 +18,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
+from tileflow.cost.model import Result
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Node, Op, Tile, ops_under
@@ -113,10 +114,16 @@ def with_forced_bypass(flow: Dataflow, workload: Workload, arch: Architecture) -
     index = arch.level_index
     present = {(t, index[n.level]) for n in _tiles(flow.root) for t in n.bypass}
     extra = forced_bypass(workload, arch, present)
-    if not extra:
-        return flow
+    return with_bypass(flow, workload, arch, extra) if extra else flow
+
+
+def with_bypass(flow: Dataflow, workload: Workload, arch: Architecture,
+                pairs: Iterable[tuple[str, int]]) -> Dataflow:
+    """`flow` with each tile at level `lv` also skipping `t` for every (t, lv) in `pairs`
+    that an operator under the tile uses."""
+    index = arch.level_index
     skip: dict[int, set[str]] = {}
-    for t, lv in extra:
+    for t, lv in pairs:
         skip.setdefault(lv, set()).add(t)
 
     def go(node: Node) -> Node:
@@ -128,6 +135,26 @@ def with_forced_bypass(flow: Dataflow, workload: Workload, arch: Architecture) -
         return replace(node, children=kids, bypass=gone)
 
     return replace(flow, root=go(flow.root))
+
+
+def overflow_bypass(workload: Workload, arch: Architecture,
+                    result: Result) -> set[tuple[str, int]]:
+    """(tensor, level) pairs for the inputs and outputs whose block alone overflows a level
+    too small for one element of every tensor (the levels `forced_bypass` acts on): where a
+    tree has no tile above such a level to take the loops out (a baseline's fixed shape),
+    the level passes those tensors by instead. Empty for other levels' overflows."""
+    small = {lv for _, lv in forced_bypass(workload, arch)}
+    movable = {t for t in (*workload.inputs, *workload.outputs)
+               if t not in workload.intermediates}
+    fps = {f.level: f for f in result.footprints}
+    out: set[tuple[str, int]] = set()
+    for v in result.violations:
+        if v.kind != "capacity" or not v.level or v.level not in fps or \
+                arch.level_index.get(v.level) not in small or v.available is None:
+            continue
+        out |= {(t, arch.level_index[v.level]) for t, n in fps[v.level].by_tensor.items()
+                if t in movable and n > v.available}
+    return out
 
 
 def _tiles(node: Node) -> Collection[Tile]:
