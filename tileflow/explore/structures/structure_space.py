@@ -29,6 +29,7 @@ from tileflow.explore.structures.encoding import (
 )
 from tileflow.explore.structures.feasible import fit_to_levels
 from tileflow.explore.structures.tilings import EncodedStructure, Tilings, build_structure
+from tileflow.explore.tilesearch.bypass import forced_bypass, with_forced_bypass
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import PRIMITIVES, Dataflow, Tile, ops_under, walk
@@ -67,7 +68,14 @@ class StructureSpace:
     # ---- encodings ----------------------------------------------------------------------
 
     def repair(self, enc: Encoding) -> tuple[Encoding, Counter]:
+        """`enc` made valid, with the bypasses a level too small for one element of each
+        tensor needs (see `forced_bypass`)."""
         fixed, fixes = repair(self.frame, enc)
+        extra = forced_bypass(self.frame.workload, self.frame.arch, fixed.bypass)
+        if extra:
+            fixed, more = repair(self.frame, fixed.with_bypass({*fixed.bypass, *extra}))
+            fixes.update(more)
+            fixes["bypass-to-fit"] += len(extra)
         self.fixes.update(fixes)
         self.repaired += bool(fixes)
         return fixed, fixes
@@ -109,7 +117,8 @@ class StructureSpace:
         for o in range(n):
             loops[f.own_key(o, f.loop_level[o])] = self.own_loops(o, f.loop_level[o])
         for c in comps:
-            if len(c) == 1 and len(comps) > 1 and self.options.outer_tiles:
+            if len(c) == 1 and (len(comps) > 1 or self._overflows_first_level(c[0])) and \
+                    self.options.outer_tiles:
                 loops[f.own_key(c[0], 0)] = self.own_loops(c[0], 0)
             elif len(c) > 1:
                 loops[f.group_key(c, 0)] = default_group_loops(f, c)
@@ -123,6 +132,15 @@ class StructureSpace:
                     genes[p] = 0
             enc = replace(enc, home=tuple(genes))
         return self.repair(enc.with_loops(loops))[0]
+
+    def _overflows_first_level(self, o: int) -> bool:
+        """Whether operator `o`'s tensors outgrow the level below DRAM, so a lone operator
+        needs its own DRAM tile to step through blocks (else that level holds them all)."""
+        w, levels = self.frame.workload, self.frame.arch.levels
+        if len(levels) < 2 or self.frame.loop_level[o] == 0:
+            return False
+        words = sum(w.tensor_words(t) for t in w.op_by_name[self.frame.ops[o]].tensors)
+        return words > levels[1].capacity_words
 
     def level_tiles(self, sh: list[list[int]]) -> dict[str, LoopSpec]:
         """Default tiles at the on-chip levels between DRAM and each operator's innermost
@@ -166,7 +184,8 @@ class StructureSpace:
 
         if name in self.seeds:
             return self.seeds[name]
-        return build(name, self.frame.workload, self.frame.arch)
+        return with_forced_bypass(build(name, self.frame.workload, self.frame.arch),
+                                  self.frame.workload, self.frame.arch)
 
     def baselines(self) -> dict[str, Encoding]:
         """The encoding of every named baseline that applies to the workload, then of every
@@ -178,7 +197,8 @@ class StructureSpace:
         self.skipped: dict[str, str] = {}
         for name in baselines_for(self.frame.workload):
             try:
-                flow = build(name, self.frame.workload, self.frame.arch)
+                flow = with_forced_bypass(build(name, self.frame.workload, self.frame.arch),
+                                          self.frame.workload, self.frame.arch)
                 out[name] = encode(self.frame, flow)
             except (ValueError, IndexError) as error:  # a builder that cannot size this case
                 self.skipped[name] = f"{type(error).__name__}: {error}"

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from tileflow.cost.model import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.chain import Roles
 from tileflow.dataflows.common import Hardware
@@ -31,6 +32,7 @@ from tileflow.explore.factors.space import (
     divisors,
     enumerate_divisors,
 )
+from tileflow.explore.tilesearch.bypass import overflow_bypass, with_bypass, with_forced_bypass
 from tileflow.explore.tilesearch.search import PointCache, search
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -332,7 +334,7 @@ def _merge(cache: PointCache, other: PointCache) -> None:
 def fit_baseline(name: str, workload: Workload, arch: Architecture,
                  budget_evals: int = 300, seed: int = 0) -> Dataflow:
     """A named baseline with its factors fitted under its own rule (see the module doc)."""
-    flow = build(name, workload, arch)
+    flow = with_forced_bypass(build(name, workload, arch), workload, arch)
     structure = structure_of(workload, arch, flow)
     if not structure.slots:
         return flow
@@ -343,4 +345,12 @@ def fit_baseline(name: str, workload: Workload, arch: Architecture,
         if evaluate_rows(Space(structure), structure.default_factors, "latency",
                          Limits()).valid[0]:
             return flow  # the builder's own choice: the largest tiles that fit
-    return structure.dataflow(fit_structure(structure, rule, budget_evals, seed))
+    fitted = structure.dataflow(fit_structure(structure, rule, budget_evals, seed))
+    result = evaluate(workload, arch, fitted)
+    extra = set() if result.valid else overflow_bypass(workload, arch, result)
+    if extra:  # a register its tree cannot fit a block of: those tensors pass it by
+        again = structure_of(workload, arch, with_bypass(flow, workload, arch, extra))
+        refit = again.dataflow(fit_structure(again, rule, budget_evals, seed))
+        if evaluate(workload, arch, refit).valid:
+            return refit
+    return fitted
