@@ -465,7 +465,8 @@ def _refills(axes, dims, loops: list[VLoop], epoch: list[bool], union: list[VLoo
         recs = [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop) for lp in loops]
         across = [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop)
                   for lp in union]
-        one = {d: DimRec(v.size, int(v.extent[row]), int(v.shift[row]))
+        one = {d: DimRec(v.size, int(v.extent[row]), int(v.shift[row]),
+                         0 if v.cut is None else int(v.cut[row]))  # a kept halo: no closed form
                for d, v in dims.items()}
         resident = resident_first_touches(axes, one, recs, epoch, across)
         if resident is not None:

@@ -69,8 +69,6 @@ def forced_bypass(workload: Workload, arch: Architecture,
     skips = set(chosen)
     movable = [t for t in (*workload.inputs, *workload.outputs)
                if t not in workload.intermediates]
-    compute = {arch.level_index[arch.unit(op.unit).level]: op.output.tensor
-               for op in workload.ops}
     kept_count = {t: 0 for t in movable}
     added: set[tuple[str, int]] = set()
     for lv in range(len(arch.levels) - 1, 0, -1):  # innermost first: registers pick first
@@ -87,7 +85,9 @@ def forced_bypass(workload: Workload, arch: Architecture,
             def rank(t: str, role=role, op=op, lv=lv) -> tuple:
                 access = op.access(t)
                 return (t not in movable,  # an intermediate cannot skip: keep it first
-                        compute.get(lv) != t,
+                        # the operator's own output where its unit accumulates
+                        not (arch.level_index[arch.unit(op.unit).level] == lv
+                             and op.output.tensor == t),
                         role is None or _role_of_tensor(workload, t) != role,
                         kept_count.get(t, 0),
                         len(set(access.dims)), t)
