@@ -24,7 +24,7 @@ from tileflow.evaluator.limits import Violations, check, footprints
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
-from tileflow.tree import Op, Tile, walk
+from tileflow.tree import Op, Tile
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
                          f"got {factors.shape}")
     if factors.size and factors.min() < 1:
         raise ValueError("every factor must be at least 1")
-    if _scalar_only_cached(structure):
+    if structure.row_by_row:
         return _row_by_row(structure, factors)
     return _bounded(structure.compiled, structure.all_loop_factors(factors))
 
@@ -64,7 +64,7 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
     """`evaluate_batch(...).footprint_words` without counting data movement: what the
     search's capacity bounds need, at a fraction of the cost."""
     factors = np.asarray(factors, dtype=np.int64)
-    if _scalar_only_cached(structure) or not len(factors):
+    if structure.row_by_row or not len(factors):
         return evaluate_batch(structure, factors).footprint_words
     try:
         return footprints(Rows(structure.compiled, structure.all_loop_factors(factors)))
@@ -73,36 +73,9 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
 
 
 def scalar_only(structure: Structure) -> str:
-    """Why the vectorised engine does not model this structure (empty when it does): a tile
-    that keeps a halo on an accelerator with Timeloop's delta rule. Such structures are
-    evaluated row by row with the scalar model, the reference."""
-    arch = structure.arch
-    keeps_halo = any(isinstance(node, Tile) and any(mode == "cache" for _, mode in node.halo)
-                     for _, node in walk(structure.template.root))
-    if keeps_halo and any(lv.deltas == "timeloop" for lv in arch.levels):
-        # the batched delta rule samples whole slices; a kept halo shortens the producer's
-        # later slices (DimRec.cut), which only the scalar rule follows
-        return ("a tile keeps a halo (halo: cache) on an accelerator with Timeloop's delta "
-                "rule (deltas: timeloop)")
-    return ""
-
-
-_SCALAR_ONLY: dict[tuple, str] = {}
-# the same answers by the identity of a structure's key (kept alive here, so an id is never
-# reused): a search asks once per call, and hashing a key takes longer than the question
-_SCALAR_ONLY_BY_ID: dict[int, tuple[tuple, str]] = {}
-
-
-def _scalar_only_cached(structure: Structure) -> str:
-    """`scalar_only` once per structure shape: evaluate_batch is the search's hot path."""
-    key = structure.key
-    hit = _SCALAR_ONLY_BY_ID.get(id(key))
-    if hit is not None and hit[0] is key:
-        return hit[1]
-    if key not in _SCALAR_ONLY:
-        _SCALAR_ONLY[key] = scalar_only(structure)
-    _SCALAR_ONLY_BY_ID[id(key)] = (key, _SCALAR_ONLY[key])
-    return _SCALAR_ONLY[key]
+    """Why the vectorised engine does not model this structure (empty when it does); such
+    structures are evaluated row by row with the scalar model, the reference."""
+    return structure.row_by_row
 
 
 def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
