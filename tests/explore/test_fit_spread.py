@@ -52,7 +52,8 @@ def test_chimera_fit_spreads_over_both_cores_and_the_whole_array(chimera):
     (the least DRAM traffic does not depend on the spread)."""
     w, flow = chimera
     spread = _spread(flow)
-    assert spread["chimera"] == 2  # the root: the cores
+    # the cores: at the root, or at the L2 tile below it where the shared operands stay
+    assert spread.get("chimera-L2", spread.get("chimera")) == 2
     matrix = _matrix_tiles(w, flow)
     assert matrix and all(spread[t] == 8 * 8 for t in matrix)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.resources import footprints, spatial_violations
@@ -158,3 +158,36 @@ def largest_divisor(n: int, limit: int) -> int:
 def divisors_desc(n: int) -> list[int]:
     return sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)},
                   reverse=True)
+
+
+def held_at_middle(flow: Dataflow, arch: Architecture,
+                   intermediates: Iterable[str]) -> Dataflow | None:
+    """`flow` with its root's steps below the first temporal loop run inside a tile at the
+    on-chip level next to DRAM (a shared L2): what the stages reuse across those steps (K
+    and V across row blocks) is then held on chip instead of read again from DRAM. The
+    root's spatial loops move with them (the cores fan out below that level), and the
+    stages' own streaming tiles at DRAM stream from it instead; the intermediates stay
+    in the buffer level between stages (homed there). None on a chip without such
+    a level, or a root without loops to move."""
+    root = flow.root
+    hw = Hardware.of(arch)
+    names = [lv.name for lv in arch.levels]
+    if root.level != hw.outer or names.index(hw.buffer) - names.index(hw.outer) < 2:
+        return None
+    middle = names[names.index(hw.outer) + 1]
+    first = next((i for i, lp in enumerate(root.loops) if not lp.spatial), None)
+    stay = root.loops[:first + 1] if first is not None else ()
+    moved = root.loops[len(stay):]
+    if not moved:
+        return None
+
+    def relevel(node):
+        if isinstance(node, Tile) and node.level == hw.outer:
+            return replace(node, level=middle, children=tuple(map(relevel, node.children)))
+        return node
+
+    held = Tile(middle, moved, tuple(map(relevel, root.children)), root.primitive,
+                name=f"{root.name or flow.name}-{middle}")
+    homes = {t: hw.buffer for t in intermediates} | dict(flow.homes)
+    return Dataflow(replace(root, loops=stay, children=(held,), primitive="Seq"), flow.name,
+                    homes)
