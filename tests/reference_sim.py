@@ -313,8 +313,15 @@ class Oracle:
                                       lv: _product(loops, [n for n in spatial
                                                            if loops[n][0] < first])
                                       for first, _, lv in inner.values()}}
+        # an input read straight from a level above the innermost one (it bypasses the
+        # innermost): per step, that level sends the distinct elements the spatial
+        # instances under each of its instances read (multicast), not one per operation
+        innermost = self._runs(chain)[-1][2]
+        sent = {a.tensor: [n for n in spatial if loops[n][0] < inner[a.tensor][0]]
+                for a in op.inputs if inner[a.tensor][2] != innermost}
         for tvals in itertools.product(*(range(loops[n][3].factor) for n in temporal)):
             now = dict(zip(temporal, tvals, strict=True))
+            multicast: dict = defaultdict(set)  # (tensor, holder instance) -> elements
             moved = set() if previous is None else {n for n in temporal
                                                     if now[n] != previous[n]}
             for j, x, y, child_inst, parent_inst, t in buffers:
@@ -380,6 +387,11 @@ class Oracle:
                     continue  # a kept halo row, computed in the previous step
                 ops += 1
                 for a in op.inputs:
+                    if a.tensor in sent:
+                        multicast[(a.tensor, tuple(values[n] for n in sent[a.tensor]))].add(
+                            tuple(sum(c * point[d] for d, c in axis.terms) + axis.offset
+                                  for axis in a.axes))
+                        continue
                     self.traffic[(self.names[inner[a.tensor][2]], a.tensor)][READ] += 1
                     leaf["reads"][inner[a.tensor][2]] += 1
                 self.traffic[(self.names[inner[out][2]], out)][UPDATE] += 1
@@ -391,6 +403,9 @@ class Oracle:
                         self.traffic[(self.names[inner[out][2]], out)][READ] += 1
                         leaf["reads"][inner[out][2]] += 1
                     touched[(svals, epoch)].add(element)
+            for (tensor, _), elements in multicast.items():
+                self.traffic[(self.names[inner[tensor][2]], tensor)][READ] += len(elements)
+                leaf["reads"][inner[tensor][2]] += len(elements)
             previous = now
         for j, x, _y, _child, parent_inst, t in buffers:  # what is still held leaves at the end
             if t != out or (out in self.home and x < self.home[out]):

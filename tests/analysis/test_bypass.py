@@ -108,6 +108,21 @@ def test_operands_read_through_the_skipped_registers_are_multicast():
     assert moves(r, "Reg", "A") == moves(r, "Reg", "B") == (0, 0, 0)
 
 
+def test_a_multicast_element_is_sent_while_any_instance_needing_it_is_real():
+    """n = 3 over n:2 in time x n:2 PEs (the last n clipped), A and B skip Reg; L1 steps
+    m:4 n:2 k:4 in time: 32 steps. A[m, k] is the same for both PEs, and the first PE is
+    real at every step: one A word a step, 32 (one per real MAC's share would be 24).
+    B[k, n]: 2 real PEs at the first n step, 1 at the second: 4 x (2 + 1) x 4 = 48. The
+    MACs: 4 x 3 x 4 = 48."""
+    w = workload(GEMM, m=4, n=3, k=4)
+    tree = Dataflow(tile("DRAM", "", tile("L1", "m:4 n:2 k:4 n:2:Sp",
+                                          tile("Reg", "", "mm", bypass=("A", "B")))))
+    r = evaluate(w, small_arch(cores=1, pes=2), tree)
+    assert r.ops["mm"] == 48
+    assert moves(r, "L1", "A")[1] == 4 * 2 * 4  # per (m, n-step, k): one word
+    assert moves(r, "L1", "B")[1] == 4 * (2 + 1) * 4
+
+
 CONV_1D = """
 name: conv
 dims: {p: 4, r: 3}

@@ -128,9 +128,12 @@ def test_mechanisms_match_the_oracle(case: str, mechanism: str) -> None:
 
     check()
     assert tally["counts"] >= 10, tally
-    # the count disagreements stay rare: in 3x the examples, all seen are reads of inputs
-    # that bypass a level, fewer in the model than in the oracle (1/2 to 1/5)
-    assert tally["counts differ"] <= 3, tally
+    # counts agree exactly, except an operand read through a bypass by a window over
+    # spatial instances on a clipped tiling (X[2p + r] with p and r spread, the last tile
+    # clipped): the model takes the distinct share of a whole step there, the oracle the
+    # union of the real instances' elements (in 200 examples a case: 3 trees, 27 words
+    # against 32)
+    assert tally["counts differ"] <= (1 if case == "strided" else 0), tally
     assert min(tally[ov] for ov in OVERLAPS) >= 3, tally
 
 

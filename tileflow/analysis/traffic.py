@@ -558,6 +558,8 @@ def _count_compute(plan: Plan, path: OpPath, counts: Counts, sources: dict[str, 
         else:  # one word serves every instance below the source that needs the same one
             sent = ops * multicast_share(path, tensor_info[access.tensor][0],
                                          sources[access.tensor])
+            if not exact:  # a step's element is sent if any instance needing it is real
+                sent = _multicast_sent(plan, path, access, sources[access.tensor])
             counts.traffic[(source, access.tensor)][READ] += sent
             fed.append(Transfer(source, sent * width, instances[sources[access.tensor]], "read",
                                  access.tensor))
@@ -626,6 +628,23 @@ def multicast_share(path: OpPath, axes, position: int) -> float:
         distinct = len({tuple(sum(c * o.get(d, 0) for d, c in axis.terms) for axis in axes)
                         for o in offsets})
     return distinct / spread
+
+
+def _multicast_sent(plan: Plan, path: OpPath, access, position: int) -> float:
+    """The words a level at path `position` sends to the unit for an operand that bypasses
+    every level below it, on a clipped tiling: the spatial loops below it over dims the
+    operand does not index all need the same element, which is sent when any of them is a
+    real iteration (the first instance is the last to be clipped), so they count once; the
+    others keep `multicast_share`'s distinct share."""
+    used = {d for axis in access.axes for d, _ in axis.terms}
+    loops = [lp._replace(n=1) if lp.n > 1 and path.loops[i].spatial and
+             path.loops[i].node >= position and lp.dim not in used else lp
+             for i, lp in enumerate(_all_loops(path))]
+    axes = tuple(AxisRec(((d, 1),), 0, plan.workload.sizes[d]) for d in path.op.dims)
+    steps = iteration_count(axes, _point_dims(plan, path), loops)
+    rest = replace(path, loops=tuple(
+        lp if lp.dim in used else lp._replace(n=1) for lp in path.loops))
+    return steps * multicast_share(rest, access.axes, position)
 
 
 def _run_start(path: OpPath) -> int:

@@ -12,7 +12,7 @@ import numpy as np
 from tileflow.evaluator import sums
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import READ, UPDATE, Busy, Rows, Tally, exact_dims
-from tileflow.evaluator.lattice import I64, VDim, distinct_tuples
+from tileflow.evaluator.lattice import I64, VDim, VLoop, distinct_tuples
 from tileflow.specs.workload import Workload
 
 
@@ -60,6 +60,9 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
             continue
         # one word serves every instance below the source that needs the same one
         sent = ops * multicast_share(r, path, sources[t], (access.tensor, access.axes))
+        if len(todo):  # clipped rows: a step's element is sent if any instance is real
+            sent = sent.astype(float)
+            sent[todo] = _multicast_sent(r, path, sources[t], access, todo, dims1)
         tally.count(source, READ, sent, width[t], t)
         _feed(r, fed, source, sent * width[t], r.prod(path, _spread_above(path, sources[t])),
               "read")
@@ -99,6 +102,31 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
     for busy in fed.values():  # `cost._transfer_time` of the fed transfers: the busiest port
         fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
     return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time)
+
+
+def _multicast_sent(r: Rows, path: Path, position: int, access, todo: np.ndarray,
+                    dims1) -> np.ndarray:
+    """`traffic._multicast_sent` on the rows `todo`: the spatial loops below `position`
+    over dims the operand does not index count once (their first instance is real when
+    any is), the others keep `multicast_share`'s distinct share."""
+    used = {d for axis in access.axes for d, _ in axis.terms}
+    w: Workload = r.c.workload
+    loops = []
+    for i, lp in enumerate(path.loops):
+        vl = r.vloop(path, i, False).take(todo)
+        if lp.spatial and lp.node >= position and lp.dim not in used:
+            vl = VLoop(vl.dim, np.ones_like(vl.n), vl.stride, vl.drop, vl.mark, vl.slide)
+        loops.append(vl)
+    axes = tuple(sums.AxisRec(((d, 1),), 0, w.sizes[d]) for d in path.op.dims)
+    steps = sums.iteration_count(axes, dims1, loops, (), len(todo))
+    mine = [vl for i, (lp, vl) in enumerate(zip(path.loops, loops, strict=True))
+            if lp.spatial and lp.node >= position and lp.dim in used]
+    if not mine:
+        return steps.astype(float)
+    spread = np.ones(len(todo), dtype=I64)
+    for vl in mine:
+        spread = spread * vl.n
+    return steps * distinct_tuples(len(todo), mine, access.axes) / spread
 
 
 def _kept_halo_steps(r: Rows, path: Path, steps: np.ndarray, ops: np.ndarray) -> np.ndarray:
