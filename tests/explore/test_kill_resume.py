@@ -216,3 +216,36 @@ def test_a_sweep_killed_during_a_structure_search_resumes(tmp_path):
     data = json.loads(out_text)
     assert [r["label"] for r in data["points"]] == ["p000"]
     assert all(r["status"] == "done" and 0 < r["evaluations"] <= 16 for r in data["points"])
+
+
+class _Killed(BaseException):
+    """Stands for the process dying between two writes."""
+
+
+def test_a_kill_between_the_structure_search_s_two_last_writes_resumes(tmp_path, monkeypatch):
+    """The search records its summary and its structures in two writes; the structures mark
+    it complete. Killed between them, the storage must resume (the search runs again), not
+    be 'damaged' for ever: that happened when the structures were written first."""
+    import optuna
+
+    from tileflow.cli import main
+
+    path, out = tmp_path / "sweep.yaml", tmp_path / "out"
+    path.write_text(SWEEP)
+    real = optuna.study.Study.set_user_attr
+    writes: list[str] = []
+
+    def dying(self, key, value):
+        real(self, key, value)
+        if key in ("found", "summary"):  # the first of the two is written, then the end
+            writes.append(key)
+            raise _Killed
+
+    monkeypatch.setattr(optuna.study.Study, "set_user_attr", dying)
+    args = ["sweep", str(path), "--out", str(out), "--quiet", "--no-bound"]
+    with pytest.raises(_Killed):
+        main(args)
+    assert len(writes) == 1, writes
+    monkeypatch.setattr(optuna.study.Study, "set_user_attr", real)
+    assert main([*args, "--resume"]) == 0
+    assert (out / "sweep.csv").exists()

@@ -210,8 +210,10 @@ def run_search(w: Workload, arch: Architecture, storage, *, objectives, objectiv
                "baseline_seeds": sorted(space.baselines()),
                "seeds_not_expressible": dict(space.skipped),
                "settings": {**ga.__dict__, "objectives": list(ga.objectives), "top": top}}
-    study.set_user_attr("found", json.dumps(found))
+    # "found" marks the search complete, so it is written last: a kill between the two
+    # writes leaves a search that resumes anew, not a storage without its summary
     study.set_user_attr("summary", json.dumps(summary, default=float))
+    study.set_user_attr("found", json.dumps(found))
     return load_found(study, w, arch)
 
 
