@@ -67,11 +67,16 @@ class Oracle:
 
     def __init__(self, w: Workload, level_names: list[str], flow: Dataflow, *,
                  first_touch: frozenset[str] = frozenset(),
-                 depths: dict[str, int | None] | None = None, double_buffer: bool = False):
+                 depths: dict[str, int | None] | None = None, double_buffer: bool = False,
+                 word_bits: int | None = None):
         """`first_touch`: levels that fill an output element on its first touch too;
         `depths`: each level's default buffering depth (None: unset); `double_buffer`:
-        unset depths count as 2 in footprints."""
+        unset depths count as 2 in footprints; `word_bits`: the accelerator's word, against
+        which a tensor's own `precision_bits` make its footprints and the words its
+        transfers move (counts stay in elements)."""
         self.w = w
+        self.width = {t: (w.precision_bits.get(t, word_bits) / word_bits if word_bits else 1.0)
+                      for t in w.tensors}
         self.flow = flow
         self.first_touch = first_touch
         self.depths = depths or {}
@@ -100,6 +105,9 @@ class Oracle:
         for op in w.ops:
             self._run(op.name)
         self._share()
+        for (_, _, t), ports in self.moves.items():  # elements to accelerator words
+            for port in ports:
+                ports[port] *= self.width[t]
         self.rescale = self._rescaling()
         self.footprints = {name: self._footprint(i) for i, name in enumerate(self.names)
                            if i > 0}
@@ -393,19 +401,19 @@ class Oracle:
                                   for axis in a.axes))
                         continue
                     self.traffic[(self.names[inner[a.tensor][2]], a.tensor)][READ] += 1
-                    leaf["reads"][inner[a.tensor][2]] += 1
+                    leaf["reads"][inner[a.tensor][2]] += self.width[a.tensor]
                 self.traffic[(self.names[inner[out][2]], out)][UPDATE] += 1
-                leaf["updates"][inner[out][2]] += 1
+                leaf["updates"][inner[out][2]] += self.width[out]
                 if op.accumulates:
                     element = tuple(sum(c * point[d] for d, c in axis.terms) + axis.offset
                                     for axis in op.output.axes)
                     if element in touched[(svals, epoch)]:
                         self.traffic[(self.names[inner[out][2]], out)][READ] += 1
-                        leaf["reads"][inner[out][2]] += 1
+                        leaf["reads"][inner[out][2]] += self.width[out]
                     touched[(svals, epoch)].add(element)
             for (tensor, _), elements in multicast.items():
                 self.traffic[(self.names[inner[tensor][2]], tensor)][READ] += len(elements)
-                leaf["reads"][inner[tensor][2]] += len(elements)
+                leaf["reads"][inner[tensor][2]] += len(elements) * self.width[tensor]
             previous = now
         for j, x, _y, _child, parent_inst, t in buffers:  # what is still held leaves at the end
             if t != out or (out in self.home and x < self.home[out]):
@@ -594,7 +602,7 @@ class Oracle:
                 if self.home[t] == level and self._depth(path) == depth and \
                         self.paths[self.w.producer[t]][depth][0] == path:
                     sizes[t] = sizes.get(t, 0) + len(self._tensor_set(t, here, depth)) * \
-                        self.buffers((), t, level)
+                        self.buffers((), t, level) * self.width[t]
             words = sum(sizes.values())
             if words > best[0]:
                 best = (words, sizes)
@@ -640,7 +648,7 @@ class Oracle:
                         continue
                 sets[t] = sets.get(t, frozenset()) | self._slice(o, t, loops, keyed, depth - 1)
                 copies[t] = max(copies.get(t, 1), self.buffers((node,), t, level))
-        sizes = {t: len(s) * copies[t] for t, s in sets.items()}
+        sizes = {t: len(s) * copies[t] * self.width[t] for t, s in sets.items()}
         return sum(sizes.values()), sizes
 
     def buffers(self, tiles: tuple[Tile, ...], tensor: str, level: int) -> int:

@@ -25,7 +25,8 @@ once per reduced element. From those totals this module rebuilds the time, tile 
   its periods (loads) and after the last (stores), plus `latency_cycles`.
 
 Energy: fills x write + reads x read + updates x update energy per word, per level and
-tensor, plus each operator's operations x its unit's energy per operation.
+tensor (a tensor's elements in accelerator words: its `precision_bits` over the word), plus
+each operator's operations x its unit's energy per operation.
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ def energy(oracle: Oracle, arch: Architecture) -> tuple[float, dict, float]:
     for (name, t), counts in oracle.traffic.items():
         lv = arch.levels[oracle.index[name]]
         by_level[name][t] = (counts[FILL] * lv.write_energy_pj + counts[READ] * lv.read_energy_pj
-                             + counts[UPDATE] * lv.update_energy_pj)
+                             + counts[UPDATE] * lv.update_energy_pj) * oracle.width[t]
     compute = sum(n * arch.unit(oracle.w.op_by_name[op].unit).energy_pj_per_op
                   for op, n in oracle.ops.items())
     total = sum(v for d in by_level.values() for v in d.values()) + compute
