@@ -148,3 +148,21 @@ def test_flash_on_gqa_reads_a_quarter_of_the_multi_head_forms_k_and_v(name):
     assert got["gqa-online"][:2] == (2 * (2 * 4 * 8),) * 2
     assert got["attention-online"][:2] == (2 * (8 * 4 * 8),) * 2
     assert got["gqa-online"][2] == pytest.approx(got["attention-online"][2])
+
+
+def test_layerwise_spreads_any_chain_s_batch_over_the_cores_whatever_its_name():
+    """GQA's batch is its KV heads `g` (no dim is named `b`): Layerwise spreads it over the
+    cores as it does the multi-head form's `b`, its rows the other way; a convolution's
+    `n` is left as before (the conv chain's Layerwise is unchanged). Before: `g` was taken
+    for a row dim and the cores split the sequence instead."""
+    from tileflow.dataflows.chain import _batch  # the rule under test
+
+    gqa, mha = workload(GQA), workload(MHA)
+    assert _batch(gqa, "qk") == "g" and _batch(gqa, "pv") == "g"
+    assert _batch(mha, "qk") == "b"
+    assert _batch(load_workload("conv-chain"), "conv1") is None
+    assert _batch(load_workload("mlp"), "fc1") is None
+    arch = small_arch(cores=2)
+    qk = build("layerwise", gqa, arch).root.children[0]
+    spread = [lp for lp in qk.loops if lp.spatial]
+    assert [(lp.dim, lp.factor) for lp in spread] == [("g", 2)]

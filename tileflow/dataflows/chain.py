@@ -15,6 +15,7 @@ from tileflow.dataflows.common import (
     largest_fitting,
     outer_loops,
 )
+from tileflow.dataflows.conv import ConvRoles
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
@@ -100,7 +101,7 @@ def _standalone(w: Workload, hw: Hardware, op: str, row_tile: int | None = None,
     """One operator on its own (Layerwise): its largest output dim spread over the cores in
     tiles of `row_tile`, its next largest tiled by `col_tile`."""
     opx = w.op_by_name[op]
-    batch = "b" if "b" in opx.output.dims else None
+    batch = _batch(w, op)
     rows, cols = _rows(w, op), _cols(w, op)
     loops, ext = core_split(w, hw, batch, rows, row_tile)
     if cols:
@@ -111,16 +112,36 @@ def _standalone(w: Workload, hw: Hardware, op: str, row_tile: int | None = None,
     return Tile(hw.outer, loops, (compute_tile(w, hw, op, ext),), name=f"{op}-layer")
 
 
+def _batch(w: Workload, op: str) -> str | None:
+    """The output dim a standalone operator spreads over the cores first: `b` where it has
+    one; otherwise, in a chain of contractions, the chain's batch whatever its name
+    (`Roles.batch`: grouped-query attention's KV heads `g`). A convolution's output rows
+    are not a batch."""
+    dims = w.op_by_name[op].output.dims
+    if "b" in dims:
+        return "b"
+    try:
+        ConvRoles.of(w)
+        return None
+    except InputError:
+        pass
+    try:
+        batch = Roles.of(w).batch
+    except InputError:
+        return None
+    return batch if batch in dims else None
+
+
 def _rows(w: Workload, op: str) -> str:
     """The output dim a standalone operator is spread over the cores along: the largest one
     other than the batch."""
-    dims = [d for d in w.op_by_name[op].output.dims if d != "b"]
+    dims = [d for d in w.op_by_name[op].output.dims if d != _batch(w, op)]
     return max(dims, key=lambda d: w.sizes[d])
 
 
 def _cols(w: Workload, op: str) -> str | None:
     """The output dim tiled next when the rows alone do not make the tile fit."""
-    dims = [d for d in w.op_by_name[op].output.dims if d not in ("b", _rows(w, op))]
+    dims = [d for d in w.op_by_name[op].output.dims if d not in (_batch(w, op), _rows(w, op))]
     return max(dims, key=lambda d: w.sizes[d]) if dims else None
 
 
