@@ -148,3 +148,20 @@ def test_the_halo_key_reads_and_writes_back(tmp_path):
     with pytest.raises(InputError, match=r"line 4.*cache or recompute"):
         parse_dataflow(load_mapping(path))
     assert to_dict(split_flow("cache"))["root"]["halo"] == {"A": "cache"}
+
+
+def test_the_home_holds_the_kept_rows_beside_the_new_ones_on_every_core():
+    """conv2's three taps are spread over the two cores (t:2 in each, t:2:Sp: taps 0, 1 on
+    one core, 2 on the other); conv1, which has no t, computes on each core the rows
+    p - 1 .. p + 1 a step's window needs, past the first step only the new row p + 1. The
+    two kept rows stay in L1 beside it: A holds 3 rows x 2 channels = 6 words per core,
+    though one core's conv2 reads only 2 of them (the model counted that: 4). With conv1's
+    input (the new row's 3 taps x 2 channels) and W1 (2 x 2 x 3): 6 + 12 + 6 = 24, as the
+    enumerating simulator finds."""
+    w = workload(CONV)
+    flow = Dataflow(tile("DRAM", "p:5 t:2:Sp", tile("L1", "p:3 c1:2 c0:2 r:3", "conv1"),
+                         tile("L1", "t:2 c1:2 c2:2", "conv2"), halo={"A": "cache"}))
+    fp = evaluate(w, ARCH, flow).footprints[0]
+    assert fp.level == "L1"
+    assert fp.by_tensor == {"X": 6, "W1": 12, "A": 6}
+    assert fp.words == 24

@@ -28,10 +28,12 @@ class Footprint:
     by_tensor: dict[str, float]
 
 
-def tile_words(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
+def tile_words(plan: Plan, path: OpPath, tensor: str, position: int,
+               kept: bool = False) -> float:
     """Words of `tensor` in the tile at path position `position` (its loops and below): per
     axis, the largest slice over the positions of the loops above (clipped to the tensor;
-    the full extent for an axis tiled plainly)."""
+    the full extent for an axis tiled plainly). A producer that keeps a halo computes its
+    slices past the kept rows; `kept`: the rows held, kept ones included (the home's)."""
     w = plan.workload
     words = 1.0
     extents = path.extents_from[position]
@@ -39,7 +41,7 @@ def tile_words(plan: Plan, path: OpPath, tensor: str, position: int) -> float:
         if plain and not path.shift.get(plain):
             words *= min(extents[plain], size)
             continue
-        if path.cut and any(d in path.cut for d, _ in axis.terms):
+        if path.cut and not kept and any(d in path.cut for d, _ in axis.terms):
             words *= _cut_span(w, path, axis, size, extents, position)
             continue
         words *= _largest_span(w, path, axis, size, extents, position)
@@ -256,7 +258,8 @@ def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
     w = plan.workload
     depth = lca.count(".")
     ops = (w.producer[tensor], *w.consumers[tensor])
-    return max(tile_words(plan, plan.paths[o], tensor, depth + 1) for o in ops)
+    # the kept halo rows stay in the home beside the new ones: the producer's whole region
+    return max(tile_words(plan, plan.paths[o], tensor, depth + 1, kept=True) for o in ops)
 
 
 def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[Violation]:

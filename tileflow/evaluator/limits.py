@@ -5,6 +5,7 @@ coverage, dependences and windows (`tileflow.analysis.resources` and the factor 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 
@@ -126,7 +127,9 @@ def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
     return out
 
 
-def tile_words(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
+def tile_words(r: Rows, path: Path, tensor: str, position: int,
+               kept: bool = False) -> np.ndarray:
+    """`resources.tile_words` per row (`kept`: a producer's kept halo rows included)."""
     w = r.c.workload
     access = path.op.access(tensor)
     words = np.ones(r.count)
@@ -136,17 +139,18 @@ def tile_words(r: Rows, path: Path, tensor: str, position: int) -> np.ndarray:
         d = axis.terms[0][0]
         if not (axis.is_plain and size == w.sizes[d]):
             words = words * _largest_span(r, path, AxisRec(axis.terms, axis.offset, size),
-                                          position)
+                                          position, kept)
             continue
         plain = np.minimum(extents[d], size)
         if d in shifts and shifts[d].any():  # a halo shift: the clipped slices differ
             plain = np.where(shifts[d] == 0, plain, _largest_span(
-                r, path, AxisRec(axis.terms, axis.offset, size), position))
+                r, path, AxisRec(axis.terms, axis.offset, size), position, kept))
         words = words * plain
     return words
 
 
-def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarray:
+def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int,
+                  kept: bool = False) -> np.ndarray:
     """`resources._largest_span`: the longest clipped interval the axis covers over the
     positions of the loops above `position`. From a few candidate positions per dim where
     the axis never reaches past the end of the tensor and each dim's positions form one
@@ -154,7 +158,8 @@ def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int) -> np.ndarr
     names = {d for d, _ in axis.terms}
     above = [r.vloop(path, i, False) for i, lp in enumerate(path.loops)
              if lp.node < position and lp.dim in names]
-    dims = {d: v for d, v in r.dims(path, position).items() if d in names}
+    dims = {d: replace(v, cut=None) if kept else v
+            for d, v in r.dims(path, position).items() if d in names}
 
     def largest(sub_dims, sub_loops, _union, rows: int) -> np.ndarray:
         grid = Grid(rows, [(lp, 0) for lp in sub_loops])
@@ -234,8 +239,8 @@ def _lca_extent(r: Rows, tensor: str, lca: str) -> np.ndarray:
     depth = lca.count(".")
     ops = (w.producer[tensor], *w.consumers[tensor])
     out = None
-    for o in ops:
-        box = tile_words(r, r.c.paths[o], tensor, depth + 1)
+    for o in ops:  # the kept halo rows stay in the home: the producer's whole region
+        box = tile_words(r, r.c.paths[o], tensor, depth + 1, kept=True)
         out = box if out is None else np.maximum(out, box)
     return out
 
