@@ -1,0 +1,235 @@
+"""The engine's violation records at one row (`evaluator.violations.violation_records`) equal
+the scalar model's (`evaluate(...).violations`): node, level, tensor, amounts, unit, message and
+order, on every shipped baseline structure on every shipped accelerator (and on the same
+accelerators with their buffers shrunk, so that capacities overflow), and on random trees.
+Each kind is also proven on a tree small enough to derive its amount by hand, in the records
+and in the batch's amounts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, small_arch, workload
+from hypothesis import HealthCheck, given, settings
+from trees import ARCH, trees
+
+from tests.explore.test_batch import SMALL, random_rows
+from tileflow.analysis.tree_checks import InvalidDataflow
+from tileflow.cost import evaluate
+from tileflow.dataflows import build
+from tileflow.dataflows.registry import baselines_for
+from tileflow.evaluator.batch import evaluate_batch
+from tileflow.evaluator.structure import Structure, structure_of
+from tileflow.evaluator.violations import violation_records
+from tileflow.shipped import shipped
+from tileflow.specs.arch import Architecture, load_arch
+from tileflow.specs.workload import load_workload
+from tileflow.tree import Dataflow, Loop, Op, Tile, render
+
+
+def shrunk(arch: Architecture, by: float) -> Architecture:
+    """The accelerator with every finite buffer `by` times smaller."""
+    return replace(arch, levels=tuple(
+        replace(lv, capacity_words=max(1.0, math.floor(lv.capacity_words / by)))
+        if math.isfinite(lv.capacity_words) else lv for lv in arch.levels))
+
+
+def records_or_error(structure: Structure, row: np.ndarray):
+    try:
+        return violation_records(structure, row)
+    except InvalidDataflow as exc:
+        return f"InvalidDataflow: {exc}"
+
+
+def model_or_error(structure: Structure, row: np.ndarray):
+    try:
+        return evaluate(structure.workload, structure.arch, structure.dataflow(row)).violations
+    except InvalidDataflow as exc:
+        return f"InvalidDataflow: {exc}"
+
+
+def assert_records_equal(structure: Structure, factors: np.ndarray) -> int:
+    """Every row's records equal the model's; returns how many records were compared."""
+    seen = 0
+    for row in factors:
+        expected = model_or_error(structure, row)
+        got = records_or_error(structure, row)
+        assert got == expected, f"row {list(row)}\n{render(structure.dataflow(row).root)}"
+        seen += len(expected) if isinstance(expected, tuple) else 1
+    return seen
+
+
+ACCELERATORS = list(shipped("accelerators"))
+
+
+@pytest.mark.parametrize("arch", ACCELERATORS)
+@pytest.mark.parametrize("wl", list(SMALL))
+def test_shipped_structures_on_every_accelerator(wl: str, arch: str) -> None:
+    """Every baseline on every shipped accelerator, as shipped and with buffers 16 times
+    smaller, at random rows around the baseline's factors (clipped and uncovering ones too)."""
+    w = load_workload(wl, SMALL[wl])
+    rng = np.random.default_rng(11)
+    compared = 0
+    for a in (load_arch(arch), shrunk(load_arch(arch), 16)):
+        for name in baselines_for(w):
+            structure = structure_of(w, a, build(name, w, a))
+            compared += assert_records_equal(structure, random_rows(structure, 4, rng))
+    assert compared > 0
+
+
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+CASES = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv-halo": CONV,
+         "strided": STRIDED, "independent twins": TWINS}
+TIGHT = small_arch(l1_words=24, reg_words=6)  # capacities the random trees overflow
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_random_trees(case: str) -> None:
+    """Random trees (every primitive, spatial loops, clipping, halos) on a roomy and a tight
+    accelerator, each with random rows around its factors."""
+    w = workload(CASES[case])
+    rng = np.random.default_rng(3)
+    kinds: set[str] = set()
+
+    @SETTINGS
+    @given(trees(w))
+    def check(flow: Dataflow) -> None:
+        for arch in (ARCH, TIGHT):
+            try:
+                structure = structure_of(w, arch, flow)
+                structure.compiled  # noqa: B018  a malformed tree raises here
+            except InvalidDataflow:
+                return
+            rows = random_rows(structure, 4, rng)
+            assert_records_equal(structure, rows)
+            for row in rows:
+                found = model_or_error(structure, row)
+                kinds.update(v.kind for v in found) if isinstance(found, tuple) else None
+
+    check()
+    assert kinds, "no tree broke a constraint"
+
+
+# ---- each kind on a tree whose amount is derived by hand ------------------------------------
+
+def one(w, arch, root: Tile, kind: str):
+    """The only record of `kind` (checked equal to the model's records, and its amount
+    equal to the batch's)."""
+    flow = Dataflow(root, "hand")
+    structure = structure_of(w, arch, flow)
+    row = structure.default_factors
+    records = violation_records(structure, row)
+    assert records == evaluate(w, arch, flow).violations
+    found = [v for v in records if v.kind == kind]
+    assert len(found) == 1, records
+    v = found[0]
+    batch = evaluate_batch(structure, row[None, :])
+    assert not batch.valid[0]
+    if v.needed is not None:
+        assert batch.violations[kind][0] == v.needed - v.available
+    return v
+
+
+def test_capacity_overflow_of_a_known_number_of_words() -> None:
+    """The L1 tile holds the whole 4 x 4 GEMM: A, B and C at 16 words each, 48 in an L1 of
+    10 words."""
+    w = workload(GEMM)
+    root = Tile("DRAM", (), (Tile("L1", (Loop("m", 4), Loop("n", 4), Loop("k", 4)),
+                                  (Op("mm"),)),))
+    v = one(w, small_arch(l1_words=10), root, "capacity")
+    assert (v.node, v.level, v.needed, v.available, v.unit) == ("root.0", "L1", 48, 10, "words")
+    assert "over by 38" in v.message
+
+
+def test_fanout_beyond_the_instances() -> None:
+    """A spatial m:4 at DRAM over the 2 L1 instances: 4 used, 2 there."""
+    w = workload(GEMM)
+    root = Tile("DRAM", (Loop("m", 4, True),), (Tile("L1", (Loop("n", 4), Loop("k", 4)),
+                                                    (Op("mm"),)),))
+    v = one(w, small_arch(), root, "fanout")
+    assert (v.node, v.level, v.needed, v.available, v.unit) == ("root", "L1", 4, 2,
+                                                                 "L1 instances")
+
+
+def test_array_axis_overflow() -> None:
+    """The 4 Reg instances per L1 form the matrix unit's 2 x 2 array: a spatial m:4 in the
+    L1 tile fills 4 rows (x) of 2 (the fan-out, 4, holds it)."""
+    w = workload(GEMM)
+    root = Tile("DRAM", (), (Tile("L1", (Loop("m", 4, True), Loop("n", 4), Loop("k", 4)),
+                                  (Tile("Reg", (), (Op("mm"),)),)),))
+    v = one(w, small_arch(), root, "array")
+    assert (v.node, v.level, v.needed, v.available, v.unit) == ("root.0", "Reg", 4, 2,
+                                                                 "rows (x)")
+
+
+def test_para_children_split_the_units() -> None:
+    """Two Para children under one L1 instance spread over 2 and 2 x 2 matrix units: 6
+    together, 4 there (each alone fits)."""
+    w = workload(TWINS)
+    g1 = Tile("L1", (Loop("m", 2, True), Loop("m", 2), Loop("n", 3), Loop("k", 3)),
+              (Op("g1"),))
+    g2 = Tile("L1", (Loop("m", 2, True), Loop("j", 2, True), Loop("m", 2), Loop("k", 3)),
+              (Op("g2"),))
+    root = Tile("DRAM", (), (Tile("L1", (), (g1, g2), "Para"),))
+    v = one(w, small_arch(), root, "fanout")
+    assert (v.node, v.level, v.needed, v.available, v.unit) == ("root.0", "Reg", 6, 4,
+                                                                 "matrix units")
+
+
+def test_coverage_short_of_the_size() -> None:
+    """m's factors (2) cover 2 of its 4."""
+    w = workload(GEMM)
+    root = Tile("DRAM", (), (Tile("L1", (Loop("m", 2), Loop("n", 4), Loop("k", 4)),
+                                  (Op("mm"),)),))
+    v = one(w, small_arch(), root, "coverage")
+    assert (v.node, v.needed, v.available, v.unit) == ("root.0", 4, 2, "iterations of m")
+
+
+def test_reduction_in_the_common_ancestor() -> None:
+    """g1's reduction k:3 at the root, the common ancestor of g1 and g2: g2 would read
+    partial values of C."""
+    w = workload(CHAIN)
+    root = Tile("DRAM", (Loop("k", 3),), (
+        Tile("L1", (Loop("m", 4), Loop("l", 4)), (Op("g1"),)),
+        Tile("L1", (Loop("m", 4), Loop("l", 4), Loop("n", 3)), (Op("g2"),))))
+    v = one(w, small_arch(), root, "dependency")
+    assert (v.node, v.tensor, v.needed) == ("root", "C", None)
+    assert "'k:3' is a reduction of 'g1'" in v.message
+
+
+def test_dependent_para_children() -> None:
+    """C flows from g1 to g2, children of a Para: the structure's own violation."""
+    w = workload(CHAIN)
+    root = Tile("DRAM", (), (
+        Tile("L1", (Loop("m", 4), Loop("l", 4), Loop("k", 3)), (Op("g1"),)),
+        Tile("L1", (Loop("m", 4), Loop("l", 4), Loop("n", 3)), (Op("g2"),))), "Para")
+    v = one(w, small_arch(), root, "dependency")
+    assert (v.node, v.tensor) == ("root", "C")
+
+
+def test_window_not_covered() -> None:
+    """conv2 reads A through a 3-wide window along p: per step of p:5 at the root it needs
+    1 + 2 = 3 rows of A, conv1 produces 1."""
+    w = workload(CONV)
+    root = Tile("DRAM", (Loop("p", 5),), (
+        Tile("L1", (Loop("c1", 2), Loop("r", 3), Loop("c0", 2)), (Op("conv1"),)),
+        Tile("L1", (Loop("c2", 2), Loop("t", 3), Loop("c1", 2)), (Op("conv2"),))))
+    v = one(w, small_arch(), root, "window")
+    assert (v.node, v.tensor, v.needed, v.available, v.unit) == ("root.0", "A", 3, 1,
+                                                                  "rows of p")
+
+
+def test_records_are_for_one_row_of_the_structure() -> None:
+    w = workload(GEMM)
+    root = Tile("DRAM", (), (Tile("L1", (Loop("m", 4), Loop("n", 4), Loop("k", 4)),
+                                  (Op("mm"),)),))
+    structure = structure_of(w, small_arch(), Dataflow(root, "hand"))
+    assert violation_records(structure, [4, 4, 4]) == ()
+    with pytest.raises(ValueError, match="expected 3 factors"):
+        violation_records(structure, [4, 4])
+    with pytest.raises(ValueError, match="at least 1"):
+        violation_records(structure, [0, 4, 4])
