@@ -233,3 +233,79 @@ def test_records_are_for_one_row_of_the_structure() -> None:
         violation_records(structure, [4, 4])
     with pytest.raises(ValueError, match="at least 1"):
         violation_records(structure, [0, 4, 4])
+
+
+def test_a_spatial_split_of_a_summed_output_raises_as_in_the_model() -> None:
+    """Y[p+r] split over r on 3 instances: the model refuses the tree (overlapping partial
+    sums); the records raise the same error, and the batch flags the row."""
+    w = workload("""
+name: tconv
+dims: {p: 4, r: 3}
+ops:
+  - {name: tc, expr: "Y[p+r] += X[p] * W[r]"}
+""")
+    root = Tile("DRAM", (Loop("r", 3, True),), (Tile("L1", (Loop("p", 4),), (Op("tc"),)),))
+    arch = small_arch(cores=4)
+    structure = structure_of(w, arch, Dataflow(root, "hand"))
+    row = structure.default_factors
+    expected = model_or_error(structure, row)
+    assert isinstance(expected, str) and "splits 'tc' along 'r'" in expected
+    assert records_or_error(structure, row) == expected
+    assert evaluate_batch(structure, row[None, :]).violations["dependency"][0] == 1
+    # r:1 splits nothing: the tree is counted, and r's factors cover 1 of its 3
+    records = violation_records(structure, [1, 4])
+    assert records == model_or_error(structure, np.array([1, 4]))
+    assert [(v.kind, v.needed, v.available) for v in records] == [("coverage", 3, 1)]
+
+
+# ---- carried state (online softmax) -----------------------------------------------------
+
+def test_carried_state_rules() -> None:
+    """The three rules of a carried loop (`analysis.carried`): a spatial carried loop, a
+    loop inside the carried one, a result of the running value leaving the sweep."""
+    from tests.analysis.test_carried import ARCH as SMALL
+    from tests.analysis.test_carried import flash_tree, online
+    from tileflow.tree import tile
+
+    flow = flash_tree()
+    sweep = flow.root.children[0]
+    split = Tile("DRAM", (Loop("l", 2), Loop("l", 2, True)), sweep.children, "Shar")
+    spatial = Dataflow(Tile("DRAM", flow.root.loops, (split, flow.root.children[1]), "Seq"))
+    inside = Dataflow(tile("DRAM", "b:2", tile(
+        "DRAM", "l:4 m:2", tile("L1", "m:4 l:2 k:4", tile("Reg", "", "qk")),
+        tile("L1", "m:4 l:2", "max"), tile("L1", "m:4 l:2", "sub"),
+        tile("L1", "m:4 l:2", "exp"), tile("L1", "m:4 l:2", "sum"),
+        tile("L1", "m:4 n:4 l:2", tile("Reg", "", "pv")), primitive="Shar"),
+        tile("L1", "m:8 n:4", "div")))
+    leaves = Dataflow(tile("DRAM", "b:2 m:2", tile(
+        "DRAM", "l:4", tile("L1", "m:4 l:2 k:4", tile("Reg", "", "qk")),
+        tile("L1", "m:4 l:2", "max"), tile("L1", "m:4 l:2", "sub"),
+        tile("L1", "m:4 l:2", "exp"), tile("L1", "m:4 l:2", "sum"), primitive="Shar"),
+        tile("L1", "m:4 n:4 l:8", tile("Reg", "", "pv")), tile("L1", "m:4 n:4", "div")))
+    w = online()
+    for flow, text, tensor in ((spatial, "must be temporal", "M"),
+                               (inside, "put the carried loops innermost", "M"),
+                               (leaves, "leaves the loop over 'l'", "E")):
+        structure = structure_of(w, SMALL, flow)
+        row = structure.default_factors
+        records = violation_records(structure, row)
+        assert records == evaluate(w, SMALL, flow).violations
+        assert any(v.kind == "dependency" and v.tensor == tensor and text in v.message
+                   for v in records), records
+        assert_records_equal(structure, random_rows(structure, 6, np.random.default_rng(5)))
+
+
+def test_random_carried_sweeps() -> None:
+    from tests.analysis.test_carried import ARCH as SMALL
+    from tests.analysis.test_carried import SMALL_ONLINE, sweeps
+
+    w = workload(SMALL_ONLINE)
+    rng = np.random.default_rng(9)
+
+    @SETTINGS
+    @given(sweeps(w))
+    def check(flow: Dataflow) -> None:
+        structure = structure_of(w, SMALL, flow)
+        assert_records_equal(structure, random_rows(structure, 4, rng))
+
+    check()
