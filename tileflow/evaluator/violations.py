@@ -214,8 +214,10 @@ class Records:
             return
         c, r = self.c, self.r
         level = c.arch.level_index[name]
-        by_tensor = {t: float(v.reshape(-1)[0]) if isinstance(v, np.ndarray) else float(v)
+        by_tensor = {t: float(np.asarray(v).reshape(-1)[0])
                      for t, v in words_by_tensor(r, "root", level).items()}
+        # a tensor the row holds nothing of at this level is no entry of the model's
+        by_tensor = {t: v for t, v in by_tensor.items() if v}
         worst = sorted(by_tensor.items(), key=lambda kv: -kv[1])[:3]
         detail = ", ".join(f"{t} {v:,.0f}" for t, v in worst)
         peak = sum(by_tensor.values())
