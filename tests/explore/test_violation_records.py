@@ -363,3 +363,25 @@ def test_engine_records_match_the_oracle(case: str) -> None:
         {"window"} if case == "conv-halo" else set()) | (
         {"array"} if case in ("gemm", "chain", "softmax") else set())
     assert required <= seen, seen
+
+
+def test_one_pass_gives_the_amounts_and_the_records() -> None:
+    """`checked` on one row: the batch's amounts per kind and the records, from one check."""
+    from tileflow.evaluator.engine import Rows
+    from tileflow.evaluator.limits import footprints
+    from tileflow.evaluator.violations import checked
+
+    w = workload(GEMM)
+    root = Tile("DRAM", (Loop("m", 4, True),), (Tile("L1", (Loop("n", 4), Loop("k", 2)),
+                                                    (Op("mm"),)),))
+    structure = structure_of(w, small_arch(l1_words=10), Dataflow(root, "hand"))
+    row = structure.default_factors
+    r = Rows(structure.compiled, structure.all_loop_factors(row[None, :]))
+    amounts, records = checked(r, footprints(r))
+    assert records == violation_records(structure, row)
+    # m:4 over 2 L1 instances; k's factors cover 2 of 4; per instance the L1 tile holds
+    # A 1 x 2, B 2 x 4 and C 1 x 4: 14 words in 10
+    assert [(v.kind, v.needed, v.available) for v in records] == [
+        ("coverage", 4, 2), ("capacity", 14, 10), ("fanout", 4, 2)]
+    assert {k: v[0] for k, v in amounts.amounts.items() if v[0]} == {
+        "coverage": 2, "capacity": 4, "fanout": 2}

@@ -36,9 +36,17 @@ def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:
     if row.min(initial=1) < 1:
         raise ValueError("every factor must be at least 1")
     r = Rows(structure.compiled, structure.all_loop_factors(row))
+    return checked(r, footprints(r))[1]
+
+
+def checked(r: Rows, fps: dict[str, np.ndarray]) -> tuple[Violations, tuple[Violation, ...]]:
+    """`limits.check` on one row's `Rows` and footprints (`limits.footprints`), with its
+    records: the amounts the batch reports and the model's records from one pass (an
+    evaluation at one row that has built `r` and `fps` pays for nothing twice)."""
     records = Records(r)
-    check(r, footprints(r), Violations(1, records))
-    return records.records()
+    out = Violations(1, records)
+    check(r, fps, out)
+    return out, records.records()
 
 
 def _at_row(x) -> int | float:
