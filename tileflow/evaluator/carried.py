@@ -38,16 +38,17 @@ def check(r, violations) -> None:
     for op, t, depth in _carried_ops(r):
         path = c.paths[op.name]
         seen = np.zeros(r.count, dtype=bool)  # a carried loop of more than one iteration
-        for lp in path.loops:
+        for i, lp in enumerate(path.loops):
             if lp.node > depth:
                 continue
             moves = r.n[lp.slot] > 1
             if lp.dim == op.carried and lp.spatial:
-                violations.flag("dependency", moves, 1.0)
+                violations.flag("dependency", moves, 1.0, ("carried-spatial", op.name, i))
             elif lp.dim == op.carried:
                 seen = seen | moves
             else:
-                violations.flag("dependency", seen & moves, 1.0)
+                violations.flag("dependency", seen & moves, 1.0,
+                                ("carried-inside", op.name, i))
         carrying = np.zeros(r.count, dtype=bool)
         for i in c.carries(t):
             carrying |= r.n[path.loops[i].slot] > 1
@@ -59,7 +60,7 @@ def check(r, violations) -> None:
             y = w.op_by_name[name].output.tensor
             leaves = y not in c.lca or not (c.lca[y] == lca or c.lca[y].startswith(lca + "."))
             if leaves and name not in rescaled:
-                violations.flag("dependency", carrying, 1.0)
+                violations.flag("dependency", carrying, 1.0, ("carried-leaves", op.name, name))
 
 
 def rescaling(r) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:

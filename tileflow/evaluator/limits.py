@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
+from typing import Protocol
 
 import numpy as np
 
@@ -33,6 +34,12 @@ def footprints(r: Rows) -> dict[str, np.ndarray]:
             total = total + v
         out[c.arch.levels[level].name] = total
     return out
+
+
+def words_by_tensor(r: Rows, path: str, level: int) -> Words:
+    """Per tensor, the words the subtree at node `path` holds at `level` (what a level's
+    footprint is the sum of; at a subtree, where an overrun shows)."""
+    return _fp(r, path, r.c.tiles[path], level)
 
 
 def _total(words: Words, rows: int) -> np.ndarray:
@@ -277,20 +284,37 @@ def _kept_rows(r: Rows, tensor: str) -> np.ndarray | float:
     return extra
 
 
-class Violations:
-    """Per kind, the largest amount (needed - available) by which each row exceeds it."""
+Site = tuple
+"""Which check produced an amount (`check` names it; a `Recorder` turns it into a record)."""
 
-    def __init__(self, rows: int):
+
+class Recorder(Protocol):
+    """Told of every check with its site, the rows' `needed` and `available` amounts (for a
+    flag: the rows where it holds and 1 - a boolean amount)."""
+
+    def __call__(self, kind: str, site: Site, needed, available) -> None: ...
+
+
+class Violations:
+    """Per kind, the largest amount (needed - available) by which each row exceeds it; with a
+    `recorder`, every check is also reported with its site (the records of one row)."""
+
+    def __init__(self, rows: int, recorder: Recorder | None = None):
         self.rows = rows
         self.amounts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(rows))
+        self.recorder = recorder
 
-    def add(self, kind: str, needed, available) -> None:
+    def add(self, kind: str, needed, available, site: Site = ()) -> None:
         over = np.asarray(needed, dtype=float) - np.asarray(available, dtype=float)
         self.amounts[kind] = np.maximum(self.amounts[kind], np.where(over > 0, over, 0.0))
+        if self.recorder is not None:
+            self.recorder(kind, site, needed, available)
 
-    def flag(self, kind: str, where: np.ndarray, amount) -> None:
+    def flag(self, kind: str, where: np.ndarray, amount, site: Site = ()) -> None:
         self.amounts[kind] = np.maximum(self.amounts[kind],
                                         np.where(where, np.asarray(amount, dtype=float), 0.0))
+        if self.recorder is not None:
+            self.recorder(kind, site, where, amount)
 
     @property
     def valid(self) -> np.ndarray:
@@ -301,28 +325,31 @@ class Violations:
 
 
 def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
-    """Every constraint of every row."""
+    """Every constraint of every row (each with its site, for `out`'s recorder)."""
     c = r.c
     w = c.workload
+    if c.shape.violations:  # dependent Para children: the structure's own, every row
+        out.flag("dependency", np.ones(r.count, dtype=bool), 1.0, ("structure",))
     for name, words in fps.items():
-        out.add("capacity", words, c.arch.level(name).capacity_words)
-    for path in c.paths.values():
-        for used, limit in c.fanout_limits(path):
-            out.add("fanout", r.prod(path, used), limit)
+        out.add("capacity", words, c.arch.level(name).capacity_words, ("capacity", name))
+    for o, path in c.paths.items():
+        for k, (used, limit) in enumerate(c.fanout_limits(path)):
+            out.add("fanout", r.prod(path, used), limit, ("fanout", o, k))
     _check_arrays(r, out)
-    for demand, ops, (first, spread_loops), limits in c.split_limits():
+    for k, (demand, ops, (first, spread_loops), limits) in enumerate(c.split_limits()):
         spread = r.prod(c.paths[first], spread_loops)
         for kind, (limit, fanout) in limits.items():
             def units(o: str, kind: str = kind, ops=ops):
                 own, loops = ops[o]
                 return r.prod(c.paths[o], loops) if own == kind else 0
             used = fold_demand(demand, units, np.maximum)
-            out.add("fanout", used * spread, split_limit(limit, fanout, spread))
+            out.add("fanout", used * spread, split_limit(limit, fanout, spread),
+                    ("split", k, kind, spread))
     for o, path in c.paths.items():
         shifts = r.shift[o]
         for d in path.op.dims:
             covered = shifts.get(d, 0) + r.extents[o][0][d]
-            out.add("coverage", w.sizes[d], covered)
+            out.add("coverage", w.sizes[d], covered, ("coverage", o, d))
     for t, lca in c.lca.items():
         producer = w.op_by_name[w.producer[t]]
         path = c.paths[producer.name]
@@ -331,19 +358,20 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
         for i, lp in enumerate(path.loops):
             if lp.node <= depth and lp.dim in producer.reduction_dims and i not in carried:
                 n = r.n[lp.slot]
-                out.flag("dependency", n > 1, n - 1)
+                out.flag("dependency", n > 1, n - 1, ("reduction", t, i))
     carried_state.check(r, out)
-    for path in c.paths.values():  # `prepare._check_summed_outputs`, which the model raises
+    for o, path in c.paths.items():  # `prepare._check_summed_outputs`, which the model raises
         summed = {d for axis in path.op.output.axes if len(axis.terms) > 1
                   for d, _ in axis.terms}
-        for lp in path.loops:
+        for i, lp in enumerate(path.loops):
             if lp.spatial and lp.dim in summed:
-                out.flag("dependency", r.n[lp.slot] > 1, 1.0)
-    for _t, producer, consumer, d, window, depth, tiling in c.windows:
+                out.flag("dependency", r.n[lp.slot] > 1, 1.0, ("summed", o, i))
+    for t, producer, consumer, d, window, depth, tiling in c.windows:
         need = r.extents[consumer][depth + 1][d] + window
         has = r.extents[producer][depth + 1][d]
         tiled = r.any_above_one(c.paths[producer], tiling)
-        out.flag("window", tiled & (has < need), need - has)
+        out.flag("window", tiled & (has < need), need - has,
+                 ("window", t, consumer, d, need, has))
 
 
 def _check_arrays(r: Rows, out: Violations) -> None:
@@ -353,7 +381,7 @@ def _check_arrays(r: Rows, out: Violations) -> None:
     iteration is the first)."""
     c = r.c
     where = {k: key for key, k in c.slot_of.items()}
-    for path in c.paths.values():
+    for o, path in c.paths.items():
         levels = path.levels
         for j in range(len(levels)):
             last = j == len(levels) - 1
@@ -381,4 +409,4 @@ def _check_arrays(r: Rows, out: Violations) -> None:
                 spread["y"] = spread["y"] * np.where(first_free, 1, n)
                 first_free = first_free & ~spreads
             for axis, size in zip("xy", mesh, strict=True):
-                out.add("array", spread[axis], size)
+                out.add("array", spread[axis], size, ("array", o, j, axis, mesh))
