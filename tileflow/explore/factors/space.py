@@ -68,6 +68,13 @@ def _divisors(n: int) -> tuple[int, ...]:
                          for d in (i, n // i)}))
 
 
+def _ints(state) -> list[int]:
+    """A state as a list of Python ints (`tolist` for an integer array, at C speed)."""
+    if isinstance(state, np.ndarray) and state.dtype.kind in "iu":
+        return state.tolist()
+    return [int(x) for x in state]
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -184,7 +191,7 @@ class Space:
     def propagate(self, state: np.ndarray) -> np.ndarray:
         """Assign every forced slot (the last undecided one of a chain) and every slot that
         belongs to no chain (factor 1); returns a new array."""
-        values = [int(x) for x in state]
+        values = _ints(state)
         self._propagate(values)
         return np.array(values, dtype=np.int64)
 
@@ -274,15 +281,14 @@ class Space:
         it opens a choice; pruning uses the bounds of `tileflow.explore.factors.bounds` (a loop of
         one
         iteration spreads over nothing, so footprints are not monotone in every slot)."""
-        out = [int(x) for x in state]
-        undecided = [x == UNDECIDED for x in out]
-        out = [1 if u else x for x, u in zip(out, undecided, strict=True)]
+        values = _ints(state)
+        out = [x or 1 for x in values]  # UNDECIDED is 0
         spatial, limit = self._spatial, self._limit
         for slots, size in zip(self._chain_slots, self._chain_size, strict=True):
-            open_slots = [i for i in slots if undecided[i]]
+            open_slots = [i for i in slots if values[i] == UNDECIDED]
             if not open_slots:
                 continue
-            need = ceil_div(size, math.prod(out[i] for i in slots))
+            need = -(-size // math.prod([out[i] for i in slots]))
             temporal = [i for i in open_slots if not spatial[i]]
             if temporal:
                 out[temporal[0]] *= need
@@ -336,7 +342,7 @@ class Space:
                else None)
         found = self._propagated_states.get(key) if key is not None else None
         if found is None:
-            s = [int(x) for x in state]
+            s = _ints(state)
             found = (s, self._propagate(s))
             if key is not None:
                 if len(self._propagated_states) > 50_000:
