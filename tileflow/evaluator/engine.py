@@ -141,24 +141,38 @@ class Rows:
 
 def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
     """Loops (n, stride) sorted by stride, ignoring single iterations, each striding over the
-    span of those before it, starting at `start`: (every row nests?, final span). All
-    loops at once: loop k's span below is `start` times the trips of the loops that sort
-    before it (more than one trip, a smaller stride, or an equal stride and an earlier
-    place), a product over a loops x loops x rows table (integer products: any order
-    gives the same value)."""
+    span of those before it, starting at `start`: (every row nests?, final span). Loop k's
+    span below is `start` times the trips of the loops that sort before it (more than one
+    trip, a smaller stride, or an equal stride and an earlier place); from four loops on,
+    all at once as a loops x loops x rows product (integer products: any order gives the
+    same value)."""
     if not loops:
         return np.ones(start.shape, dtype=bool), start.copy()
-    n = np.stack([np.broadcast_to(trips, start.shape) for trips, _ in loops])
-    s = np.stack([np.broadcast_to(stride, start.shape) for _, stride in loops])
     if len(loops) == 1:
-        return (n[0] <= 1) | (s[0] == start), start * n[0]
-    place = np.arange(len(loops))
-    earlier = (place[None, :] < place[:, None])[:, :, None]  # [k, m]: loop m comes first
-    sk, sm = s[:, None, :], s[None, :, :]
-    before = (n > 1)[None, :, :] & ((sm < sk) | ((sm == sk) & earlier))
-    below = start * np.where(before, n[None, :, :], 1).prod(axis=1)
-    ok = ((n <= 1) | (s == below)).all(axis=0)
-    return ok, start * n.prod(axis=0)
+        n, s = loops[0]
+        return (n <= 1) | (s == start), start * n
+    if len(loops) >= 4:
+        n = np.stack([np.broadcast_to(trips, start.shape) for trips, _ in loops])
+        s = np.stack([np.broadcast_to(stride, start.shape) for _, stride in loops])
+        place = np.arange(len(loops))
+        earlier = (place[None, :] < place[:, None])[:, :, None]  # [k, m]: m comes first
+        sk, sm = s[:, None, :], s[None, :, :]
+        before = (n > 1)[None, :, :] & ((sm < sk) | ((sm == sk) & earlier))
+        below = start * np.where(before, n[None, :, :], 1).prod(axis=1)
+        return ((n <= 1) | (s == below)).all(axis=0), start * n.prod(axis=0)
+    several = [n > 1 for n, _ in loops]
+    live = [bool(g.any()) for g in several]
+    ok = np.ones(start.shape, dtype=bool)
+    span = start
+    for k, (n, s) in enumerate(loops):
+        below = start
+        for m, (n2, s2) in enumerate(loops):
+            if m != k and live[m]:
+                before = several[m] & ((s2 < s) | ((s2 == s) & (m < k)))
+                below = below * np.where(before, n2, 1)
+        ok &= (n <= 1) | (s == below)
+        span = span * n
+    return ok, span
 
 
 Busy = dict[tuple[int, str], np.ndarray]  # (level, port): cycles the port is busy, per row
