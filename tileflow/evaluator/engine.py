@@ -28,6 +28,9 @@ class Rows:
         self.count = len(factors)
         self.n = np.ascontiguousarray(factors.T)
         self.stride = np.ones_like(self.n)
+        # one array of ones for every extent that starts at 1 (never written in place: the
+        # extents grow into new arrays), instead of one per operator, dim and path
+        self._one = np.ones(self.count, dtype=I64)
         self._strides(c.flow.root, "root")
         self.extents = {o: self._extents(p) for o, p in c.paths.items()}
         self.shift = {o: self._shift(o) for o in c.paths}
@@ -46,8 +49,7 @@ class Rows:
         extents: dict[str, dict[str, np.ndarray]] = {}
         for i, child in enumerate(node.children):
             if isinstance(child, Op):
-                extents[child.op] = {d: np.ones(self.count, dtype=I64)
-                                     for d in w.op_by_name[child.op].dims}
+                extents[child.op] = dict.fromkeys(w.op_by_name[child.op].dims, self._one)
             else:
                 extents.update(self._strides(child, f"{path}.{i}"))
         for i in reversed(range(len(node.loops))):
@@ -55,7 +57,7 @@ class Rows:
             slot = self.c.slot_of[(path, i)]
             spans = [e[dim] for e in extents.values() if dim in e]
             # a dim no operator below uses: a repetition of stride 1
-            stride = spans[0] if spans else np.ones(self.count, dtype=I64)
+            stride = spans[0] if spans else self._one
             for s in spans[1:]:
                 stride = np.minimum(stride, s)
             self.stride[slot] = stride
@@ -68,8 +70,7 @@ class Rows:
     def _extents(self, path: Path) -> list[dict[str, np.ndarray]]:
         """Per path position, each dim's extent covered by the tiles from there down."""
         dims = dict.fromkeys((*path.op.dims, *(lp.dim for lp in path.loops)))
-        one = np.ones(self.count, dtype=I64)
-        out = [{d: one for d in dims} for _ in range(len(path.chain) + 1)]
+        out = [dict.fromkeys(dims, self._one) for _ in range(len(path.chain) + 1)]
         for lp in path.loops:
             grow = (self.n[lp.slot] - 1) * self.stride[lp.slot]
             for position in range(lp.node + 1):
