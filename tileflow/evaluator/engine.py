@@ -28,6 +28,9 @@ class Rows:
         self.count = len(factors)
         self.n = np.ascontiguousarray(factors.T)
         self.stride = np.ones_like(self.n)
+        # one array of ones for every extent that starts at 1 (never written in place: the
+        # extents grow into new arrays), instead of one per operator, dim and path
+        self._one = np.ones(self.count, dtype=I64)
         self._strides(c.flow.root, "root")
         self.extents = {o: self._extents(p) for o, p in c.paths.items()}
         self.shift = {o: self._shift(o) for o in c.paths}
@@ -46,8 +49,7 @@ class Rows:
         extents: dict[str, dict[str, np.ndarray]] = {}
         for i, child in enumerate(node.children):
             if isinstance(child, Op):
-                extents[child.op] = {d: np.ones(self.count, dtype=I64)
-                                     for d in w.op_by_name[child.op].dims}
+                extents[child.op] = dict.fromkeys(w.op_by_name[child.op].dims, self._one)
             else:
                 extents.update(self._strides(child, f"{path}.{i}"))
         for i in reversed(range(len(node.loops))):
@@ -55,7 +57,7 @@ class Rows:
             slot = self.c.slot_of[(path, i)]
             spans = [e[dim] for e in extents.values() if dim in e]
             # a dim no operator below uses: a repetition of stride 1
-            stride = spans[0] if spans else np.ones(self.count, dtype=I64)
+            stride = spans[0] if spans else self._one
             for s in spans[1:]:
                 stride = np.minimum(stride, s)
             self.stride[slot] = stride
@@ -68,8 +70,7 @@ class Rows:
     def _extents(self, path: Path) -> list[dict[str, np.ndarray]]:
         """Per path position, each dim's extent covered by the tiles from there down."""
         dims = dict.fromkeys((*path.op.dims, *(lp.dim for lp in path.loops)))
-        one = np.ones(self.count, dtype=I64)
-        out = [{d: one for d in dims} for _ in range(len(path.chain) + 1)]
+        out = [dict.fromkeys(dims, self._one) for _ in range(len(path.chain) + 1)]
         for lp in path.loops:
             grow = (self.n[lp.slot] - 1) * self.stride[lp.slot]
             for position in range(lp.node + 1):
@@ -141,15 +142,34 @@ class Rows:
 
 def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
     """Loops (n, stride) sorted by stride, ignoring single iterations, each striding over the
-    span of those before it, starting at `start`: (every row nests?, final span)."""
+    span of those before it, starting at `start`: (every row nests?, final span). Loop k's
+    span below is `start` times the trips of the loops that sort before it (more than one
+    trip, a smaller stride, or an equal stride and an earlier place); from four loops on,
+    all at once as a loops x loops x rows product (integer products: any order gives the
+    same value)."""
+    if not loops:
+        return np.ones(start.shape, dtype=bool), start.copy()
+    if len(loops) == 1:
+        n, s = loops[0]
+        return (n <= 1) | (s == start), start * n
+    if len(loops) >= 4:
+        n = np.stack([np.broadcast_to(trips, start.shape) for trips, _ in loops])
+        s = np.stack([np.broadcast_to(stride, start.shape) for _, stride in loops])
+        place = np.arange(len(loops))
+        earlier = (place[None, :] < place[:, None])[:, :, None]  # [k, m]: m comes first
+        sk, sm = s[:, None, :], s[None, :, :]
+        before = (n > 1)[None, :, :] & ((sm < sk) | ((sm == sk) & earlier))
+        below = start * np.where(before, n[None, :, :], 1).prod(axis=1)
+        return ((n <= 1) | (s == below)).all(axis=0), start * n.prod(axis=0)
+    several = [n > 1 for n, _ in loops]
+    live = [bool(g.any()) for g in several]
     ok = np.ones(start.shape, dtype=bool)
-    span = start.copy()
+    span = start
     for k, (n, s) in enumerate(loops):
-        # the span below loop k: start times the trips of the loops that sort before it
-        below = start.copy()
+        below = start
         for m, (n2, s2) in enumerate(loops):
-            if m != k and (n2 > 1).any():
-                before = (n2 > 1) & ((s2 < s) | ((s2 == s) & (m < k)))
+            if m != k and live[m]:
+                before = several[m] & ((s2 < s) | ((s2 == s) & (m < k)))
                 below = below * np.where(before, n2, 1)
         ok &= (n <= 1) | (s == below)
         span = span * n

@@ -64,9 +64,10 @@ class Structure:
                     "rule (deltas: timeloop)")
         return ""
 
-    @property
+    @cached_property
     def compiled(self):
-        """The factor-independent analysis, done once per tree shape (cached)."""
+        """The factor-independent analysis, done once per tree shape (cached there, and kept
+        here: the search asks on every call, and the shared cache's key costs a tree walk)."""
         from tileflow.evaluator.compiled import compiled_for
 
         return compiled_for(self.workload, self.arch, self.template)

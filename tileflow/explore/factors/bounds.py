@@ -77,6 +77,7 @@ class Bounds:
                 by_tile.setdefault(s.path, []).append(i)
         self.spread = [(idx, max(int(space.spatial_limit[i]) for i in idx))
                        for idx in by_tile.values()]
+        self._chain_slots = [c.slots for c in space.chains]
         # bound row bytes -> words per level (nodes of one tree often share a bound row)
         self._footprints: dict[bytes, dict[str, float]] = {}
 
@@ -89,11 +90,10 @@ class Bounds:
         by several chains takes the least of their remainders), every other undecided slot
         1. It may fall short of covering a dimension: it is a bound, not a point."""
         sp = self.space
-        values = [int(x) for x in state]
-        out = [1 if x == UNDECIDED else x for x in values]
+        values = state.tolist() if isinstance(state, np.ndarray) else [int(x) for x in state]
+        out = [x or 1 for x in values]  # UNDECIDED is 0
         outermost = {}
-        for k, chain in enumerate(sp.chains):
-            slots = chain.slots
+        for k, slots in enumerate(self._chain_slots):
             for i in slots:
                 if values[i] == UNDECIDED:
                     outermost[k] = i
@@ -135,19 +135,21 @@ class Bounds:
 
     def spread_exceeded(self, state: np.ndarray) -> bool:
         """Decided spatial factors of one tile already multiply beyond its fan-out."""
-        return any(math.prod(int(state[i]) for i in idx if state[i] != UNDECIDED) > limit
+        values = state.tolist() if isinstance(state, np.ndarray) else state
+        return any(math.prod([values[i] for i in idx if values[i] != UNDECIDED]) > limit
                    for idx, limit in self.spread)
 
     def feasible(self, states: np.ndarray) -> np.ndarray:
         """False for each partial assignment that no covering completion can make valid."""
         states = np.asarray(states, dtype=np.int64).reshape(-1, self.space.size)
-        ok = np.array([not self.spread_exceeded(s) for s in states], dtype=bool)
+        lists = states.tolist()  # plain ints for the per-slot checks
+        ok = np.array([not self.spread_exceeded(s) for s in lists], dtype=bool)
         names = list(self.capacity)
         limits = {x: min(self.capacity[name], self.limits.footprint_words.get(name, math.inf))
                   for x, name in enumerate(names)}
         limited = {x for x, limit in limits.items() if math.isfinite(limit)}
         checked = [self.monotone_levels(s) & limited if ok[r] else set()
-                   for r, s in enumerate(states)]
+                   for r, s in enumerate(lists)]
         if not any(checked):  # no level to check (or every state pruned already)
             return ok
         rows = [self.footprint_bound(s) for r, s in enumerate(states) if checked[r]]

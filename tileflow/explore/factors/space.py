@@ -68,6 +68,13 @@ def _divisors(n: int) -> tuple[int, ...]:
                          for d in (i, n // i)}))
 
 
+def _ints(state) -> list[int]:
+    """A state as a list of Python ints (`tolist` for an integer array, at C speed)."""
+    if isinstance(state, np.ndarray) and state.dtype.kind in "iu":
+        return state.tolist()
+    return [int(x) for x in state]
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -131,6 +138,10 @@ class Space:
         self._deps = [tuple(sorted({j for k in ks for j in self.chains[k].slots}))
                       for ks in self.chains_of]
         self._candidates: dict[tuple, list[int]] = {}
+        self._propagated_states: dict[bytes, tuple[list[int], list[int]]] = {}
+        # per shared slot: the slots that wait on it (free once it is decided)
+        self._waiters = {j: tuple(i for i, waits in self._waits_on if j in waits)
+                         for j in range(len(self.chains_of)) if self.shared[j]}
         # chains x slots: which slots each chain holds (its undecided ones counted at once)
         self._incidence = np.zeros((len(self.chains), len(self.structure.slots)), dtype=np.int64)
         for k, c in enumerate(self.chains):
@@ -180,31 +191,41 @@ class Space:
     def propagate(self, state: np.ndarray) -> np.ndarray:
         """Assign every forced slot (the last undecided one of a chain) and every slot that
         belongs to no chain (factor 1); returns a new array."""
-        values = [int(x) for x in state]
+        values = _ints(state)
         self._propagate(values)
         return np.array(values, dtype=np.int64)
 
     def _propagate(self, s: list[int], opens: list[int] | None = None) -> list[int]:
         """`propagate` in place on a list; `opens`: each chain's undecided slots, kept up to
         date here (counted afresh when not given). Chains are visited in order, pass after
-        pass, as long as one has a single undecided slot. Returns the counts."""
+        pass, as long as one has a single undecided slot (the next such chain of a pass is
+        found with `list.index`, which visits them in the same order). Returns the counts."""
         for i in self._chainless:
             if s[i] == UNDECIDED:
                 s[i] = 1
-        chain_slots, chains_of = self._chain_slots, self._chains_of
+        chain_slots, chains_of, sizes = self._chain_slots, self._chains_of, self._chain_size
         if opens is None:
             opens = (self._incidence @ (np.array(s, dtype=np.int64) == UNDECIDED)).tolist()
-        changed = True
-        while changed:
-            changed = False
-            for k, slots in enumerate(chain_slots):
-                if opens[k] != 1:
-                    continue
-                i = next(j for j in slots if s[j] == UNDECIDED)
-                s[i] = max(self.remaining(s, m) for m in chains_of[i] if opens[m] == 1)
+        while 1 in opens:  # a pass over the chains, in order
+            k = 0
+            while True:
+                try:
+                    k = opens.index(1, k)
+                except ValueError:
+                    break
+                i = next(j for j in chain_slots[k] if s[j] == UNDECIDED)
+                need = 0
+                for m in chains_of[i]:
+                    if opens[m] == 1:
+                        done = 1
+                        for j in chain_slots[m]:
+                            if s[j] != UNDECIDED:
+                                done *= s[j]
+                        need = max(need, -(-sizes[m] // done))
+                s[i] = need
                 for m in chains_of[i]:
                     opens[m] -= 1
-                changed = True
+                k += 1
         return opens
 
     def free_slots(self, state) -> list[int]:
@@ -224,13 +245,17 @@ class Space:
         """Factors a free slot may take: the divisors of what its chains leave, within the
         fan-out for spatial slots; with `non_divisors`, also powers of two and the fan-out
         limit itself where they do not divide (the last tile is clipped)."""
-        key = (slot, *(state[j] for j in self._deps[slot]))
+        return list(self._candidates_shared(state, slot))
+
+    def _candidates_shared(self, state, slot: int) -> list[int]:
+        """`candidates`, the memoised list itself (the caller must not change it)."""
+        key = (slot, *map(state.__getitem__, self._deps[slot]))
         found = self._candidates.get(key)
         if found is None:
             if len(self._candidates) > 200_000:
                 self._candidates.clear()
             found = self._candidates[key] = self._candidates_of(state, slot)
-        return list(found)
+        return found
 
     def _candidates_of(self, state, slot: int) -> list[int]:
         rem = self.slot_remaining(state, slot)
@@ -256,15 +281,14 @@ class Space:
         it opens a choice; pruning uses the bounds of `tileflow.explore.factors.bounds` (a loop of
         one
         iteration spreads over nothing, so footprints are not monotone in every slot)."""
-        out = [int(x) for x in state]
-        undecided = [x == UNDECIDED for x in out]
-        out = [1 if u else x for x, u in zip(out, undecided, strict=True)]
+        values = _ints(state)
+        out = [x or 1 for x in values]  # UNDECIDED is 0
         spatial, limit = self._spatial, self._limit
         for slots, size in zip(self._chain_slots, self._chain_size, strict=True):
-            open_slots = [i for i in slots if undecided[i]]
+            open_slots = [i for i in slots if values[i] == UNDECIDED]
             if not open_slots:
                 continue
-            need = ceil_div(size, math.prod(out[i] for i in slots))
+            need = -(-size // math.prod([out[i] for i in slots]))
             temporal = [i for i in open_slots if not spatial[i]]
             if temporal:
                 out[temporal[0]] *= need
@@ -282,22 +306,49 @@ class Space:
         (uniform over candidates, i.e. roughly log-uniform over sizes). With `spread_bias`,
         a spatial slot takes its largest candidate with that probability (using the whole
         fan-out is most often what pays)."""
-        s = [int(x) for x in state]
-        opens = self._propagate(s)
-        limit, chains_of = self._limit, self._chains_of
+        s, opens = self._propagated(state)
+        limit, chains_of, waiters = self._limit, self._chains_of, self._waiters
+        integers, uniform = rng.integers, rng.random
+        # `free_slots` kept by difference: the undecided slots, less those that wait on an
+        # undecided shared slot (the same slots in the same order, without the full scan);
+        # a slot only leaves it, except when a shared slot is decided
+        shared_open: list[int] = []
+        free: list[int] = []
+        fresh = True
         while True:
-            free = self.free_slots(s)
+            if fresh:
+                shared_open = [j for j in waiters if s[j] == UNDECIDED]
+                blocked = {i for j in shared_open for i in waiters[j]}
+                free = [i for i, x in enumerate(s) if x == UNDECIDED and i not in blocked]
+            else:
+                free = [i for i in free if s[i] == UNDECIDED]
             if not free:
                 return np.array(s, dtype=np.int64)
-            slot = free[rng.integers(len(free))]
-            values = self.candidates(s, slot)
-            if limit[slot] and rng.random() < spread_bias:
+            slot = free[integers(len(free))]
+            values = self._candidates_shared(s, slot)
+            if limit[slot] and uniform() < spread_bias:
                 s[slot] = values[-1]
             else:
-                s[slot] = values[rng.integers(len(values))]
+                s[slot] = values[integers(len(values))]
             for m in chains_of[slot]:
                 opens[m] -= 1
             self._propagate(s, opens)
+            fresh = any(s[j] != UNDECIDED for j in shared_open)
+
+    def _propagated(self, state) -> tuple[list[int], list[int]]:
+        """A propagated copy of `state` as a list, and its chains' undecided counts; kept for
+        array states (the rollouts of a leaf start from the same state)."""
+        key = (state.tobytes() if isinstance(state, np.ndarray) and state.dtype == np.int64
+               else None)
+        found = self._propagated_states.get(key) if key is not None else None
+        if found is None:
+            s = _ints(state)
+            found = (s, self._propagate(s))
+            if key is not None:
+                if len(self._propagated_states) > 50_000:
+                    self._propagated_states.clear()
+                self._propagated_states[key] = found
+        return list(found[0]), list(found[1])
 
     def root_state(self) -> np.ndarray:
         state = np.zeros(self.size, dtype=np.int64)

@@ -147,9 +147,10 @@ def _encode(rows: np.ndarray, result: Evaluated, worker: int) -> str:
     return json.dumps({
         "worker": worker,
         "rows": np.asarray(rows).tolist(),
-        "cost": [c if math.isfinite(c) else None for c in map(float, result.cost)],
-        "valid": [bool(v) for v in result.valid],
-        "metrics": {k: [float(x) for x in v] for k, v in result.metrics.items()}})
+        "cost": [c if math.isfinite(c) else None
+                 for c in np.asarray(result.cost, dtype=float).tolist()],
+        "valid": np.asarray(result.valid, dtype=bool).tolist(),
+        "metrics": {k: np.asarray(v, dtype=float).tolist() for k, v in result.metrics.items()}})
 
 
 class DamagedTrial(InputError):

@@ -68,6 +68,8 @@ class MCTS:
         self.elite: list[tuple[float, bytes]] = []  # (cost, row bytes), best first
         self.warm = [np.asarray(w, dtype=np.int64) for w in warm]
         self._pending: list[np.ndarray] = []  # expansions' smallest completions, to evaluate
+        self._elite_cdf: dict[int, np.ndarray] = {}  # elite size -> cumulative weights
+        self._plan: tuple[list[int], dict[int, list[int]], dict[int, list[int]]] | None = None
 
     # --- tree -------------------------------------------------------------------------
 
@@ -169,12 +171,15 @@ class MCTS:
 
     def _learn(self, rows: np.ndarray, result: Evaluated) -> None:
         """Keep the elite; called for every evaluated row (expansions included)."""
-        for row, cost in zip(rows, result.cost, strict=True):
+        rows = np.asarray(rows, dtype=np.int64)
+        known = {k for _, k in self.elite}
+        for row, cost in zip(rows, np.asarray(result.cost, dtype=float).tolist(), strict=True):
             if math.isfinite(cost):
-                self.best_cost = min(self.best_cost, float(cost))
-                key = np.asarray(row, dtype=np.int64).tobytes()
-                if all(k != key for _, k in self.elite):
-                    self.elite.append((float(cost), key))
+                self.best_cost = min(self.best_cost, cost)
+                key = row.tobytes()
+                if key not in known:
+                    known.add(key)
+                    self.elite.append((cost, key))
         self.elite.sort(key=lambda e: e[0])
         del self.elite[16:]
 
@@ -189,24 +194,14 @@ class MCTS:
         neighbouring factor and one slot of each of its chains (the outermost other temporal
         one) takes up the difference, everything else kept; otherwise the slot's chains are
         drawn anew (a shared slot takes the chains below it along)."""
-        weights = np.array([1.0 / (1 + i) for i in range(len(self.elite))])
-        pick = self.rng.choice(len(self.elite), p=weights / weights.sum())
+        pick = self._pick_elite()
         row = np.frombuffer(self.elite[pick][1], dtype=np.int64).copy()
         sp = self.space
-        decisions = [i for i in range(sp.size) if sp.chains_of[i] and i not in sp.fixed]
+        decisions, undo_local, undo_all = self._mutation_plan()
         slot = decisions[self.rng.integers(len(decisions))]
         old = int(row[slot])
         local = self.rng.random() < 0.75
-        undo = {slot}
-        for k in sp.chains_of[slot]:
-            others = [j for j in sp.chains[k].slots
-                      if j != slot and not sp.shared[j] and j not in sp.fixed]
-            if local:
-                temporal = [j for j in others if not sp.spatial_limit[j]]
-                undo |= set((temporal or others)[:1])
-            else:
-                undo |= set(others)
-        row[list(undo)] = UNDECIDED
+        row[(undo_local if local else undo_all)[slot]] = UNDECIDED
         state = sp.propagate(row)
         if state[slot] == UNDECIDED and local:
             values = sp.candidates(state, slot)
@@ -215,6 +210,39 @@ class MCTS:
                 state[slot] = near[self.rng.integers(len(near))]
                 state = sp.propagate(state)
         return sp.random_completion(state, self.rng, self.spread_bias)
+
+    def _pick_elite(self) -> int:
+        """An elite index, drawn with weights 1/(1 + rank): `Generator.choice(n, p=...)`
+        written as its definition (the cumulative weights searched with one uniform draw,
+        the same draw and the same answer) without its per-call checks of `p`."""
+        n = len(self.elite)
+        cdf = self._elite_cdf.get(n)
+        if cdf is None:
+            weights = np.array([1.0 / (1 + i) for i in range(n)])
+            cdf = (weights / weights.sum()).cumsum()
+            cdf /= cdf[-1]
+            self._elite_cdf[n] = cdf
+        return int(cdf.searchsorted(self.rng.random(), side="right"))
+
+    def _mutation_plan(self) -> tuple[list[int], dict[int, list[int]], dict[int, list[int]]]:
+        """The slots a mutation may pick, and per slot the slots it re-opens: a local move
+        (the outermost other temporal slot of each of its chains, or the outermost other
+        one) and a redraw (every other slot of its chains); shared and fixed slots stay."""
+        if self._plan is None:
+            sp = self.space
+            decisions = [i for i in range(sp.size) if sp.chains_of[i] and i not in sp.fixed]
+            undo_local, undo_all = {}, {}
+            for slot in decisions:
+                near, every = {slot}, {slot}
+                for k in sp.chains_of[slot]:
+                    others = [j for j in sp.chains[k].slots
+                              if j != slot and not sp.shared[j] and j not in sp.fixed]
+                    temporal = [j for j in others if not sp.spatial_limit[j]]
+                    near |= set((temporal or others)[:1])
+                    every |= set(others)
+                undo_local[slot], undo_all[slot] = sorted(near), sorted(every)
+            self._plan = (decisions, undo_local, undo_all)
+        return self._plan
 
     def step(self, evaluate: Evaluate, n: int) -> None:
         if self.warm:

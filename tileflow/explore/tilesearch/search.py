@@ -29,9 +29,15 @@ class PointCache:
     evaluations: int = 0  # new evaluations made through this cache
 
     def add(self, rows: np.ndarray, result: Evaluated) -> None:
-        for r, row in enumerate(np.asarray(rows, dtype=np.int64)):
-            self.rows[row.tobytes()] = (float(result.cost[r]), bool(result.valid[r]),
-                                        {k: float(v[r]) for k, v in result.metrics.items()})
+        rows = np.asarray(rows, dtype=np.int64)
+        names = list(result.metrics)
+        # plain Python floats at once (per-element NumPy scalars cost more than the rest)
+        columns = [np.asarray(v, dtype=float).tolist() for v in result.metrics.values()]
+        costs = np.asarray(result.cost, dtype=float).tolist()
+        valid = np.asarray(result.valid, dtype=bool).tolist()
+        for r, row in enumerate(rows):
+            self.rows[row.tobytes()] = (costs[r], valid[r],
+                                        dict(zip(names, [c[r] for c in columns], strict=True)))
 
     def evaluate(self, rows: np.ndarray, record: Recorder | None = None) -> Evaluated:
         """Evaluate the rows not seen before (once each); answer all rows."""
