@@ -158,7 +158,7 @@ def _result(trace: Trace, structure: Structure, flow: Dataflow,
     fps = tuple(
         Footprint(level, sum(_at(v) for v in words.values()),
                   arch.level(level).capacity_words,
-                  {t: _at(v) for t, v in words.items() if _at(v)})
+                  {t: _at(v) for t, v in words.items() if _at(v)})  # tensors held
         for level, words in trace.footprints.items())
     utilization = macs / (cycles * arch.total_macs_per_cycle) if cycles else 0.0
     return Result(
