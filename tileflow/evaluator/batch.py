@@ -51,13 +51,14 @@ class BatchResult:
 class NodeTimes:
     """One tile's phases per row, as `_latency` combines them: its loads, its children, its
     stores, its single-buffered transfers in series, and what the overlap convention adds
-    (the first load and last store, or the lock-step slots beyond the slowest phase)."""
+    (the first load and last store, or the lock-step slots beyond the slowest phase). Each
+    an array over rows, or one number where it is the same on every row (0: none)."""
 
-    load: np.ndarray
-    inner: np.ndarray
-    store: np.ndarray
-    serial: np.ndarray
-    extra: np.ndarray
+    load: np.ndarray | float
+    inner: np.ndarray | float
+    store: np.ndarray | float
+    serial: np.ndarray | float
+    extra: np.ndarray | float
 
 
 @dataclass
@@ -348,8 +349,7 @@ def _latency(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None)
         return np.where(moving, cycles + overlap, cycles)
 
     def record(path: str, *phases) -> None:
-        trace.nodes[path] = NodeTimes(*(np.broadcast_to(np.asarray(p, dtype=float), (r.count,))
-                                        for p in phases))
+        trace.nodes[path] = NodeTimes(*phases)
 
     cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
     # children running at once share a one-instance level's port: its total bounds the cycles
