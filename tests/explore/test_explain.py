@@ -257,3 +257,62 @@ def test_a_malformed_tree_raises_as_evaluate_does() -> None:
         evaluate(w, TIMED, flow)
     with pytest.raises(InvalidDataflow):
         explain_dataflow(w, TIMED, flow)
+
+
+# the small accelerator with slow DRAM and L1 ports: transfers bound the latency
+SLOW = replace(TIMED, levels=tuple(
+    lv if lv.name == "Reg" else replace(lv, read_words_per_cycle=0.05,
+                                        write_words_per_cycle=0.05)
+    for lv in TIMED.levels))
+
+
+def test_a_leaf_bound_by_its_bypassing_tensors() -> None:
+    """Tensors that bypass the innermost level, read straight from a slow level above:
+    some rows are bound by those transfers ('(bypass)'), explained as the model does."""
+    w = workload(CASES["chain"])
+    change = with_bypass(w)
+    pick = random.Random(1)
+    rng = np.random.default_rng(1)
+    bound = [0]
+    original = assert_same
+
+    @settings(max_examples=30, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(tree) -> None:
+        flow = change(tree, pick)
+        structure = structure_of(w, SLOW, flow)
+        for row in random_rows(structure, 2, rng):
+            try:
+                ref = evaluate(w, SLOW, structure.dataflow(row))
+            except InvalidDataflow:
+                continue
+            original(ref, explain(structure, row), render(flow.root))
+            bound[0] += "(bypass)" in ref.bottleneck.message
+
+    check()
+    assert bound[0] > 0
+
+
+# the same with only DRAM slow
+SLOW_DRAM = replace(TIMED, levels=tuple(
+    replace(lv, read_words_per_cycle=0.05, write_words_per_cycle=0.05) if lv.name == "DRAM"
+    else lv for lv in TIMED.levels))
+
+
+def test_a_root_bound_by_the_shared_dram_port() -> None:
+    """Two GEMMs at once (Para) under the root, each a DRAM tile of its own streaming its
+    operands from a slow DRAM (one instance): together they need DRAM's read port longer
+    than either alone, so the root's `shared_port_cycles` is the difference and the
+    bottleneck is that port at the root."""
+    from tileflow.tree import Dataflow, tile
+
+    w = workload(CASES["independent twins"])
+    flow = Dataflow(tile("DRAM", "", tile("DRAM", "m:2", tile("L1", "m:2 k:3 n:3", "g1")),
+                         tile("DRAM", "m:2", tile("L1", "m:2 k:3 j:2", "g2")),
+                         primitive="Para"))
+    ref = evaluate(w, SLOW_DRAM, flow)
+    root = next(n for n in ref.latency_breakdown if n.path == "root")
+    assert root.shared_port_cycles > 0 and ref.bottleneck.level == "DRAM"
+    assert ref.bottleneck.node == "root"
+    assert_same(ref, explain_dataflow(w, SLOW_DRAM, flow), "twins")
