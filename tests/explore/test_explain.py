@@ -316,3 +316,28 @@ def test_a_root_bound_by_the_shared_dram_port() -> None:
     assert root.shared_port_cycles > 0 and ref.bottleneck.level == "DRAM"
     assert ref.bottleneck.node == "root"
     assert_same(ref, explain_dataflow(w, SLOW_DRAM, flow), "twins")
+
+
+def test_what_the_engine_leaves_to_the_analysis() -> None:
+    """A constant index (the engine needs a dim in every index) and a kept halo under the
+    delta rule are explained by the rules of `tileflow.analysis`, equal to `evaluate()`."""
+    from tests.explore.test_batch_timeloop import _levels
+    from tileflow.tree import Dataflow, tile
+
+    w = workload("""
+name: const
+dims: {m: 4, k: 3}
+ops:
+  - {name: mm, expr: "Y[m] += X[m, 0] * W[k]"}
+""")
+    flow = Dataflow(tile("DRAM", "m:2", tile("L1", "m:2 k:3", "mm")))
+    assert_same(evaluate(w, TIMED, flow), explain_dataflow(w, TIMED, flow), "constant")
+    w = workload(CASES["conv-halo"])
+    arch = _levels(TIMED, deltas=("timeloop",) * 3)
+    flow = keep_halos(w, Dataflow(tile("DRAM", "p:3",
+                                       tile("L1", "p:2:Sp",
+                                            tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
+                                       tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3",
+                                                           "conv2")))))
+    assert structure_of(w, arch, flow).row_by_row
+    assert_same(evaluate(w, arch, flow), explain_dataflow(w, arch, flow), "kept halo")

@@ -25,7 +25,9 @@ from tileflow.cost.model import (
 )
 from tileflow.cost.static_energy import leakage_pj, whole_block_words
 from tileflow.evaluator.batch import Trace, instances_in_use, traced
+from tileflow.evaluator.compiled import ConstantIndex
 from tileflow.evaluator.engine import FILL, READ, UPDATE
+from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
@@ -61,10 +63,15 @@ def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
     flow = structure.dataflow(row[0])
     records = tuple(violations(structure, row[0]) if violations is not None
                     else _analysed_violations(structure, flow))
-    if structure.row_by_row:  # the one case the engine leaves to the rules of `analysis`
-        result = evaluate(structure.workload, structure.arch, flow)
-        return replace(result, valid=not records, violations=records)
-    return _result(traced(structure, row), structure, flow, records)
+    if not structure.row_by_row:
+        try:
+            return _result(traced(structure, row), structure, flow, records)
+        except (ConstantIndex, GridTooLarge):
+            pass  # an index without a dim, or a row past the engine's grid: as below
+    # what the engine leaves to the rules of `analysis`: a kept halo under the delta rule,
+    # a constant index, a row whose sums enumerate more than the engine's grid holds
+    result = evaluate(structure.workload, structure.arch, flow)
+    return replace(result, valid=not records, violations=records)
 
 
 def _with_options(structure: Structure, convention: str, double_buffer: bool) -> Structure:
