@@ -186,7 +186,7 @@ def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
                          fill_drain=fill_drain, overlap=overlap)
 
 
-def _convention(arch: Architecture, overlap: str | None = None,
+def overlap_convention(arch: Architecture, overlap: str | None = None,
                 fill_drain: bool | None = None) -> str:
     """The overlap convention in force: an explicit `overlap`, else `fill_drain` (True:
     'fill-drain', False: 'perfect'), else the accelerator's."""
@@ -202,7 +202,7 @@ def _convention(arch: Architecture, overlap: str | None = None,
 def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
                   fill_drain: bool | None = None, overlap: str | None = None) -> Result:
     arch, w = plan.arch, plan.workload
-    convention = _convention(arch, overlap, fill_drain)
+    convention = overlap_convention(arch, overlap, fill_drain)
     counts = count(plan)
     fps = footprints(plan, double_buffer)
     violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
@@ -305,7 +305,7 @@ def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
             overlap: str | None = None) -> float:
     """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
     parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
-    return _latency(plan, counts, [], _convention(plan.arch, overlap, fill_drain))[0]
+    return _latency(plan, counts, [], overlap_convention(plan.arch, overlap, fill_drain))[0]
 
 
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
@@ -392,7 +392,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
         cycles, what = words_time, (port[1], port[0], None, "root", plan.flow.root)
-    return cycles, _bottleneck(arch, *what)
+    return cycles, bottleneck_record(arch, *what)
 
 
 def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int, str], float]:
@@ -411,7 +411,7 @@ def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int,
     return max(busy.items(), key=lambda kv: kv[1])
 
 
-def _bottleneck(arch: Architecture, kind: str, level: int | None, unit: str | None,
+def bottleneck_record(arch: Architecture, kind: str, level: int | None, unit: str | None,
                 node: str, where: Tile | str, note: str = "") -> Bottleneck:
     """`note`: what the message adds (transfers in series, a bypass)."""
     if kind == "compute":

@@ -7,7 +7,7 @@ model (`tileflow.cost.model.evaluate`, the reference) row by row."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, exact_dims
 from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.leaf import leaf_counts
-from tileflow.evaluator.limits import Violations, check, footprints
+from tileflow.evaluator.limits import Violations, check, footprints, footprints_by_tensor
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
@@ -45,6 +45,55 @@ class BatchResult:
 
     def __len__(self) -> int:
         return len(self.cycles)
+
+
+@dataclass
+class NodeTimes:
+    """One tile's phases per row, as `_latency` combines them: its loads, its children, its
+    stores, its single-buffered transfers in series, and what the overlap convention adds
+    (the first load and last store, or the lock-step slots beyond the slowest phase). Each
+    an array over rows, or one number where it is the same on every row (0: none)."""
+
+    load: np.ndarray | float
+    inner: np.ndarray | float
+    store: np.ndarray | float
+    serial: np.ndarray | float
+    extra: np.ndarray | float
+
+
+@dataclass
+class LeafTimes:
+    """One operator's leaf per row: its compute, its operand reads and result updates at
+    its innermost level, and the bypassing tensors' transfers (None: none bypass)."""
+
+    compute: np.ndarray
+    read: np.ndarray
+    write: np.ndarray
+    fed: np.ndarray | None
+
+
+@dataclass
+class Trace:
+    """What one evaluation computed on the way, kept for the records of `explain` (asked
+    for one row at a time; the search never keeps it)."""
+
+    rows: Rows | None = None
+    tally: Tally | None = None
+    leaves: dict = field(default_factory=dict)  # operator -> `leaf.Leaf`
+    rescale: dict = field(default_factory=dict)  # carried operator -> rescaling counts
+    footprints: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    nodes: dict[str, NodeTimes] = field(default_factory=dict)  # tile path -> its phases
+    leaf_times: dict[str, LeafTimes] = field(default_factory=dict)  # operator -> its leaf
+    result: BatchResult | None = None
+
+
+def traced(structure: Structure, factors: np.ndarray) -> Trace:
+    """`evaluate_batch` that keeps its intermediate arrays (per-tensor words included).
+    Raises `lattice.GridTooLarge` where a row enumerates more than the engine may."""
+    factors = np.asarray(factors, dtype=np.int64)
+    trace = Trace()
+    trace.result = _evaluate(structure.compiled, structure.all_loop_factors(factors), trace)
+    return trace
 
 
 def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
@@ -100,18 +149,25 @@ def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
     return BatchResult(cycles, energy, dram, ops, footprint, valid, violations)
 
 
-def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
-    """The batch on one compiled tree, with factor rows over all its loops."""
+def _evaluate(c: Compiled, full: np.ndarray, trace: Trace | None = None) -> BatchResult:
+    """The batch on one compiled tree, with factor rows over all its loops; `trace` keeps
+    what the records of one row need."""
     r = Rows(c, full)
     r.served = served_masks(r)
     rows = r.count
-    tally = Tally(rows, c.arch, any(v != 1.0 for v in c.width.values()))
+    tally = Tally(rows, c.arch, any(v != 1.0 for v in c.width.values()),
+                  per_tensor=trace is not None)
     leaves = {}
     for o, path in c.paths.items():
         for b in path.boundaries:
             count_boundary(r, path, b, tally)
         leaves[o] = leaf_counts(r, path, tally)
-    fps = footprints(r)
+    if trace is None:
+        fps = footprints(r)
+    else:
+        trace.footprints = footprints_by_tensor(r)
+        fps = {level: sum(words.values(), np.zeros(rows))
+               for level, words in trace.footprints.items()}
     violations = Violations(rows)
     check(r, fps, violations)
     violations.add("enumeration", _enumerated_steps(r), MAX_ENUMERATED_STEPS)
@@ -133,7 +189,9 @@ def _evaluate(c: Compiled, full: np.ndarray) -> BatchResult:
             ops = ops + n
             energy = energy + n * arch.unit("vector").energy_pj_per_op
     dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
-    cycles = _latency(r, tally, leaves, rescale)
+    cycles = _latency(r, tally, leaves, rescale, trace)
+    if trace is not None:
+        trace.rows, trace.tally, trace.leaves, trace.rescale = r, tally, leaves, rescale
     energy = energy + _leakage(r) * cycles
     return BatchResult(cycles, energy, dram, ops, fps, violations.valid,
                        dict(violations.amounts))
@@ -151,7 +209,8 @@ def _whole_block_energy(r: Rows, tally: Tally) -> np.ndarray:
     (`cost.static_energy.whole_block_words`, the instances those of `used_instances`)."""
     c = r.c
     energy = np.zeros(r.count)
-    used = {level: _used(r, [p for p in c.paths.values() if p.leaf_level >= level], level)
+    used = {level: instances_in_use(r, [p for p in c.paths.values() if p.leaf_level >= level],
+                                    level)
             for level in tally.blocks}
     for (level, _tensor, kind), words in tally.tensor_words.items():
         lv = c.arch.levels[level]
@@ -178,7 +237,7 @@ def _enumerated_steps(r: Rows) -> np.ndarray:
     return most
 
 
-def _used(r: Rows, paths, level: int) -> np.ndarray:
+def instances_in_use(r: Rows, paths, level: int) -> np.ndarray:
     """Per row, the most instances of `level` the operators of `paths` spread over
     (`cost.static_energy.used_instances`, powered): their spatial factors above it."""
     cap = r.c.arch.levels[level].instances
@@ -198,7 +257,8 @@ def _leakage(r: Rows) -> np.ndarray:
     per_cycle = np.zeros(r.count)
     for index, lv in enumerate(arch.levels):
         if lv.leakage_pj_per_cycle:  # every operator's spread, as leakage_pj's
-            per_cycle = per_cycle + lv.leakage_pj_per_cycle * _used(r, c.paths.values(), index)
+            per_cycle = per_cycle + lv.leakage_pj_per_cycle * instances_in_use(
+                r, c.paths.values(), index)
     units = {}
     for p in c.paths.values():
         units.setdefault(arch.unit(p.op.unit).kind, []).append(p)
@@ -206,12 +266,12 @@ def _leakage(r: Rows) -> np.ndarray:
         unit = arch.unit(kind)
         if unit.leakage_pj_per_cycle:
             level = arch.level_index[unit.level]
-            per_cycle = per_cycle + unit.leakage_pj_per_cycle * unit.parallelism * _used(
-                r, paths, level)
+            per_cycle = per_cycle + unit.leakage_pj_per_cycle * unit.parallelism * \
+                instances_in_use(r, paths, level)
     return per_cycle
 
 
-def _latency(r: Rows, tally: Tally, leaves, rescale) -> np.ndarray:
+def _latency(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None) -> np.ndarray:
     """`cost.model._latency` for every row, under the accelerator's overlap convention:
     `fill-drain` adds each tile's first load and last store (one step's worth) to its
     slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
@@ -239,6 +299,8 @@ def _latency(r: Rows, tally: Tally, leaves, rescale) -> np.ndarray:
                         for fn, n in zip(carried.RESCALE, rescale[op], strict=True))
             compute = compute + extra / lanes
         slowest = np.maximum.reduce([compute, read_time, write_time])
+        if trace is not None:
+            trace.leaf_times[op] = LeafTimes(compute, read_time, write_time, lf.fed)
         # tensors that bypass the innermost level, straight from a level above
         return slowest if lf.fed is None else np.maximum(slowest, lf.fed)
 
@@ -273,11 +335,21 @@ def _latency(r: Rows, tally: Tally, leaves, rescale) -> np.ndarray:
                                    np.broadcast_to(inner, (r.count,)), steps_run, factor,
                                    tally.tensor_serial_loads.get(path, {}),
                                    tally.tensor_serial_stores.get(path, {}))
+            if trace is not None:
+                record(path, load, inner, store, serial,
+                       np.where(moving, lock - cycles + latency, 0.0))
             return np.where(moving, lock + latency, cycles)
         if not fill_drain:
+            if trace is not None:
+                record(path, load, inner, store, serial, 0.0)
             return cycles
         overlap = (load + inner + store - cycles) / steps + latency
+        if trace is not None:
+            record(path, load, inner, store, serial, np.where(moving, overlap, 0.0))
         return np.where(moving, cycles + overlap, cycles)
+
+    def record(path: str, *phases) -> None:
+        trace.nodes[path] = NodeTimes(*phases)
 
     cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
     # children running at once share a one-instance level's port: its total bounds the cycles

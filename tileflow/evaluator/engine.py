@@ -184,7 +184,7 @@ class Tally:
     stores keep each (level, port) busy; under `overlap: lockstep` also per tensor
     (`tensor_loads`, `tensor_stores`: a tensor moves on the steps where its slice changes)."""
 
-    def __init__(self, rows: int, arch, widths: bool = False):
+    def __init__(self, rows: int, arch, widths: bool = False, per_tensor: bool = False):
         self.rows = rows
         self.arch = arch
         self.traffic = defaultdict(lambda: np.zeros(rows))  # (level, FILL/READ/UPDATE)
@@ -196,21 +196,25 @@ class Tally:
         self.blocks = {i for i, lv in enumerate(arch.levels) if lv.block_words}
         self.tensor_words: dict[tuple[int, str, int], np.ndarray] = \
             defaultdict(lambda: np.zeros(rows))
+        # per (level, tensor, kind) in elements, kept only when asked (the explain pass's
+        # records): the search reads the sums above
+        self.by_tensor: dict[tuple[int, str, int], np.ndarray] | None = \
+            defaultdict(lambda: np.zeros(rows)) if per_tensor else None
         self.loads: dict[str, Busy] = defaultdict(dict)
         self.stores: dict[str, Busy] = defaultdict(dict)
         # the single-buffered tensors' part of them (`Transfer.serial`)
         self.serial_loads: dict[str, Busy] = defaultdict(dict)
         self.serial_stores: dict[str, Busy] = defaultdict(dict)
-        per_tensor = arch.overlap == "lockstep"
+        lockstep = arch.overlap == "lockstep"
         self.tensor_loads: dict[str, dict[str, Busy]] | None = \
-            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+            defaultdict(lambda: defaultdict(dict)) if lockstep else None
         self.tensor_stores: dict[str, dict[str, Busy]] | None = \
-            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+            defaultdict(lambda: defaultdict(dict)) if lockstep else None
         # per tile and single-buffered tensor, under lock step
         self.tensor_serial_loads: dict[str, dict[str, Busy]] | None = \
-            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+            defaultdict(lambda: defaultdict(dict)) if lockstep else None
         self.tensor_serial_stores: dict[str, dict[str, Busy]] | None = \
-            defaultdict(lambda: defaultdict(dict)) if per_tensor else None
+            defaultdict(lambda: defaultdict(dict)) if lockstep else None
         # per (level, port) of a one-instance level, the time all of the tree's transfers
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
@@ -219,6 +223,8 @@ class Tally:
         """Book `elements` of `tensor` moved at `level` (FILL, READ or UPDATE), `width`
         words each."""
         self.traffic[(level, kind)] += elements
+        if self.by_tensor is not None:
+            self.by_tensor[(level, tensor, kind)] += elements
         if self.words is not self.traffic:
             self.words[(level, kind)] += elements * width if width != 1.0 else elements
         if level in self.blocks:

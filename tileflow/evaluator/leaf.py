@@ -26,6 +26,7 @@ class Leaf(NamedTuple):
     updates: np.ndarray
     instances: np.ndarray
     fed: np.ndarray | None = None  # time of the bypassing tensors' transfers to the unit
+    fed_ports: Busy | None = None  # that time per (level, port), the busiest one `fed`
 
 
 def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
@@ -101,7 +102,8 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
     fed_time = None
     for busy in fed.values():  # `cost._transfer_time` of the fed transfers: the busiest port
         fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
-    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time)
+    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time,
+                fed or None)
 
 
 def _multicast_sent(r: Rows, path: Path, position: int, access, todo: np.ndarray,

@@ -25,15 +25,15 @@ Words = dict[str, np.ndarray]
 def footprints(r: Rows) -> dict[str, np.ndarray]:
     """Peak words per on-chip level (Seq: the largest child; Shar: the union; Para and Pipe:
     the sum unless on disjoint instances; intermediates at their common ancestor)."""
+    return {level: _total(words, r.count)
+            for level, words in footprints_by_tensor(r).items()}
+
+
+def footprints_by_tensor(r: Rows) -> dict[str, Words]:
+    """`footprints` per tensor: level name -> tensor -> words held at the peak."""
     c = r.c
-    out = {}
-    for level in c.footprint_levels:
-        by_tensor = _fp(r, "root", c.flow.root, level)
-        total = np.zeros(r.count)
-        for v in by_tensor.values():
-            total = total + v
-        out[c.arch.levels[level].name] = total
-    return out
+    return {c.arch.levels[level].name: _fp(r, "root", c.flow.root, level)
+            for level in c.footprint_levels}
 
 
 def words_by_tensor(r: Rows, path: str, level: int) -> Words:
