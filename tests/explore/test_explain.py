@@ -31,12 +31,14 @@ from tests.explore.test_batch import (
     random_rows,
 )
 from tests.explore.test_batch_mechanisms import with_buffering, with_bypass
+from tests.explore.test_violation_records import shrunk
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.evaluator.explain import explain, explain_dataflow
 from tileflow.evaluator.structure import Structure, structure_of
+from tileflow.evaluator.violations import violation_records
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 from tileflow.tree import render
@@ -341,3 +343,24 @@ ops:
                                                            "conv2")))))
     assert structure_of(w, arch, flow).row_by_row
     assert_same(evaluate(w, arch, flow), explain_dataflow(w, arch, flow), "kept halo")
+
+
+@pytest.mark.parametrize("arch", ["edge", "cloud", "rtl-systolic-chain"])
+@pytest.mark.parametrize("wl", ["attention", "conv-chain", "gemm-chain"])
+def test_with_the_engine_s_own_violation_records(wl: str, arch: str) -> None:
+    """The whole Result from the engine, its violation records included
+    (`evaluator.violations.violation_records`), equals the scalar model's, on every
+    baseline with buffers 16 times smaller (most rows invalid, each kind of record)."""
+    w, a = _small(wl), shrunk(load_arch(arch), 16)
+    invalid = 0
+    for name in baselines_for(w):
+        structure = structure_of(w, a, build(name, w, a))
+        rng = np.random.default_rng(zlib.crc32(f"{wl} {arch} {name} small".encode()))
+        for row in np.concatenate([structure.default_factors[None, :],
+                                   covering_rows(structure, 2, rng)]):
+            flow = structure.dataflow(row)
+            ref = evaluate(w, a, flow)
+            assert_same(ref, explain(structure, row, violations=violation_records),
+                        f"{name} row {list(row)}\n{render(flow.root)}")
+            invalid += not ref.valid
+    assert invalid >= 1
