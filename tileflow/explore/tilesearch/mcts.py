@@ -9,7 +9,11 @@ children that no completion can make valid are pruned with the sound bounds of
 `tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are monotone
 in the undecided slots). New leaves are
 completed by random rollouts; a share of every batch mutates the best points found so far
-(one decision re-drawn), which refines what the tree has found. Rollouts of a step are
+(one decision re-drawn, or a factor moved between loops of one dimension: a *transfer*,
+`tileflow.explore.factors.moves`), which refines what the tree has found. While the best
+cost has not improved for `polish_after` steps, every transfer of the best points not yet
+polished (best first) joins the batch: a local search whose moves change a shared outer
+split and each operator's inner loops together. Rollouts of a step are
 evaluated together; rewards (best cost / cost, 0 where invalid) are back-propagated."""
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tileflow.explore.factors import moves
 from tileflow.explore.factors.bounds import Bounds
 from tileflow.explore.factors.space import UNDECIDED, Evaluated, Limits, Space
 
@@ -53,7 +58,8 @@ class MCTS:
     def __init__(self, space: Space, seed: int = 0, exploration: float = 0.4,
                  rollouts_per_leaf: int = 4, mutation_share: float = 0.5,
                  spread_bias: float = 0.5, warm: Iterable[np.ndarray] = (),
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, transfer_share: float = 0.5,
+                 polish_after: int = 2):
         self.space = space
         self.bounds = Bounds(space, limits)
         self.rng = np.random.default_rng(seed)
@@ -68,6 +74,10 @@ class MCTS:
         self.elite: list[tuple[float, bytes]] = []  # (cost, row bytes), best first
         self.warm = [np.asarray(w, dtype=np.int64) for w in warm]
         self._pending: list[np.ndarray] = []  # expansions' smallest completions, to evaluate
+        self.transfer_share = transfer_share  # of the mutations: a transfer move
+        self.polish_after = polish_after  # steps without a better cost before polishing
+        self.stale_steps = 0
+        self._polished: set[bytes] = set()
 
     # --- tree -------------------------------------------------------------------------
 
@@ -185,14 +195,21 @@ class MCTS:
             self._backprop(self._path_of(np.asarray(row)), self._reward(float(cost)))
 
     def _mutate(self) -> np.ndarray:
-        """Change one decision of an elite point. Three times in four the slot moves to a
+        """Change one decision of an elite point. A share `transfer_share` of the time
+        (twice it while the search stalls) a factor moves between loops of one dimension
+        (`moves.random_transfer`); otherwise, three times in four the slot moves to a
         neighbouring factor and one slot of each of its chains (the outermost other temporal
-        one) takes up the difference, everything else kept; otherwise the slot's chains are
+        one) takes up the difference, everything else kept, and else the slot's chains are
         drawn anew (a shared slot takes the chains below it along)."""
         weights = np.array([1.0 / (1 + i) for i in range(len(self.elite))])
         pick = self.rng.choice(len(self.elite), p=weights / weights.sum())
         row = np.frombuffer(self.elite[pick][1], dtype=np.int64).copy()
         sp = self.space
+        share = self.transfer_share * (2 if self.stale_steps >= self.polish_after else 1)
+        if self.rng.random() < share:
+            moved = moves.random_transfer(sp, row, self.rng)
+            if moved is not None:
+                return moved
         decisions = [i for i in range(sp.size) if sp.chains_of[i] and i not in sp.fixed]
         slot = decisions[self.rng.integers(len(decisions))]
         old = int(row[slot])
@@ -215,6 +232,21 @@ class MCTS:
                 state[slot] = near[self.rng.integers(len(near))]
                 state = sp.propagate(state)
         return sp.random_completion(state, self.rng, self.spread_bias)
+
+    def _polish(self, n: int) -> list[np.ndarray]:
+        """While stalled: the transfers of the best elite point not polished yet (at most
+        2n of them, drawn at random where there are more)."""
+        if self.stale_steps < self.polish_after:
+            return []
+        key = next((k for _, k in self.elite if k not in self._polished), None)
+        if key is None:
+            return []
+        self._polished.add(key)
+        row = np.frombuffer(key, dtype=np.int64)
+        found = list({r.tobytes(): r for r in moves.neighbours(self.space, row)}.values())
+        if len(found) > 2 * n:
+            found = [found[i] for i in self.rng.choice(len(found), 2 * n, replace=False)]
+        return found
 
     def step(self, evaluate: Evaluate, n: int) -> None:
         if self.warm:
@@ -243,6 +275,9 @@ class MCTS:
         for _ in range(mutations):
             rows.append(self._mutate())
             paths.append(None)
+        for row in self._polish(n):
+            rows.append(row)
+            paths.append(None)
         # the expansions' points first (within a budget they come first), then the rollouts
         # and mutations: one call of the evaluator per step, whose cost is mostly per call
         lower, self._pending = self._pending, []
@@ -250,7 +285,9 @@ class MCTS:
             return
         batch = np.array(lower + rows)
         result = evaluate(batch)
+        before = self.best_cost
         self._learn(batch, result)
+        self.stale_steps = 0 if self.best_cost < before else self.stale_steps + 1
         for row, path, cost in zip(batch[len(lower):], paths, result.cost[len(lower):],
                                    strict=True):
             self._backprop(path or self._path_of(row), self._reward(float(cost)))
