@@ -747,6 +747,8 @@ def cmd_explore(args) -> int:
     deadline = (args.started + config.budget_seconds  # the budget caps the whole process
                 if config.budget_seconds is not None and args.measure_top is None else None)
     data = write_all(outcome, config.out, deadline)
+    # nothing left to save: an in-memory study needs no orderly exit
+    args.exit_now = deadline is not None and args.storage is None and args.workers == 1
     if data.get("figures_skipped") and not args.json:
         skipped = data["figures_skipped"]
         print(f"tileflow: {', '.join(skipped['files'])} not drawn ({skipped['why']}); "
@@ -853,6 +855,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.started = started  # budgets in seconds count the whole command
         code = COMMANDS[args.command](args)
         sys.stdout.flush()
+        if argv is None and getattr(args, "exit_now", False):
+            # a time budget caps the whole process: freeing a large in-memory study at
+            # the interpreter's exit takes up to a second on a loaded machine
+            sys.stderr.flush()
+            os._exit(code)
         return code
     except InputError as exc:
         print(f"tileflow: error: {' '.join(exc.render().split())}", file=sys.stderr)
