@@ -239,3 +239,18 @@ def test_the_search_finds_the_cheaper_mapping_that_bypasses_the_buffer(tmp_path)
     assert best[True].energy_pj < 0.95 * best[False].energy_pj
     assert best[True].cycles == pytest.approx(best[False].cycles)
     assert any(lv == 1 for _, lv in best[True].encoding.bypass)
+
+
+def test_a_fused_group_spreads_over_a_dim_every_member_keeps():
+    """SwiGLU fused at the five-level chip's L3: gate, up, silu and mul keep `m` and `f` in
+    their outputs, `down` keeps `m` and `e` and sums over `f`. Spread over `f` (the largest
+    shared dim), each core would hold a partial `down` output; the default spreads `m`,
+    which every member's output keeps, across the clusters and the cores."""
+    quality = Path(__file__).resolve().parents[2] / "search" / "quality"
+    w = load_workload(str(quality / "workloads" / "swiglu.yaml"),
+                      {"m": 256, "d": 512, "f": 1536, "e": 512})
+    space = StructureSpace(w, load_arch(str(quality / "chips" / "wide-5level.yaml")))
+    flow = decode(space.frame, space.level_seeds()["fused-at-L3"])
+    spread = {lp.dim for _, node in walk(flow.root) if isinstance(node, Tile)
+              and len(node.children) > 1 for lp in node.loops if lp.spatial}
+    assert spread == {"m"}
