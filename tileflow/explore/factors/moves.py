@@ -94,15 +94,17 @@ def apply(row: np.ndarray, slot: int, partners: tuple[int, ...], amount: int,
     return out
 
 
-def neighbours(space: Space, row: np.ndarray) -> Iterator[np.ndarray]:
+def neighbours(space: Space, row: np.ndarray, prime_only: bool = False
+               ) -> Iterator[np.ndarray]:
     """Every transfer of a row: each (slot, partners), each direction, each amount that
-    divides the giving side (a prime, or several of them at once)."""
+    divides the giving side (a prime, or several of them at once; `prime_only`: a prime)."""
     row = np.asarray(row, dtype=np.int64)
     for slot, partners in transfer_pairs(space):
         for give in (True, False):
             givers = (slot,) if give else partners
             common = math.gcd(*(int(row[j]) for j in givers))
-            for amount in divisors(common)[1:]:
+            amounts = sorted(set(primes(common))) if prime_only else divisors(common)[1:]
+            for amount in amounts:
                 moved = apply(row, slot, partners, amount, give)
                 if moved is not None and fits(space, moved, (slot, *partners)):
                     yield moved

@@ -59,7 +59,7 @@ class MCTS:
                  rollouts_per_leaf: int = 4, mutation_share: float = 0.5,
                  spread_bias: float = 0.5, warm: Iterable[np.ndarray] = (),
                  limits: Limits | None = None, transfer_share: float = 0.5,
-                 polish_after: int = 2):
+                 polish_after: int = 1):
         self.space = space
         self.bounds = Bounds(space, limits)
         self.rng = np.random.default_rng(seed)
@@ -235,7 +235,7 @@ class MCTS:
 
     def _polish(self, n: int) -> list[np.ndarray]:
         """While stalled: the transfers of the best elite point not polished yet (at most
-        2n of them, drawn at random where there are more)."""
+        2n of them: those moving one prime first, in random order)."""
         if self.stale_steps < self.polish_after:
             return []
         key = next((k for _, k in self.elite if k not in self._polished), None)
@@ -243,10 +243,13 @@ class MCTS:
             return []
         self._polished.add(key)
         row = np.frombuffer(key, dtype=np.int64)
-        found = list({r.tobytes(): r for r in moves.neighbours(self.space, row)}.values())
-        if len(found) > 2 * n:
-            found = [found[i] for i in self.rng.choice(len(found), 2 * n, replace=False)]
-        return found
+        found: dict[bytes, np.ndarray] = {}
+        for prime_only in (True, False):  # one prime moved first, then several at once
+            more = [r for r in moves.neighbours(self.space, row, prime_only)
+                    if r.tobytes() not in found]
+            for i in self.rng.permutation(len(more)):
+                found.setdefault(more[i].tobytes(), more[i])
+        return list(found.values())[:2 * n]
 
     def step(self, evaluate: Evaluate, n: int) -> None:
         if self.warm:
