@@ -182,19 +182,47 @@ def test_the_l2_hand_trees_and_every_baseline_are_in_the_space(soc, pair):
 
 
 def test_the_level_seed_fuses_every_operator_at_the_shared_l2(soc):
-    """soc-l2 has one level above the L1s (the L2): one seed, every operator of the chain
-    under one L2 tile that steps through blocks of the dims the GEMMs share (m, l) and
-    spreads over the 2 cores; a chip without a middle level has none."""
+    """soc-l2 has one level above the L1s (the L2) and the L1s: a seed per level, the one
+    at the L2 with every operator of the chain under one L2 tile that steps through blocks
+    of the dims the GEMMs share (m, l) and spreads over the 2 cores; a chip without a
+    middle level has one, fused in its L1 under a DRAM tile."""
     space = StructureSpace(workload(CHAIN, m=64, l=64, k=16, n=16), soc)
     seeds = space.level_seeds()
-    assert list(seeds) == ["fused-at-L2"]
+    assert list(seeds) == ["fused-at-L2", "fused-at-L1"]
     flow = decode(space.frame, seeds["fused-at-L2"])
     groups = [t for _, t in walk(flow.root) if isinstance(t, Tile) and len(t.children) > 1]
     assert len(groups) == 1 and groups[0].level == "L2"
     assert {lp.dim for lp in groups[0].loops} == {"m", "l"}
     assert [lp.dim for lp in groups[0].loops if lp.spatial] == ["m"]
     flat = StructureSpace(workload(CHAIN, m=8, l=8, k=4, n=4), small_arch(cores=2, pes=4))
-    assert flat.level_seeds() == {}
+    assert list(flat.level_seeds()) == ["fused-at-L1"]
+
+
+def test_a_seed_fused_at_the_operators_own_level_is_the_hand_trees_structure():
+    """The imported weight-stationary chip (DRAM, GlobalBuffer, RegisterFile): its best
+    known GEMM chain (65,536 cycles, the MAC floor) fuses both GEMMs in the GlobalBuffer
+    under a DRAM tile stepping through blocks; the seed fused at the GlobalBuffer has that
+    structure, so the structure search starts from it (seed 0 of the suite ended 12.5 %
+    above it on the Chimera structure without it)."""
+    from tileflow.interop.files import load_arch_any
+
+    quality = Path(__file__).resolve().parents[2] / "search" / "quality"
+    arch = load_arch_any(str(quality / "chips" / "ws-array.arch.yaml"))
+    w = load_workload("gemm-chain", {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64})
+    space = StructureSpace(w, arch)
+    seeds = space.level_seeds()
+    assert list(seeds) == ["fused-at-GlobalBuffer"]
+    seed = decode(space.frame, seeds["fused-at-GlobalBuffer"])
+    hand = load_dataflow_file(str(quality / "trees" / "ws-array.gemm-chain.yaml"))
+
+    def shape(flow) -> list[tuple]:
+        """Each tile: level, children, primitive where it has several, and which dims of
+        more than one element it spreads."""
+        return [(t.level, len(t.children), t.primitive if len(t.children) > 1 else None,
+                 sorted({lp.dim for lp in t.loops if lp.spatial and w.sizes[lp.dim] > 1}))
+                for _, t in walk(flow.root) if isinstance(t, Tile)]
+
+    assert shape(seed) == shape(hand)
 
 
 THREE_LEVEL = """\
