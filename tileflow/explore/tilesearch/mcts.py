@@ -12,9 +12,10 @@ completed by random rollouts; a share of every batch mutates the best points fou
 (one decision re-drawn, or a factor moved between loops of one dimension: a *transfer*,
 `tileflow.explore.factors.moves`), which refines what the tree has found. While the best
 cost has not improved for `polish_after` steps, every transfer of the best points not yet
-polished (best first) joins the batch: a local search whose moves change a shared outer
-split and each operator's inner loops together. Rollouts of a step are
-evaluated together; rewards (best cost / cost, 0 where invalid) are back-propagated."""
+polished (best first), then every pair of transfers, joins the batches: a local search
+whose moves change a shared outer split and each operator's inner loops together.
+Rollouts of a step are evaluated together; rewards (best cost / cost, 0 where invalid) are
+back-propagated."""
 
 from __future__ import annotations
 
@@ -77,7 +78,10 @@ class MCTS:
         self.transfer_share = transfer_share  # of the mutations: a transfer move
         self.polish_after = polish_after  # steps without a better cost before polishing
         self.stale_steps = 0
-        self._polished: set[bytes] = set()
+        self._polished: set[bytes] = set()  # points whose transfers were queued
+        self._deep: set[bytes] = set()  # points whose pairs of transfers were queued
+        self._queue: list[np.ndarray] = []  # neighbours still to evaluate while stalled
+        self.deep_limit = 8192
 
     # --- tree -------------------------------------------------------------------------
 
@@ -234,22 +238,39 @@ class MCTS:
         return sp.random_completion(state, self.rng, self.spread_bias)
 
     def _polish(self, n: int) -> list[np.ndarray]:
-        """While stalled: the transfers of the best elite point not polished yet (at most
-        2n of them: those moving one prime first, in random order)."""
+        """While stalled: up to 2n rows of the queue of neighbourhoods, refilled from the
+        best elite point not polished yet (its transfers) or, every point polished, not
+        yet polished twice (two transfers in a row: a move whose first half is worse)."""
         if self.stale_steps < self.polish_after:
             return []
-        key = next((k for _, k in self.elite if k not in self._polished), None)
-        if key is None:
-            return []
-        self._polished.add(key)
-        row = np.frombuffer(key, dtype=np.int64)
-        found: dict[bytes, np.ndarray] = {}
-        for prime_only in (True, False):  # one prime moved first, then several at once
-            more = [r for r in moves.neighbours(self.space, row, prime_only)
-                    if r.tobytes() not in found]
-            for i in self.rng.permutation(len(more)):
-                found.setdefault(more[i].tobytes(), more[i])
-        return list(found.values())[:2 * n]
+        if not self._queue:
+            self._queue = self._neighbourhood()
+        take, self._queue = self._queue[:2 * n], self._queue[2 * n:]
+        return take
+
+    def _neighbourhood(self) -> list[np.ndarray]:
+        """The next point's transfers (one prime moved first, in random order), or its
+        pairs of transfers (at most `deep_limit`, drawn at random)."""
+        for twice, done in ((False, self._polished), (True, self._deep)):
+            key = next((k for _, k in self.elite if k not in done), None)
+            if key is None:
+                continue
+            done.add(key)
+            row = np.frombuffer(key, dtype=np.int64)
+            found: dict[bytes, np.ndarray] = {}
+            if not twice:
+                for prime_only in (True, False):  # one prime first, then several at once
+                    more = list(moves.neighbours(self.space, row, prime_only))
+                    for i in self.rng.permutation(len(more)):
+                        found.setdefault(more[i].tobytes(), more[i])
+                return list(found.values())
+            for first in moves.neighbours(self.space, row):
+                for second in moves.neighbours(self.space, first):
+                    found.setdefault(second.tobytes(), second)
+            rows = list(found.values())
+            pick = self.rng.permutation(len(rows))[:self.deep_limit]
+            return [rows[i] for i in pick]
+        return []
 
     def step(self, evaluate: Evaluate, n: int) -> None:
         if self.warm:
@@ -290,7 +311,10 @@ class MCTS:
         result = evaluate(batch)
         before = self.best_cost
         self._learn(batch, result)
-        self.stale_steps = 0 if self.best_cost < before else self.stale_steps + 1
+        if self.best_cost < before:  # a better point: its neighbourhood comes first
+            self.stale_steps, self._queue = 0, []
+        else:
+            self.stale_steps += 1
         for row, path, cost in zip(batch[len(lower):], paths, result.cost[len(lower):],
                                    strict=True):
             self._backprop(path or self._path_of(row), self._reward(float(cost)))
