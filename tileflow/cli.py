@@ -29,9 +29,10 @@ EXAMPLES = """examples:
 
 
 MAX_FLAG_VALUE = 2**31  # --set and --tile values (the same bound as sizes in files)
-# of a budget in seconds, kept for what follows the search: writing explore's outputs
-# (plots, CSV: about 1 s), the last batch's overrun and the interpreter's exit
-OUTPUTS_RESERVE_S, OUTPUTS_RESERVE_SHARE = 3.0, 0.05
+# of a budget in seconds, kept for what follows the search: gathering the study, writing
+# explore's outputs (on a loaded machine 3-5 s after a 60 s study: points.csv grows with the
+# points) and the last batch's overrun; the figures only fill what is left
+OUTPUTS_RESERVE_S, OUTPUTS_RESERVE_SHARE = 3.0, 0.08
 
 
 def _pairs(values: Sequence[str] | None, flag: str, minimum: int) -> dict[str, int]:
@@ -220,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="time of the side-by-side calls per workload and thread count")
     bk.add_argument("--json", action="store_true", help="print the result as JSON")
     add_explore_parser(sub)
+    add_figures_parser(sub)
     add_sweep_parser(sub)
     return parser
 
@@ -743,7 +745,15 @@ def cmd_explore(args) -> int:
         if args.storage and not exc.source and not exc.where and "storage" in exc.message:
             raise exc.located(where="--storage") from None
         raise
-    data = write_all(outcome, config.out)
+    deadline = (args.started + config.budget_seconds  # the budget caps the whole process
+                if config.budget_seconds is not None and args.measure_top is None else None)
+    data = write_all(outcome, config.out, deadline)
+    # nothing left to save: an in-memory study needs no orderly exit
+    args.exit_now = deadline is not None and args.storage is None and args.workers == 1
+    if data.get("figures_skipped") and not args.json:
+        skipped = data["figures_skipped"]
+        print(f"tileflow: {', '.join(skipped['files'])} not drawn ({skipped['why']}); "
+              f"`{skipped['redraw']}` draws them", file=sys.stderr)
     measured = None
     if args.measure_top is not None and not outcome.interrupted:
         measured = _measure_top(args, outcome, config.out, progress)
@@ -777,6 +787,25 @@ def cmd_explore(args) -> int:
     return 130 if outcome.interrupted else 0
 
 
+def add_figures_parser(sub) -> None:
+    fg = sub.add_parser("figures", help="draw a study folder's figures again (convergence, "
+                        "timeline, Pareto front) from its saved files",
+                        epilog="example: tileflow figures out/quick")
+    fg.add_argument("folder", help="an output folder of `tileflow explore`")
+    fg.add_argument("--accelerator", metavar="ARCH",
+                    help="accelerator name or file, where the recorded one has moved")
+
+
+def cmd_figures(args) -> int:
+    """Redraw convergence.png, timeline.png and front.png of a saved study (those a time
+    budget left out, or after a change of style)."""
+    from tileflow.explore.studies.outputs import redraw
+
+    for name in redraw(args.folder, args.accelerator):
+        print(str(Path(args.folder) / name))
+    return 0
+
+
 def _measure_top(args, outcome, out: str, progress: bool) -> dict:
     """The study's top points measured on this CPU (`--measure-top`), saved in OUT."""
     from tileflow.commands.measure_top import DEFAULT_MODELS, measure_top, tqdm_progress
@@ -803,7 +832,7 @@ COMMANDS = {"evaluate": cmd_evaluate, "compare": cmd_compare, "bench": cmd_bench
             "bench-kernels": cmd_bench_kernels,
             "reproduce": cmd_reproduce, "validate": cmd_validate, "import": cmd_import,
             "export-timeloop": cmd_export_timeloop, "explore": cmd_explore,
-            "sweep": cmd_sweep}
+            "sweep": cmd_sweep, "figures": cmd_figures}
 
 
 def _process_age_s() -> float:
@@ -827,6 +856,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.started = started  # budgets in seconds count the whole command
         code = COMMANDS[args.command](args)
         sys.stdout.flush()
+        if argv is None and getattr(args, "exit_now", False):
+            # a time budget caps the whole process: freeing a large in-memory study at
+            # the interpreter's exit takes up to a second on a loaded machine
+            sys.stderr.flush()
+            os._exit(code)
         return code
     except InputError as exc:
         print(f"tileflow: error: {' '.join(exc.render().split())}", file=sys.stderr)

@@ -182,19 +182,47 @@ def test_the_l2_hand_trees_and_every_baseline_are_in_the_space(soc, pair):
 
 
 def test_the_level_seed_fuses_every_operator_at_the_shared_l2(soc):
-    """soc-l2 has one level above the L1s (the L2): one seed, every operator of the chain
-    under one L2 tile that steps through blocks of the dims the GEMMs share (m, l) and
-    spreads over the 2 cores; a chip without a middle level has none."""
+    """soc-l2 has one level above the L1s (the L2) and the L1s: a seed per level, the one
+    at the L2 with every operator of the chain under one L2 tile that steps through blocks
+    of the dims the GEMMs share (m, l) and spreads over the 2 cores; a chip without a
+    middle level has one, fused in its L1 under a DRAM tile."""
     space = StructureSpace(workload(CHAIN, m=64, l=64, k=16, n=16), soc)
     seeds = space.level_seeds()
-    assert list(seeds) == ["fused-at-L2"]
+    assert list(seeds) == ["fused-at-L2", "fused-at-L1"]
     flow = decode(space.frame, seeds["fused-at-L2"])
     groups = [t for _, t in walk(flow.root) if isinstance(t, Tile) and len(t.children) > 1]
     assert len(groups) == 1 and groups[0].level == "L2"
     assert {lp.dim for lp in groups[0].loops} == {"m", "l"}
     assert [lp.dim for lp in groups[0].loops if lp.spatial] == ["m"]
     flat = StructureSpace(workload(CHAIN, m=8, l=8, k=4, n=4), small_arch(cores=2, pes=4))
-    assert flat.level_seeds() == {}
+    assert list(flat.level_seeds()) == ["fused-at-L1"]
+
+
+def test_a_seed_fused_at_the_operators_own_level_is_the_hand_trees_structure():
+    """The imported weight-stationary chip (DRAM, GlobalBuffer, RegisterFile): its best
+    known GEMM chain (65,536 cycles, the MAC floor) fuses both GEMMs in the GlobalBuffer
+    under a DRAM tile stepping through blocks; the seed fused at the GlobalBuffer has that
+    structure, so the structure search starts from it (seed 0 of the suite ended 12.5 %
+    above it on the Chimera structure without it)."""
+    from tileflow.interop.files import load_arch_any
+
+    quality = Path(__file__).resolve().parents[2] / "search" / "quality"
+    arch = load_arch_any(str(quality / "chips" / "ws-array.arch.yaml"))
+    w = load_workload("gemm-chain", {"b": 1, "m": 256, "l": 256, "k": 64, "n": 64})
+    space = StructureSpace(w, arch)
+    seeds = space.level_seeds()
+    assert list(seeds) == ["fused-at-GlobalBuffer"]
+    seed = decode(space.frame, seeds["fused-at-GlobalBuffer"])
+    hand = load_dataflow_file(str(quality / "trees" / "ws-array.gemm-chain.yaml"))
+
+    def shape(flow) -> list[tuple]:
+        """Each tile: level, children, primitive where it has several, and which dims of
+        more than one element it spreads."""
+        return [(t.level, len(t.children), t.primitive if len(t.children) > 1 else None,
+                 sorted({lp.dim for lp in t.loops if lp.spatial and w.sizes[lp.dim] > 1}))
+                for _, t in walk(flow.root) if isinstance(t, Tile)]
+
+    assert shape(seed) == shape(hand)
 
 
 THREE_LEVEL = """\
@@ -239,3 +267,18 @@ def test_the_search_finds_the_cheaper_mapping_that_bypasses_the_buffer(tmp_path)
     assert best[True].energy_pj < 0.95 * best[False].energy_pj
     assert best[True].cycles == pytest.approx(best[False].cycles)
     assert any(lv == 1 for _, lv in best[True].encoding.bypass)
+
+
+def test_a_fused_group_spreads_over_a_dim_every_member_keeps():
+    """SwiGLU fused at the five-level chip's L3: gate, up, silu and mul keep `m` and `f` in
+    their outputs, `down` keeps `m` and `e` and sums over `f`. Spread over `f` (the largest
+    shared dim), each core would hold a partial `down` output; the default spreads `m`,
+    which every member's output keeps, across the clusters and the cores."""
+    quality = Path(__file__).resolve().parents[2] / "search" / "quality"
+    w = load_workload(str(quality / "workloads" / "swiglu.yaml"),
+                      {"m": 256, "d": 512, "f": 1536, "e": 512})
+    space = StructureSpace(w, load_arch(str(quality / "chips" / "wide-5level.yaml")))
+    flow = decode(space.frame, space.level_seeds()["fused-at-L3"])
+    spread = {lp.dim for _, node in walk(flow.root) if isinstance(node, Tile)
+              and len(node.children) > 1 for lp in node.loops if lp.spatial}
+    assert spread == {"m"}

@@ -376,8 +376,9 @@ EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
         "evaluation it asks for; the baselines' own factors are always evaluated, even past "
         "it)", "2000"),
     Key("seconds", "number > 0", "the whole command ends within this many seconds, counted "
-        "from its start (loading included); the search stops 3 s + 5 % earlier to leave "
-        "time for writing the outputs", "none", "s"),
+        "from its start (loading included); the search stops 3 s + 8 % earlier to leave "
+        "time for writing the outputs (the figures only where time is left: `tileflow "
+        "figures OUT` draws the others)", "none", "s"),
     Key("structure_share", "number between 0 and 1", "with `structures: search`, the "
         "structure search's part of both budgets; it stops at its share and the tile-factor "
         "study gets the rest (what the structure search left unused included)", "0.5"),

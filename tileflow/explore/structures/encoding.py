@@ -386,12 +386,16 @@ def _flatten(enc: Encoding, groups: list[tuple[int, ...]], lam: int) -> Encoding
 
 
 def default_group_loops(frame: Frame, members, level: int = 0) -> LoopSpec:
-    """Temporal loops over every dim the group may share, and the largest spread over the
-    instances of the level below (the cores)."""
+    """Temporal loops over every dim the group may share, and a spread over the instances of
+    the level below (the cores): over the largest dim that every member's output keeps (no
+    member then sums partial results across cores: SwiGLU's `m`, not the `f` that `down`
+    contracts), else over the largest shared dim."""
     dims = frame.group_dims(members)
     spec: list[tuple[str, bool]] = [(d, False) for d in dims]
     if dims and frame.spread_below(members, level) > 1:
-        spec.append((max(dims, key=lambda d: frame.workload.sizes[d]), True))
+        ops = frame.workload.op_by_name
+        kept = [d for d in dims if all(d in ops[frame.ops[o]].output.dims for o in members)]
+        spec.append((max(kept or dims, key=lambda d: frame.workload.sizes[d]), True))
     return tuple(spec)
 
 

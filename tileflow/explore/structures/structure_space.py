@@ -159,15 +159,19 @@ class StructureSpace:
         return loops
 
     def level_seeds(self) -> dict[str, Encoding]:
-        """Per on-chip level above every operator's innermost loops (a shared L2), the
-        structure that fuses every operator there: the intermediates stay on chip while DRAM
-        streams blocks, the pattern the other seeds (baselines fused at DRAM or in the L1)
-        do not start from. Empty on a chip without such a level, or without outer tiles."""
+        """Per on-chip level down to the operators' innermost loops (a shared L2, the
+        per-core L1 or a global buffer), the structure that fuses every operator there under
+        a DRAM tile stepping through blocks: the intermediates stay on chip while DRAM
+        streams blocks, the pattern the other seeds (baselines fused at DRAM with a tile
+        per operator, or in the L1 without blocks) do not start from. Empty on a chip with
+        one level, or without outer tiles."""
         f, n = self.frame, self.n
         if n < 2 or not self.options.outer_tiles:
             return {}
         out = {}
-        for lv in range(1, min(f.loop_level)):
+        for lv in range(1, min(f.loop_level) + 1):
+            if any(lv > f.max_junction(o, o + 1) for o in range(n - 1)):
+                continue
             try:
                 out[f"fused-at-{f.levels[lv]}"] = self.defaults(
                     (*range(1, n), -1), (lv,) * (n - 1) + (0,))

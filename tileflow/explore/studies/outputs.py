@@ -13,10 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tileflow.cost.model import Result
-from tileflow.explore.studies import pareto, timeline
-from tileflow.explore.studies.reload import inputs
+from tileflow.explore.studies import figures, pareto, timeline
+from tileflow.explore.studies.reload import inputs, load_study
 from tileflow.explore.studies.session import Outcome, objective_value
 from tileflow.outputs import finite
 from tileflow.provenance import MODEL_VERSION
@@ -260,53 +261,30 @@ def summary_markdown(outcome: Outcome, data: dict) -> str:
         text += [f"| {r['structure']} | {r['factors']} | {_num(r['cycles'])} | "
                  f"{_num(r['energy_pj'] / 1e6, '{:,.2f}')} | {_num(r['dram_words'])} |"
                  for r in data["front"]]
-        text += ["", "![front](front.png)", ""]
+        text += ["", "![front](front.png)", ""] if _drawn(data, "front.png") else [""]
     text += ["Baselines: *own rule* is each baseline's factors chosen by its own rule (Chimera: "
              "least DRAM traffic that fits; TileFlow-Pipe: lowest latency; the others: "
              "largest tiles that fit); *searched* is the best point of its structure in this "
-             "study.", "", *rows, "", "![convergence](convergence.png)", "",
-             "![timeline](timeline.png)", ""]
+             "study.", "", *rows, ""]
+    text += [f"![{name[:-4]}]({name})\n" for name in ("convergence.png", "timeline.png")
+             if _drawn(data, name)]
+    skipped = data.get("figures_skipped")
+    if skipped:
+        text += [f"Figures not drawn: {', '.join(skipped['files'])} ({skipped['why']}; "
+                 f"`{skipped['redraw']}` draws them from this folder).", ""]
     return "\n".join(text)
 
 
-def convergence_plot(outcome: Outcome, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    pts = outcome.points
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    cost = pts["cost"].astype(float).to_numpy() if len(pts) else np.array([])
-    best = np.minimum.accumulate(np.where(np.isfinite(cost), cost, np.inf)) if len(cost) else cost
-    shown = np.isfinite(best)
-    axes[0].step(np.arange(1, len(best) + 1)[shown], best[shown], where="post",
-                 label=f"best found ({outcome.config.method})")
-    seconds = pts["seconds"].astype(float).to_numpy() if len(pts) else np.array([])
-    axes[1].step(seconds[shown], best[shown], where="post",
-                 label=f"best found ({outcome.config.method})")
-    for k, b in enumerate(outcome.baselines):
-        if b.result.valid:
-            value = objective_value(b.result, outcome.config.objective)
-            for ax in axes:
-                ax.axhline(value, color=f"C{k + 1}", linestyle="--", linewidth=1,
-                           label=f"{b.name} (own rule)")
-    unit = {"latency": "cycles", "energy": "pJ", "edp": "cycles x pJ",
-            "dram": "DRAM words"}[outcome.config.objective]
-    for ax, xlabel in zip(axes, ("evaluations", "seconds"), strict=True):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{outcome.config.objective} ({unit})")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"{outcome.config.name}: best {outcome.config.objective} so far")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def _drawn(data: dict, name: str) -> bool:
+    """Whether this run wrote a figure (every figure where the file list is not known)."""
+    return "files" not in data or name in data["files"]
 
 
-def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
-    """Write every output file; returns the summary object."""
+def write_all(outcome: Outcome, out_dir: str | Path, deadline: float | None = None) -> dict:
+    """Write every output file; returns the summary object. With `deadline` (a
+    `time.perf_counter()` instant: the end of the run's time budget) the figures come last
+    and only as far as the time allows (see `figures.draw_within`); those left out are
+    listed in summary.json `figures_skipped` and redrawn by `tileflow figures OUT`."""
     from ruamel.yaml import YAML
 
     from tileflow.tree import to_dict
@@ -315,6 +293,7 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
     cfg = outcome.config
     data = summary(outcome)
     data["files"] = {}
+    jobs: list[tuple[str, figures.Draw]] = []
     if outcome.best is not None:
         def dump_yaml(p: Path) -> None:
             yaml = YAML()
@@ -325,24 +304,32 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
         atomic_write(out / "best.yaml", dump_yaml)
         line = timeline.layout(outcome.workload, outcome.arch, outcome.best,
                                outcome.best_result)
-        title = (f"{outcome.config.name}: the found dataflow, {line.cycles:,.0f} cycles "
-                 f"({line.overlap} overlap)")
-        atomic_write(out / "timeline.png", lambda p: timeline.plot(line, title, p))
+        title = figures.timeline_title(outcome.config.name, line)
         atomic_write(out / "timeline.json", lambda p: p.write_text(
             timeline.trace_json(line.events, outcome.arch.clock_ghz)))
+        jobs.append(("timeline.png", lambda p: timeline.plot(line, title, p)))
     atomic_write(out / "points.csv", lambda p: outcome.points.to_csv(p, index=False))
-    atomic_write(out / "convergence.png", lambda p: convergence_plot(outcome, p))
+    jobs.insert(0, ("convergence.png", lambda p: figures.convergence_plot(
+        _convergence(outcome), p)))
     if len(cfg.objectives) == 2:
         table = pareto.front(outcome.points, cfg.objectives)
         atomic_write(out / "front.csv", lambda p: table.to_csv(p, index=False))
         marks = {b.name: tuple(objective_value(b.result, o) for o in cfg.objectives)
                  for b in outcome.baselines if b.result.valid}
-        atomic_write(out / "front.png", lambda p: pareto.plot(
-            outcome.points, table, cfg.objectives, marks, f"{cfg.name}: Pareto front", p))
+        jobs.append(("front.png", lambda p: pareto.plot(
+            outcome.points, table, cfg.objectives, marks, f"{cfg.name}: Pareto front", p)))
+    drawn = (figures.draw_in_process(jobs, out, atomic_write) if deadline is None
+             else figures.draw_within(jobs, out, deadline, atomic_write))
+    skipped = [name for name, _ in jobs if name not in drawn]
+    for name in skipped:  # an earlier run's figure would not match this run's outputs
+        (out / name).unlink(missing_ok=True)
+    if skipped:
+        data["figures_skipped"] = {"files": skipped, "why": "the time budget ran out",
+                                   "redraw": f"tileflow figures {out}"}
     data["slots"] = outcome.slots
     # this run's files only: a front.csv or best.yaml left by an earlier run is not listed
     written = [name for name in FILES if name not in ("summary.md", "summary.json")
-               and name in _this_run(outcome)]
+               and name in _this_run(outcome) and name not in skipped]
     data["files"] = {name: str(out / name) for name in [*written, "summary.md",
                                                          "summary.json"]}
     data = finite(data)
@@ -350,6 +337,16 @@ def write_all(outcome: Outcome, out_dir: str | Path) -> dict:
         json.dumps(data, indent=2, allow_nan=False)))
     atomic_write(out / "summary.md", lambda p: p.write_text(summary_markdown(outcome, data)))
     return data
+
+
+def _convergence(outcome: Outcome) -> figures.Convergence:
+    pts = outcome.points
+    return figures.Convergence(
+        outcome.config.name, outcome.config.method, outcome.config.objective,
+        pts["cost"].to_numpy(float) if len(pts) else np.array([]),
+        pts["seconds"].to_numpy(float) if len(pts) else np.array([]),
+        [(b.name, objective_value(b.result, outcome.config.objective))
+         for b in outcome.baselines if b.result.valid])
 
 
 def _this_run(outcome: Outcome) -> set[str]:
@@ -360,3 +357,33 @@ def _this_run(outcome: Outcome) -> set[str]:
     if len(outcome.config.objectives) == 2:
         names |= {"front.csv", "front.png"}
     return names
+
+
+def redraw(folder: str | Path, accelerator: str | None = None) -> list[str]:
+    """Draw a saved study's figures again from its folder (summary.json, points.csv,
+    best.yaml): `tileflow figures DIR`. Returns the names written."""
+    saved = load_study(folder, accelerator)
+    out, data = saved.folder, saved.summary
+    points = saved.points() if (out / "points.csv").is_file() else pd.DataFrame()
+    objective = data.get("objective", "latency")
+    own = [(b["dataflow"], b["own_rule"]) for b in data.get("baselines", [])
+           if b.get("own_rule", {}).get("valid")]
+    name = data.get("study", out.name)
+    progress = figures.Convergence(
+        name, data.get("method", "mcts"), objective,
+        points["cost"].to_numpy(float) if len(points) else np.array([]),
+        points["seconds"].to_numpy(float) if len(points) else np.array([]),
+        [(b, figures.objective_of(fig, objective)) for b, fig in own])
+    jobs: list[tuple[str, figures.Draw]] = [
+        ("convergence.png", lambda p: figures.convergence_plot(progress, p))]
+    if saved.best is not None and saved.best_result is not None:
+        line = timeline.layout(saved.workload, saved.arch, saved.best, saved.best_result)
+        title = figures.timeline_title(name, line)
+        jobs.append(("timeline.png", lambda p: timeline.plot(line, title, p)))
+    objectives = tuple(data.get("objectives", [objective]))
+    if len(objectives) == 2:
+        table = pareto.front(points, objectives)
+        marks = {b: tuple(figures.objective_of(fig, o) for o in objectives) for b, fig in own}
+        jobs.append(("front.png", lambda p: pareto.plot(
+            points, table, objectives, marks, f"{name}: Pareto front", p)))
+    return figures.draw_in_process(jobs, out, atomic_write)

@@ -9,8 +9,13 @@ children that no completion can make valid are pruned with the sound bounds of
 `tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are monotone
 in the undecided slots). New leaves are
 completed by random rollouts; a share of every batch mutates the best points found so far
-(one decision re-drawn), which refines what the tree has found. Rollouts of a step are
-evaluated together; rewards (best cost / cost, 0 where invalid) are back-propagated."""
+(one decision re-drawn, or a factor moved between loops of one dimension: a *transfer*,
+`tileflow.explore.factors.moves`), which refines what the tree has found. While the best
+cost has not improved for `polish_after` steps, every transfer of the best points not yet
+polished (best first), then every pair of transfers, joins the batches: a local search
+whose moves change a shared outer split and each operator's inner loops together.
+Rollouts of a step are evaluated together; rewards (best cost / cost, 0 where invalid) are
+back-propagated."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tileflow.explore.factors import moves
 from tileflow.explore.factors.bounds import Bounds
 from tileflow.explore.factors.space import UNDECIDED, Evaluated, Limits, Space
 
@@ -53,7 +59,8 @@ class MCTS:
     def __init__(self, space: Space, seed: int = 0, exploration: float = 0.4,
                  rollouts_per_leaf: int = 4, mutation_share: float = 0.5,
                  spread_bias: float = 0.5, warm: Iterable[np.ndarray] = (),
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, transfer_share: float = 0.5,
+                 polish_after: int = 1):
         self.space = space
         self.bounds = Bounds(space, limits)
         self.rng = np.random.default_rng(seed)
@@ -70,6 +77,13 @@ class MCTS:
         self._pending: list[np.ndarray] = []  # expansions' smallest completions, to evaluate
         self._elite_cdf: dict[int, np.ndarray] = {}  # elite size -> cumulative weights
         self._plan: tuple[list[int], dict[int, list[int]], dict[int, list[int]]] | None = None
+        self.transfer_share = transfer_share  # of the mutations: a transfer move
+        self.polish_after = polish_after  # steps without a better cost before polishing
+        self.stale_steps = 0
+        self._polished: set[bytes] = set()  # points whose transfers were queued
+        self._deep: set[bytes] = set()  # points whose pairs of transfers were queued
+        self._queue: list[np.ndarray] = []  # neighbours still to evaluate while stalled
+        self.deep_limit = 8192
 
     # --- tree -------------------------------------------------------------------------
 
@@ -190,13 +204,20 @@ class MCTS:
             self._backprop(self._path_of(np.asarray(row)), self._reward(float(cost)))
 
     def _mutate(self) -> np.ndarray:
-        """Change one decision of an elite point. Three times in four the slot moves to a
+        """Change one decision of an elite point. A share `transfer_share` of the time
+        (twice it while the search stalls) a factor moves between loops of one dimension
+        (`moves.random_transfer`); otherwise, three times in four the slot moves to a
         neighbouring factor and one slot of each of its chains (the outermost other temporal
-        one) takes up the difference, everything else kept; otherwise the slot's chains are
+        one) takes up the difference, everything else kept, and else the slot's chains are
         drawn anew (a shared slot takes the chains below it along)."""
         pick = self._pick_elite()
         row = np.frombuffer(self.elite[pick][1], dtype=np.int64).copy()
         sp = self.space
+        share = self.transfer_share * (2 if self.stale_steps >= self.polish_after else 1)
+        if self.rng.random() < share:
+            moved = moves.random_transfer(sp, row, self.rng)
+            if moved is not None:
+                return moved
         decisions, undo_local, undo_all = self._mutation_plan()
         slot = decisions[self.rng.integers(len(decisions))]
         old = int(row[slot])
@@ -244,6 +265,41 @@ class MCTS:
             self._plan = (decisions, undo_local, undo_all)
         return self._plan
 
+    def _polish(self, n: int) -> list[np.ndarray]:
+        """While stalled: up to 2n rows of the queue of neighbourhoods, refilled from the
+        best elite point not polished yet (its transfers) or, every point polished, not
+        yet polished twice (two transfers in a row: a move whose first half is worse)."""
+        if self.stale_steps < self.polish_after:
+            return []
+        if not self._queue:
+            self._queue = self._neighbourhood()
+        take, self._queue = self._queue[:2 * n], self._queue[2 * n:]
+        return take
+
+    def _neighbourhood(self) -> list[np.ndarray]:
+        """The next point's transfers (one prime moved first, in random order), or its
+        pairs of transfers (at most `deep_limit`, drawn at random)."""
+        for twice, done in ((False, self._polished), (True, self._deep)):
+            key = next((k for _, k in self.elite if k not in done), None)
+            if key is None:
+                continue
+            done.add(key)
+            row = np.frombuffer(key, dtype=np.int64)
+            found: dict[bytes, np.ndarray] = {}
+            if not twice:
+                for prime_only in (True, False):  # one prime first, then several at once
+                    more = list(moves.neighbours(self.space, row, prime_only))
+                    for i in self.rng.permutation(len(more)):
+                        found.setdefault(more[i].tobytes(), more[i])
+                return list(found.values())
+            for first in moves.neighbours(self.space, row):
+                for second in moves.neighbours(self.space, first):
+                    found.setdefault(second.tobytes(), second)
+            rows = list(found.values())
+            pick = self.rng.permutation(len(rows))[:self.deep_limit]
+            return [rows[i] for i in pick]
+        return []
+
     def step(self, evaluate: Evaluate, n: int) -> None:
         if self.warm:
             rows = np.array([w for w in self.warm if self.space.covers(w)])
@@ -271,6 +327,9 @@ class MCTS:
         for _ in range(mutations):
             rows.append(self._mutate())
             paths.append(None)
+        for row in self._polish(n):
+            rows.append(row)
+            paths.append(None)
         # the expansions' points first (within a budget they come first), then the rollouts
         # and mutations: one call of the evaluator per step, whose cost is mostly per call
         lower, self._pending = self._pending, []
@@ -278,7 +337,12 @@ class MCTS:
             return
         batch = np.array(lower + rows)
         result = evaluate(batch)
+        before = self.best_cost
         self._learn(batch, result)
+        if self.best_cost < before:  # a better point: its neighbourhood comes first
+            self.stale_steps, self._queue = 0, []
+        else:
+            self.stale_steps += 1
         for row, path, cost in zip(batch[len(lower):], paths, result.cost[len(lower):],
                                    strict=True):
             self._backprop(path or self._path_of(row), self._reward(float(cost)))

@@ -1,0 +1,133 @@
+"""Transfer moves: a factor of one dimension moved from one loop to others in one step.
+
+A *transfer* divides one slot's factor by `d` and multiplies, on each chain through that
+slot, exactly one other slot by `d` (or the reverse), so every chain keeps its product: the
+row covers what it covered, with the same clipping. The partners may sit at any level and
+be spatial or temporal; where the slot is shared (a pipeline's outer split, on the chains
+of every operator below it), one partner per operator's chain moves together with it.
+
+Why: a point whose better neighbour differs in a shared outer split and in each operator's
+inner loops (`m:64` outside with `m:8:SpY` in both stages, against `m:256` with
+`m:2:SpY`) cannot be reached by changing one slot at a time, nor by a move that settles
+each chain on its outermost temporal slot: every intermediate point over-covers or
+under-covers a chain."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterator
+
+import numpy as np
+
+from tileflow.explore.factors.space import Space, divisors
+
+Transfer = tuple[int, tuple[int, ...]]  # (slot, its partners: one per chain of the slot)
+
+
+def primes(n: int) -> list[int]:
+    """The prime factors of n with multiplicity, smallest first."""
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out + ([n] if n > 1 else [])
+
+
+@functools.lru_cache(maxsize=64)
+def _partner_sets(space: Space) -> dict[int, tuple[tuple[int, ...], ...]]:
+    """Per movable slot: every set of partner slots that covers each of its chains exactly
+    once and touches no other chain (so the transfer keeps every chain's product)."""
+    out: dict[int, tuple[tuple[int, ...], ...]] = {}
+    movable = [i for i in range(space.size) if space.chains_of[i] and i not in space.fixed]
+    for slot in movable:
+        mine = set(space.chains_of[slot])
+        per_chain = [[j for j in space.chains[k].slots if j != slot and j in movable
+                      and set(space.chains_of[j]) <= mine] for k in space.chains_of[slot]]
+        found = set()
+        for combo in itertools.product(*per_chain):
+            partners = tuple(sorted(set(combo)))
+            covered = [k for j in partners for k in space.chains_of[j]]
+            if len(covered) == len(set(covered)) and set(covered) == mine:
+                found.add(partners)
+        if found:
+            out[slot] = tuple(sorted(found))
+    return out
+
+
+def transfer_pairs(space: Space) -> list[Transfer]:
+    """Every (slot, partners) a transfer may move a factor between."""
+    return [(slot, partners) for slot, sets in _partner_sets(space).items()
+            for partners in sets]
+
+
+def fits(space: Space, row: np.ndarray, changed: tuple[int, ...]) -> bool:
+    """The changed spatial slots stay within their fan-outs, alone and per tile; a changed
+    shared slot still divides its chains (the loops below it cover the same extent for each
+    operator)."""
+    limit = space.spatial_limit
+    if any(space.shared[j] and any(space.chains[k].size % int(row[j])
+                                   for k in space.chains_of[j]) for j in changed):
+        return False
+    if any(limit[j] and row[j] > limit[j] for j in changed):
+        return False
+    spatial = [j for j in range(space.size) if limit[j]]
+    return not any(limit[j] for j in changed) or space.tile_spread_ok(row, spatial)
+
+
+def apply(row: np.ndarray, slot: int, partners: tuple[int, ...], amount: int,
+          give: bool) -> np.ndarray | None:
+    """The row with `amount` moved from `slot` to each partner (`give`) or from every
+    partner to `slot`; None where the giving side's factors do not divide by it."""
+    givers = (slot,) if give else partners
+    if any(int(row[j]) % amount for j in givers):
+        return None
+    out = row.copy()
+    takers = partners if give else (slot,)
+    for j in givers:
+        out[j] //= amount
+    for j in takers:
+        out[j] *= amount
+    return out
+
+
+def neighbours(space: Space, row: np.ndarray, prime_only: bool = False
+               ) -> Iterator[np.ndarray]:
+    """Every transfer of a row: each (slot, partners), each direction, each amount that
+    divides the giving side (a prime, or several of them at once; `prime_only`: a prime)."""
+    row = np.asarray(row, dtype=np.int64)
+    for slot, partners in transfer_pairs(space):
+        for give in (True, False):
+            givers = (slot,) if give else partners
+            common = math.gcd(*(int(row[j]) for j in givers))
+            amounts = sorted(set(primes(common))) if prime_only else divisors(common)[1:]
+            for amount in amounts:
+                moved = apply(row, slot, partners, amount, give)
+                if moved is not None and fits(space, moved, (slot, *partners)):
+                    yield moved
+
+
+def random_transfer(space: Space, row: np.ndarray, rng: np.random.Generator,
+                    tries: int = 8) -> np.ndarray | None:
+    """One transfer drawn at random (a pair, a direction, one prime of the giving side or,
+    half the time, two); None where `tries` draws found no move that fits."""
+    pairs = transfer_pairs(space)
+    if not pairs:
+        return None
+    row = np.asarray(row, dtype=np.int64)
+    for _ in range(tries):
+        slot, partners = pairs[rng.integers(len(pairs))]
+        give = bool(rng.random() < 0.5)
+        givers = (slot,) if give else partners
+        factors = primes(math.gcd(*(int(row[j]) for j in givers)))
+        if not factors:
+            continue
+        picked = rng.permutation(len(factors))[:1 + int(rng.random() < 0.5)]
+        amount = math.prod(factors[k] for k in picked)
+        moved = apply(row, slot, partners, amount, give)
+        if moved is not None and fits(space, moved, (slot, *partners)):
+            return moved
+    return None
