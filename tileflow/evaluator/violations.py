@@ -55,6 +55,11 @@ def _at_row(x) -> int | float:
     return int(v) if v.is_integer() else v
 
 
+def _flagged(where) -> bool:
+    """Whether a check's flag holds at the one row."""
+    return bool(np.asarray(where).reshape(-1)[0])
+
+
 class Records:
     """A `limits.Recorder` for one row: the sites the row breaks, as records with the key
     that puts them in the scalar model's order."""
@@ -100,7 +105,7 @@ class Records:
 
     def _reduction(self, site: Site, where, amount) -> None:
         _, t, i = site
-        if not bool(np.asarray(where).reshape(-1)[0]):
+        if not _flagged(where):
             return
         w = self.c.workload
         producer = w.op_by_name[w.producer[t]]
@@ -116,7 +121,7 @@ class Records:
 
     def _window(self, site: Site, where, amount) -> None:
         _, t, consumer, d, need, has = site
-        if not bool(np.asarray(where).reshape(-1)[0]):
+        if not _flagged(where):
             return
         w = self.c.workload
         producer = w.op_by_name[w.producer[t]]
@@ -134,7 +139,7 @@ class Records:
 
     def _carried_spatial(self, site: Site, where, amount) -> None:
         _, o, i = site
-        if not bool(np.asarray(where).reshape(-1)[0]):
+        if not _flagged(where):
             return
         path = self.c.paths[o]
         lp = path.loops[i]
@@ -149,7 +154,7 @@ class Records:
 
     def _carried_inside(self, site: Site, where, amount) -> None:
         _, o, i = site
-        if not bool(np.asarray(where).reshape(-1)[0]):
+        if not _flagged(where):
             return
         path = self.c.paths[o]
         lp = path.loops[i]
@@ -168,7 +173,7 @@ class Records:
 
     def _carried_leaves(self, site: Site, where, amount) -> None:
         _, o, name = site
-        if not bool(np.asarray(where).reshape(-1)[0]):
+        if not _flagged(where):
             return
         w = self.c.workload
         op = w.op_by_name[o]
@@ -186,7 +191,7 @@ class Records:
 
     def _summed(self, site: Site, where, amount) -> None:
         _, o, i = site
-        if not bool(np.asarray(where).reshape(-1)[0]):
+        if not _flagged(where):
             return
         path = self.c.paths[o]
         lp = path.loops[i]
