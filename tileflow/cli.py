@@ -276,7 +276,6 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     from tileflow.analysis.prepare import prepare
     from tileflow.analysis.workbound import check_enumeration
     from tileflow.dataflows import build
-    from tileflow.evaluator.compiled import ConstantIndex
 
     try:
         flow = build(name, workload, arch, tiles)
@@ -287,12 +286,7 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
         )
 
         check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
-        try:
-            return fit_baseline(name, workload, arch)
-        except ConstantIndex as exc:  # the builder's factors, said so
-            print(f"tileflow: note: {name} keeps its builder's factors: {exc.message}",
-                  file=sys.stderr)
-            return flow
+        return fit_baseline(name, workload, arch)
     except InputError as exc:
         if exc.source or not workload.source:
             raise

@@ -36,7 +36,7 @@ from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.evaluator import timeloop_deltas
-from tileflow.evaluator.batch import evaluate_batch, scalar_only
+from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.lattice import VDim, VLoop
 from tileflow.evaluator.structure import structure_of
 from tileflow.specs.arch import Architecture, load_arch
@@ -69,7 +69,6 @@ def _agree(w: Workload, arch: Architecture, plain: Architecture, seed: int,
         except InvalidDataflow:
             return
         structure = structure_of(w, arch, flow)
-        assert scalar_only(structure) == ""
         factors = random_rows(structure, rows, rng)
         totals[0] += assert_rows_equal(structure, factors)[0]
         mine = evaluate_batch(structure, factors)
@@ -208,24 +207,38 @@ def test_an_imported_timeloop_chip_in_the_batch(wl: str, name: str) -> None:
     source, sizes = IMPORTED[wl]
     w = load_workload(source, sizes)
     structure = structure_of(w, arch, build(name, w, arch))
-    assert scalar_only(structure) == ""
     rows = covering_rows(structure, 12, np.random.default_rng(zlib.crc32(f"{wl} {name}".encode())))
     compared, _ = assert_rows_equal(structure, rows)
     assert compared >= 6, compared
 
 
-def test_a_kept_halo_under_the_delta_rule_runs_row_by_row() -> None:
-    """The one case left to the scalar model: a tree that keeps a halo (`halo: cache`, the
-    producer's later slices shortened) on an accelerator with the delta rule; the batch
-    says why and gives the scalar model's rows."""
+def test_a_kept_halo_under_the_delta_rule_in_the_batch() -> None:
+    """A producer that keeps its halo (`halo: cache`) on an accelerator with the delta rule:
+    past the first slide its slice starts after the kept rows, and the sampled steps count
+    the shortened slices. The batch equals the scalar model and moves fewer words than the
+    same tree without the kept halo."""
     w = workload(CASES["conv-halo"])
     flow = Dataflow(tile("DRAM", "p:3",
                          tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
                          tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
     arch = _levels(TIMED, deltas=("timeloop",) * 3)
-    structure = structure_of(w, arch, keep_halos(w, flow))
-    assert "deltas: timeloop" in scalar_only(structure)
-    assert scalar_only(structure_of(w, arch, flow)) == ""
-    compared, _ = assert_rows_equal(structure, random_rows(structure, 8,
-                                                           np.random.default_rng(3)))
+    kept = structure_of(w, arch, keep_halos(w, flow))
+    rows = random_rows(kept, 8, np.random.default_rng(3))
+    compared, _ = assert_rows_equal(kept, rows)
     assert compared >= 1
+    plain = structure_of(w, arch, flow)
+    defaults = np.array([kept.default_factors])
+    assert evaluate_batch(kept, defaults).energy_pj[0] < \
+        evaluate_batch(plain, defaults).energy_pj[0]
+
+
+@pytest.mark.parametrize("overlap", CONVENTIONS)
+@pytest.mark.parametrize("case", ["conv-halo", "strided"])
+def test_kept_halos_under_the_delta_rule_on_random_trees(case: str, overlap: str) -> None:
+    """Random trees with every intermediate's halo kept, every level counting by the delta
+    rule: the batch equals the scalar model row by row under every overlap convention."""
+    w = workload(CASES[case])
+    plain = replace(TIMED, overlap=overlap)
+    arch = _levels(plain, deltas=("timeloop",) * 3)
+    compared, _ = _agree(w, arch, plain, seed=47, change=lambda flow, _: keep_halos(w, flow))
+    assert compared >= 40, compared

@@ -320,10 +320,12 @@ def test_a_root_bound_by_the_shared_dram_port() -> None:
     assert_same(ref, explain_dataflow(w, SLOW_DRAM, flow), "twins")
 
 
-def test_what_the_engine_leaves_to_the_analysis() -> None:
-    """A constant index (the engine needs a dim in every index) and a kept halo under the
-    delta rule are explained by the rules of `tileflow.analysis`, equal to `evaluate()`."""
+def test_a_constant_index_and_a_kept_halo_under_the_delta_rule(monkeypatch) -> None:
+    """Two cases the engine once left to the scalar rules, now explained from its own arrays
+    (the scalar model is not called), equal to `evaluate()`: a constant index (read through
+    a dimension of one iteration) and a kept halo under Timeloop's delta rule."""
     from tests.explore.test_batch_timeloop import _levels
+    from tileflow.evaluator import explain as module
     from tileflow.tree import Dataflow, tile
 
     w = workload("""
@@ -333,16 +335,22 @@ ops:
   - {name: mm, expr: "Y[m] += X[m, 0] * W[k]"}
 """)
     flow = Dataflow(tile("DRAM", "m:2", tile("L1", "m:2 k:3", "mm")))
-    assert_same(evaluate(w, TIMED, flow), explain_dataflow(w, TIMED, flow), "constant")
-    w = workload(CASES["conv-halo"])
+    reference = evaluate(w, TIMED, flow)
+    w_halo = workload(CASES["conv-halo"])
     arch = _levels(TIMED, deltas=("timeloop",) * 3)
-    flow = keep_halos(w, Dataflow(tile("DRAM", "p:3",
-                                       tile("L1", "p:2:Sp",
-                                            tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
-                                       tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3",
-                                                           "conv2")))))
-    assert structure_of(w, arch, flow).row_by_row
-    assert_same(evaluate(w, arch, flow), explain_dataflow(w, arch, flow), "kept halo")
+    flow_halo = keep_halos(w_halo, Dataflow(tile("DRAM", "p:3",
+                                                 tile("L1", "p:2:Sp",
+                                                      tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
+                                                 tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3",
+                                                                     "conv2")))))
+    reference_halo = evaluate(w_halo, arch, flow_halo)
+
+    def no_scalar(*args, **kwargs):
+        raise AssertionError("explain fell back to the scalar model")
+
+    monkeypatch.setattr(module, "evaluate", no_scalar)
+    assert_same(reference, explain_dataflow(w, TIMED, flow), "constant")
+    assert_same(reference_halo, explain_dataflow(w_halo, arch, flow_halo), "kept halo")
 
 
 @pytest.mark.parametrize("arch", ["edge", "cloud", "rtl-systolic-chain"])

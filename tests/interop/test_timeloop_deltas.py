@@ -135,7 +135,7 @@ def test_the_batched_evaluator_models_the_rule(tmp_path):
     import numpy as np
 
     from tests.explore.test_batch import assert_rows_equal, covering_rows
-    from tileflow.evaluator.batch import evaluate_batch, scalar_only
+    from tileflow.evaluator.batch import evaluate_batch
     from tileflow.evaluator.structure import structure_of
 
     v03 = load_arch_any(write(tmp_path, "arch.yaml", ARCH_16_PES))
@@ -145,7 +145,6 @@ def test_the_batched_evaluator_models_the_rule(tmp_path):
     w = load_workload_any(write(tmp_path, "prob.yaml", CONV_OC_IC_PROBLEM))
     flow = load_dataflow_any(write(tmp_path, "map.yaml", CONV_CP_MAPPING), w, arch)
     structure = structure_of(w, arch, flow)
-    assert scalar_only(structure) == ""
     batch = evaluate_batch(structure, np.array([structure.default_factors]))
     ref = evaluate(w, arch, flow)
     assert ref.traffic["Reg"]["Inputs"].fill == 18_432

@@ -2,7 +2,8 @@
 
 `evaluate_batch` is the contract the searches use. The structure's analysis is done once
 (`Structure.compiled`); each batch computes the factor part with NumPy, equal to the scalar
-model (`tileflow.cost.model.evaluate`, the reference) row by row."""
+model (`tileflow.cost.model.evaluate`, the reference) row by row; every structure is
+modelled here (none falls back to the scalar rules)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS
-from tileflow.cost.model import evaluate
 from tileflow.cost.static_energy import BLOCK_SLACK
 from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator import carried
@@ -104,8 +104,6 @@ def evaluate_batch(structure: Structure, factors: np.ndarray) -> BatchResult:
                          f"got {factors.shape}")
     if factors.size and factors.min() < 1:
         raise ValueError("every factor must be at least 1")
-    if structure.row_by_row:
-        return _row_by_row(structure, factors)
     return _bounded(structure.compiled, structure.all_loop_factors(factors))
 
 
@@ -113,40 +111,12 @@ def footprint_words(structure: Structure, factors: np.ndarray) -> Mapping[str, n
     """`evaluate_batch(...).footprint_words` without counting data movement: what the
     search's capacity bounds need, at a fraction of the cost."""
     factors = np.asarray(factors, dtype=np.int64)
-    if structure.row_by_row or not len(factors):
+    if not len(factors):
         return evaluate_batch(structure, factors).footprint_words
     try:
         return footprints(Rows(structure.compiled, structure.all_loop_factors(factors)))
     except GridTooLarge:  # split, with the rows that enumerate too much refused
         return evaluate_batch(structure, factors).footprint_words
-
-
-def scalar_only(structure: Structure) -> str:
-    """Why the vectorised engine does not model this structure (empty when it does); such
-    structures are evaluated row by row with the scalar model, the reference."""
-    return structure.row_by_row
-
-
-def _row_by_row(structure: Structure, factors: np.ndarray) -> BatchResult:
-    """The scalar model on every row: the reference, for what the engine does not model."""
-    rows = len(factors)
-    cycles, energy, dram, ops = (np.zeros(rows) for _ in range(4))
-    valid = np.zeros(rows, dtype=bool)
-    footprint: dict[str, np.ndarray] = {}
-    violations: dict[str, np.ndarray] = {}
-    for r, row in enumerate(factors):
-        result = evaluate(structure.workload, structure.arch, structure.dataflow(row))
-        cycles[r], energy[r], dram[r] = result.cycles, result.energy_pj, result.dram_words
-        ops[r] = sum(result.ops.values())
-        valid[r] = result.valid
-        for fp in result.footprints:
-            footprint.setdefault(fp.level, np.zeros(rows))[r] = fp.words
-        for v in result.violations:
-            amount = (v.needed - v.available) if v.needed is not None and \
-                v.available is not None else 1.0
-            column = violations.setdefault(v.kind, np.zeros(rows))
-            column[r] = max(column[r], amount)
-    return BatchResult(cycles, energy, dram, ops, footprint, valid, violations)
 
 
 def _evaluate(c: Compiled, full: np.ndarray, trace: Trace | None = None) -> BatchResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tileflow.analysis.buffering import depth as buffer_depth
@@ -18,9 +18,8 @@ from tileflow.analysis.bypass import skips, source_run
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import Demand, split_fanout, unit_demand
 from tileflow.analysis.shape import node_key, shape_of, spec_key
-from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
-from tileflow.specs.expressions import Access
+from tileflow.specs.expressions import Access, Axis
 from tileflow.specs.workload import Operator, Workload
 from tileflow.tree import Dataflow, Tile, walk
 
@@ -391,20 +390,29 @@ class Compiled:
 _CACHE: OrderedDict = OrderedDict()
 
 
-class ConstantIndex(InputError):
-    """A workload the batched search cannot compile: an index with no dimension."""
+# the dimension of one iteration a constant index reads (D[0, n] as D[·, n], · of size 1):
+# no workload may name it, no loop iterates it, and every rule treats it as any other
+UNIT_DIM = "·"
 
 
-def _check_indices(workload: Workload) -> None:
-    """The search's closed forms need a dimension in every index; a constant index (D[0, n])
-    is one element, which `evaluate` counts but the search does not."""
-    for op in workload.ops:
-        for access in (op.output, *op.inputs):
-            if any(not axis.terms for axis in access.axes):
-                raise ConstantIndex(
-                    f"operator '{op.name}' indexes {access.tensor} with a constant: the "
-                    "dataflow search needs a dimension in every index (`tileflow evaluate` "
-                    "takes it)", workload.source, workload.place("ops"))
+def _with_unit_dim(workload: Workload) -> Workload:
+    """The workload with each constant index (an axis without a dimension) read through
+    UNIT_DIM, so that the closed forms, which place every axis by a dimension, apply."""
+    def placed(access: Access) -> Access:
+        return Access(access.tensor, tuple(axis if axis.terms else Axis(((UNIT_DIM, 1),),
+                                                                        axis.offset)
+                                           for axis in access.axes))
+
+    def constant(access: Access) -> bool:
+        return any(not axis.terms for axis in access.axes)
+
+    if not any(constant(a) for op in workload.ops for a in (op.output, *op.inputs)):
+        return workload
+    ops = tuple(replace(op, output=placed(op.output), inputs=tuple(map(placed, op.inputs)),
+                        dims=op.dims + (UNIT_DIM,))
+                if any(constant(a) for a in (op.output, *op.inputs)) else op
+                for op in workload.ops)
+    return replace(workload, ops=ops, sizes={**workload.sizes, UNIT_DIM: 1})
 
 
 def compiled_for(workload: Workload, arch: Architecture, flow: Dataflow) -> Compiled:
@@ -413,8 +421,7 @@ def compiled_for(workload: Workload, arch: Architecture, flow: Dataflow) -> Comp
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
     if found is None:
-        _check_indices(workload)
-        found = _CACHE[key] = Compiled(workload, arch, flow)
+        found = _CACHE[key] = Compiled(_with_unit_dim(workload), arch, flow)
         if len(_CACHE) > 256:
             _CACHE.popitem(last=False)
     _CACHE.move_to_end(key)

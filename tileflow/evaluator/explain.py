@@ -25,7 +25,6 @@ from tileflow.cost.model import (
 )
 from tileflow.cost.static_energy import leakage_pj, whole_block_words
 from tileflow.evaluator.batch import Trace, instances_in_use, traced
-from tileflow.evaluator.compiled import ConstantIndex
 from tileflow.evaluator.engine import FILL, READ, UPDATE
 from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.structure import Structure, structure_of
@@ -63,13 +62,10 @@ def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
     flow = structure.dataflow(row[0])
     records = tuple(violations(structure, row[0]) if violations is not None
                     else _analysed_violations(structure, flow))
-    if not structure.row_by_row:
-        try:
-            return _result(traced(structure, row), structure, flow, records)
-        except (ConstantIndex, GridTooLarge):
-            pass  # an index without a dim, or a row past the engine's grid: as below
-    # what the engine leaves to the rules of `analysis`: a kept halo under the delta rule,
-    # a constant index, a row whose sums enumerate more than the engine's grid holds
+    try:
+        return _result(traced(structure, row), structure, flow, records)
+    except GridTooLarge:
+        pass  # a row whose sums enumerate more than the engine's grid holds: as below
     result = evaluate(structure.workload, structure.arch, flow)
     return replace(result, valid=not records, violations=records)
 

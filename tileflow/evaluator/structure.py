@@ -52,19 +52,6 @@ class Structure:
                 tuple(sorted(self.template.homes.items())), self.slots)
 
     @cached_property
-    def row_by_row(self) -> str:
-        """Why the batched engine does not model this structure (empty when it does): a tile
-        that keeps a halo on an accelerator with Timeloop's delta rule (the batched rule
-        samples whole slices; a kept halo shortens the producer's later slices, which only
-        the scalar rule follows). Asked once per structure: the search asks on every call."""
-        keeps_halo = any(isinstance(node, Tile) and any(mode == "cache" for _, mode in node.halo)
-                         for _, node in walk(self.template.root))
-        if keeps_halo and any(lv.deltas == "timeloop" for lv in self.arch.levels):
-            return ("a tile keeps a halo (halo: cache) on an accelerator with Timeloop's delta "
-                    "rule (deltas: timeloop)")
-        return ""
-
-    @cached_property
     def compiled(self):
         """The factor-independent analysis, done once per tree shape (cached there, and kept
         here: the search asks on every call, and the shared cache's key costs a tree walk)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, timeloop_words_moved
-from tileflow.evaluator.lattice import I64, VDim, VLoop, interval
+from tileflow.evaluator.lattice import I64, VDim, VLoop, interval, positions
 
 # rows x sampled steps evaluated at once; a row whose own steps exceed STEPS_PER_ROW is
 # counted by the scalar rule (as many steps as the scalar model walks, one by one)
@@ -63,10 +63,14 @@ def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VL
 
 
 def _scalar(axes, dims: dict[str, VDim], loops: list[VLoop], row: int) -> int:
-    """The scalar rule on one row (a row with more sampled steps than STEPS_PER_ROW)."""
+    """The scalar rule on one row (a row with more sampled steps than STEPS_PER_ROW), kept
+    halos included (a cut per dim, a mark of 2 on the loop the halo slides along)."""
     return timeloop_words_moved(
-        axes, {d: DimRec(v.size, int(v.extent[row]), int(v.shift[row])) for d, v in dims.items()},
-        [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop) for lp in loops])
+        axes, {d: DimRec(v.size, int(v.extent[row]), int(v.shift[row]),
+                         0 if v.cut is None else int(v.cut[row])) for d, v in dims.items()},
+        [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop,
+                 0 if not lp.mark else 2 if lp.slide is not None and lp.slide[row] else 1)
+         for lp in loops])
 
 
 def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray) -> np.ndarray:
@@ -90,11 +94,10 @@ def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray)
     exists = (s[None, :] & dead[:, None]) == 0  # [rows, steps]
     # the weight of a step: (n - 1) for every loop at its second iteration (0: no step)
     weight = np.ones((count, steps), dtype=I64)
-    pos: dict[str, np.ndarray] = {}
     for k, lp in enumerate(loops):
-        on = bit[k][None, :]
-        weight = weight * np.where(on == 1, lp.n[:, None] - 1, 1)
-        pos[lp.dim] = pos.get(lp.dim, 0) + on * lp.stride[:, None]
+        weight = weight * np.where(bit[k][None, :] == 1, lp.n[:, None] - 1, 1)
+    # offsets per dim; under halo caching also the common ancestor's step and the slide
+    pos = positions([(lp, bit[k][None, :]) for k, lp in enumerate(loops)], count)
     boxes = [interval(axis, dims, pos) for axis in axes]
     shape = (count, steps)
     size = np.ones(shape, dtype=I64)
