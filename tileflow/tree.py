@@ -6,7 +6,48 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-PRIMITIVES = ("Seq", "Shar", "Para", "Pipe")
+
+@dataclass(frozen=True)
+class Primitive:
+    """What a tile's primitive says about its children, read by every rule that needs it
+    (latency, footprints, unit splits, sibling sharing, dependences, the summaries).
+
+    `at_once`: the children run at the same time, each on its own units (the tile's units
+    are split among them; their footprints add unless they sit on disjoint instances).
+    `pipelined`: they run as stages over the tile's steps (a child may read an earlier
+    sibling's result of an earlier step); at once without it, they must be independent.
+    `shares_inputs`: siblings reading the same slice of an input hold one copy, and no
+    child's data is dropped for the next (without it, as `Seq`, a tensor the next child does
+    not use is dropped between them)."""
+
+    name: str
+    at_once: bool
+    pipelined: bool
+    shares_inputs: bool
+    words: str  # how the children run, for summaries
+
+    @property
+    def serial(self) -> bool:
+        """The children run one after another: their times add."""
+        return not self.at_once
+
+    @property
+    def independent(self) -> bool:
+        """The children run at once within a step, so none may read another's result."""
+        return self.at_once and not self.pipelined
+
+
+PRIMITIVE: Mapping[str, Primitive] = {p.name: p for p in (
+    Primitive("Seq", at_once=False, pipelined=False, shares_inputs=False,
+              words="one after another (a child's data is dropped unless the next one uses it)"),
+    Primitive("Shar", at_once=False, pipelined=False, shares_inputs=True,
+              words="one after another, sharing the data they hold"),
+    Primitive("Para", at_once=True, pipelined=False, shares_inputs=True,
+              words="at the same time on separate units"),
+    Primitive("Pipe", at_once=True, pipelined=True, shares_inputs=True,
+              words="as a pipeline over the tile's steps, on separate units"),
+)}
+PRIMITIVES = tuple(PRIMITIVE)
 
 
 @dataclass(frozen=True)
@@ -53,6 +94,11 @@ class Tile:
     buffering: tuple[tuple[str, int], ...] = ()  # (tensor, depth 1 or 2) over the level's
     bypass: tuple[str, ...] = ()  # tensors not held at this tile's level
     halo: tuple[tuple[str, str], ...] = ()  # (intermediate, 'cache' or 'recompute')
+
+    @property
+    def semantics(self) -> Primitive:
+        """What the tile's primitive says about its children (`PRIMITIVE`)."""
+        return PRIMITIVE[self.primitive]
 
     def halo_of(self, tensor: str) -> str:
         """'cache' when this tile keeps `tensor`'s halo rows across its steps, else

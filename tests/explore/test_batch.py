@@ -269,7 +269,6 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
     and loads it in the others; the batch agrees with the scalar model row by row."""
     from tileflow.analysis.prepare import prepare
     from tileflow.analysis.sharing import served_by_sibling
-    from tileflow.evaluator.batch import scalar_only
     from tileflow.tree import Dataflow, tile
 
     w = workload(TWINS)
@@ -277,7 +276,6 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
                 tile("L1", "m:2 k:3 j:2", "g2"),
                 primitive=primitive)
     structure = structure_of(w, ARCH, Dataflow(root, "twins"))
-    assert scalar_only(structure) == ""
     rows = covering_rows(structure, 48, np.random.default_rng(5))
     served = [bool(served_by_sibling(prepare(w, ARCH, structure.dataflow(r)))) for r in rows]
     assert any(served) and not all(served)
@@ -290,7 +288,6 @@ def test_a_kept_halo_is_modelled_by_the_batch() -> None:
     the template's factors (the split conv chain of `tests/analysis/test_halo_cache.py`)
     conv1 computes 5 rows instead of 9 (12 operations each) and conv2 its 5 x 12: 120
     operations instead of 168."""
-    from tileflow.evaluator.batch import scalar_only
     from tileflow.tree import Dataflow, tile
 
     w = workload(CONV)
@@ -298,7 +295,6 @@ def test_a_kept_halo_is_modelled_by_the_batch() -> None:
                          tile("L1", "p:2:Sp", tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
                          tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3", "conv2"))))
     structure = structure_of(w, TIMED, keep_halos(w, flow))
-    assert scalar_only(structure) == ""
     own = structure.default_factors[None, :]
     assert evaluate_batch(structure, own).ops[0] == 5 * 12 + 5 * 12
     assert evaluate_batch(structure_of(w, TIMED, flow), own).ops[0] == 9 * 12 + 5 * 12
@@ -319,7 +315,6 @@ def test_first_touch_fills_in_the_batch(case: str) -> None:
     models them (no row by row) and equals the scalar model on random trees and rows; DRAM
     words and energy are at least those of the same row without the fills (a first touch
     adds a fill and the read above it, never removes one)."""
-    from tileflow.evaluator.batch import scalar_only
 
     w = workload(CASES[case])
     rng = np.random.default_rng(11)
@@ -334,7 +329,6 @@ def test_first_touch_fills_in_the_batch(case: str) -> None:
         except InvalidDataflow:
             return
         structure = structure_of(w, FILLING, flow)
-        assert scalar_only(structure) == ""
         rows = random_rows(structure, 12, rng)
         compared, _ = assert_rows_equal(structure, rows)
         totals[0] += compared
@@ -398,7 +392,6 @@ def _overlap_trees(arch, case: str, examples: int, rows: int) -> tuple[int, int]
     """Random trees of `case` on `arch`: the batch models them (no row by row) and equals the
     scalar model on random rows; returns the rows compared and how many of them take other
     cycles than under fill-drain (so that the convention is exercised)."""
-    from tileflow.evaluator.batch import scalar_only
 
     w = workload(CASES[case])
     rng = np.random.default_rng(13)
@@ -414,7 +407,6 @@ def _overlap_trees(arch, case: str, examples: int, rows: int) -> tuple[int, int]
         except InvalidDataflow:
             return
         structure = structure_of(w, arch, flow)
-        assert scalar_only(structure) == ""
         factors = random_rows(structure, rows, rng)
         totals[0] += assert_rows_equal(structure, factors)[0]
         batch = evaluate_batch(structure, factors)
@@ -482,11 +474,10 @@ def test_rtl_chips_in_the_batch(arch: str, name: str) -> None:
     """The RTL-validated chips (lock step, first-touch fills) at GEMM-chain structures: the
     batch models them (no row by row) and equals the scalar model on rows around the
     structure's factors."""
-    from tileflow.evaluator.batch import scalar_only
 
     w, a = load_workload("gemm-chain", SMALL["gemm-chain"]), load_arch(arch)
     structure = structure_of(w, a, build(name, w, a))
-    assert a.overlap == "lockstep" and scalar_only(structure) == ""
+    assert a.overlap == "lockstep"
     rows = random_rows(structure, 40, np.random.default_rng(zlib.crc32(name.encode())))
     compared, _ = assert_rows_equal(structure, rows)
     assert compared >= 5

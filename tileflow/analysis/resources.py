@@ -121,9 +121,10 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
     kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer)
             for i, c in enumerate(node.children)]
     combined: dict[str, float] = {}
-    if node.primitive == "Seq":
+    kind = node.semantics
+    if kind.serial and not kind.shares_inputs:  # Seq: one child's data at a time
         combined = dict(max(kids, key=lambda k: sum(k.values()), default={}))
-    elif node.primitive == "Shar":
+    elif kind.serial:  # Shar: what they hold is shared, tensor by tensor
         for k in kids:
             for t, v in k.items():
                 combined[t] = max(combined.get(t, 0.0), v)
@@ -306,7 +307,7 @@ def spatial_violations(plan: Plan) -> list[Violation]:
                 run_loops = [lp for lp in path.loops if lp.spatial and lp.node in run]
                 out += _array_violations(plan, path, run_loops, mesh, level)
     for node_path, node in plan.tiles.items():
-        if node.primitive in ("Para", "Pipe") and len(node.children) > 1:
+        if node.semantics.at_once and len(node.children) > 1:
             out += _split_violations(plan, node_path, node)
     return list(dict.fromkeys(out))
 
@@ -446,7 +447,7 @@ def unit_demand(node: Tile | Op) -> Demand:
     parts = tuple(unit_demand(c) for c in node.children)
     if len(parts) == 1:
         return parts[0]
-    return ("sum" if node.primitive in ("Para", "Pipe") else "max", parts)
+    return ("sum" if node.semantics.at_once else "max", parts)
 
 
 def fold_demand(demand: Demand, units, maximum=max):

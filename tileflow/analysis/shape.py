@@ -155,7 +155,7 @@ def _drop_depths(tiles: Mapping[str, Tile], chain: tuple[str, ...], op: str, ten
     depths = []
     for k, path in enumerate(chain):
         tile = tiles[path]
-        if tile.primitive != "Seq" or len(tile.children) < 2:
+        if tile.semantics.shares_inputs or len(tile.children) < 2:
             continue
         if k + 1 < len(chain):
             index = int(chain[k + 1].rsplit(".", 1)[1])

@@ -9,8 +9,6 @@ from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.prepare import Plan
 from tileflow.tree import ops_under
 
-SHARING = ("Shar", "Para", "Pipe")
-
 
 def served_by_sibling(plan: Plan) -> set[tuple[str, int, str]]:
     """(operator, path position of the sharing tile, input tensor): the links below that
@@ -18,7 +16,7 @@ def served_by_sibling(plan: Plan) -> set[tuple[str, int, str]]:
     earlier sibling."""
     out: set[tuple[str, int, str]] = set()
     for node_path, node in plan.tiles.items():
-        if node.primitive not in SHARING or len(node.children) < 2:
+        if not node.semantics.shares_inputs or len(node.children) < 2:
             continue
         j = node_path.count(".")
         first: dict[tuple, int] = {}  # slice signature -> first child index that loads it

@@ -122,7 +122,7 @@ def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
         return list(plan.shape.drops[(path.op.name, tensor)])
     depths = []
     for k, (_, tile) in enumerate(path.tiles):
-        if tile.primitive != "Seq" or len(tile.children) < 2:
+        if tile.semantics.shares_inputs or len(tile.children) < 2:
             continue
         child_path = path.tiles[k + 1][0] if k + 1 < len(path.tiles) else None
         index = _child_index(tile, path, k, child_path)

@@ -77,7 +77,7 @@ def check_nodes(w: Workload, arch: Architecture, root: Tile, found: list[Violati
                     arch.level_index[child.level] < arch.level_index[node.level]:
                 raise InvalidDataflow(f"child tile at {child.level} sits above its parent's "
                                       f"level {node.level}", where=where)
-        if node.primitive == "Para":
+        if node.semantics.independent:
             found += check_independent(w, node, path, where)
     missing = [o.name for o in w.ops if o.name not in seen_ops]
     if missing:

@@ -281,9 +281,9 @@ def _latency(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None)
                 steps = steps * r.n[c.slot_of[(path, i)]]
         kids = [leaf(k.op) if isinstance(k, Op) else node(f"{path}.{i}", k, steps)
                 for i, k in enumerate(tile.children)]
-        if tile.primitive in ("Seq", "Shar"):
+        if tile.semantics.serial:
             inner = sum(kids[1:], kids[0])
-        elif tile.primitive == "Para":
+        elif not tile.semantics.pipelined:
             inner = np.maximum.reduce(kids)
         else:
             stages = [k / steps for k in kids]

@@ -345,7 +345,7 @@ class Compiled:
         arch = self.arch
         out = []
         for node_path, node in self.tiles.items():
-            if node.primitive not in ("Para", "Pipe") or len(node.children) < 2:
+            if not node.semantics.at_once or len(node.children) < 2:
                 continue
             depth = node_path.count(".")
             level = arch.level_index[node.level]

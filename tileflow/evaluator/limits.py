@@ -73,9 +73,14 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
         return own
     kids = [_fp(r, f"{path}.{i}", k, level) for i, k in enumerate(node.children)]
     combined: Words = {}
-    if node.primitive == "Seq":
+    kind = node.semantics
+    if kind.serial and not kind.shares_inputs:  # Seq: one child's data at a time
         combined = _largest(kids, r.count)
-    elif node.primitive in ("Para", "Pipe"):
+    elif kind.serial:  # Shar: what they hold is shared, tensor by tensor
+        for k in kids:
+            for t, v in k.items():
+                combined[t] = np.maximum(combined[t], v) if t in combined else v
+    else:  # at once: they add, unless they sit on disjoint instances
         disjoint = _disjoint_instances(r, path, level)
         summed: Words = {}
         for k in kids:
@@ -90,14 +95,6 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
             zero = np.zeros(r.count)
             combined = {t: np.where(disjoint, largest.get(t, zero), summed.get(t, zero))
                         for t in dict.fromkeys([*summed, *largest])}
-    elif node.primitive == "Shar":
-        for k in kids:
-            for t, v in k.items():
-                combined[t] = np.maximum(combined[t], v) if t in combined else v
-    else:
-        for k in kids:
-            for t, v in k.items():
-                combined[t] = combined[t] + v if t in combined else v
     for t, lca in c.lca.items():
         if lca == path and c.homes[t] == level:
             scale = c.words_per_element(t, level, (node,) if at_level else ())

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-SHARING = ("Shar", "Para", "Pipe")
-
 
 def served_masks(r) -> dict[tuple[str, int, str], np.ndarray]:
     """(operator, path position of the sharing tile, input tensor) -> the rows in which an
@@ -20,7 +18,7 @@ def served_masks(r) -> dict[tuple[str, int, str], np.ndarray]:
     sizes = c.workload.sizes
     out: dict[tuple[str, int, str], np.ndarray] = {}
     for node_path, node in c.tiles.items():
-        if node.primitive not in SHARING or len(node.children) < 2:
+        if not node.semantics.shares_inputs or len(node.children) < 2:
             continue
         j = node_path.count(".")
         earlier: list[tuple[tuple, list]] = []

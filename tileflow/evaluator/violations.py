@@ -73,7 +73,7 @@ class Records:
         self.op_index = {o: k for k, o in enumerate(c.paths)}
         self.tensor_index = {t: k for k, t in enumerate(c.lca)}
         self.splits = [p for p, n in c.tiles.items()
-                       if n.primitive in ("Para", "Pipe") and len(n.children) >= 2]
+                       if n.semantics.at_once and len(n.children) >= 2]
         self.found: list[tuple[tuple, Violation]] = []
 
     def __call__(self, kind: str, site: Site, needed, available) -> None:

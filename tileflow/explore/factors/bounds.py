@@ -52,7 +52,7 @@ class Bounds:
         # deeper on its path, with the level index of their tile
         self.splits = []
         for path, tile in tiles.items():
-            if tile.primitive not in ("Para", "Pipe") or len(tile.children) < 2:
+            if not tile.semantics.at_once or len(tile.children) < 2:
                 continue
             depth = path.count(".")
             per_op = []

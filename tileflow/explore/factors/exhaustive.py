@@ -103,7 +103,7 @@ class Floor:
                              arch.unit(o.unit).cycles(o.function), per_op))
             else:
                 kids.append(self._plan(k, f"{path}.{i}", temporal, spatial))
-        return ("tile", tile.primitive, self._mask(temporal), kids)
+        return ("tile", tile.semantics, self._mask(temporal), kids)
 
     def bounds(self, groups, options) -> tuple[np.ndarray, np.ndarray]:
         """Per path: the least and the largest product of its loops over each group's
@@ -132,9 +132,9 @@ class Floor:
                                   ops * per_op / (products[spread] * high[spread]))
             _, primitive, steps, kids = node
             times = [run(k) for k in kids]
-            if primitive in ("Seq", "Shar"):
+            if primitive.serial:
                 return sum(times[1:], times[0])
-            if primitive == "Para":
+            if not primitive.pipelined:
                 return np.maximum.reduce(times)
             total, slowest = sum(times[1:], times[0]), np.maximum.reduce(times)
             return slowest + (total - slowest) / (products[steps] * high[steps])

@@ -154,7 +154,7 @@ def _shares(frame: Frame, root: Tile, given: tuple[int, ...] | None) -> tuple[in
     out = []
     for o, op in enumerate(frame.ops):
         chain = leaf_chains(root)[op]
-        split = any(t.primitive in ("Pipe", "Para") and len(t.children) > 1 for _, t in chain)
+        split = any(t.semantics.at_once and len(t.children) > 1 for _, t in chain)
         if not split:
             out.append(1)
         elif given is not None:

@@ -23,7 +23,7 @@ from functools import cached_property
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, ops_under
+from tileflow.tree import PRIMITIVE, PRIMITIVES, Dataflow, Loop, Node, Op, Tile, ops_under
 
 LoopSpec = tuple[tuple[str, bool], ...]  # (dim, spatial), outermost first
 
@@ -312,7 +312,7 @@ class _Builder:
         return edges[0] if edges else members[0]
 
     def check_para(self, primitive: str, subs: list[tuple[int, ...]], where: str, fix) -> None:
-        if primitive != "Para":
+        if not PRIMITIVE[primitive].independent:
             return
         side = {o: i for i, s in enumerate(subs) for o in s}
         for p, c in self.frame.deps:

@@ -25,12 +25,6 @@ from tileflow.tree import Dataflow, Op, Tile
 
 FILES = ("best.yaml", "points.csv", "convergence.png", "summary.md", "summary.json",
          "timeline.png", "timeline.json", "front.csv", "front.png")
-PRIMITIVE_WORDS = {
-    "Seq": "one after another (a child's data is dropped unless the next one uses it)",
-    "Shar": "one after another, sharing the data they hold",
-    "Para": "at the same time on separate units",
-    "Pipe": "as a pipeline over the tile's steps, on separate units",
-}
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -75,7 +69,7 @@ def describe(flow: Dataflow, arch) -> list[str]:
             text += f"; it runs {units}"
         tiles = [c for c in node.children if isinstance(c, Tile)]
         if len(node.children) > 1:
-            text += f"; its {len(node.children)} children run {PRIMITIVE_WORDS[node.primitive]}"
+            text += f"; its {len(node.children)} children run {node.semantics.words}"
         lines.append(text + ".")
         for c in tiles:
             go(c, depth + 1)

@@ -164,7 +164,7 @@ class _Drawer:
             weight = {i: max(self.weights.get(op, 0.0), 0.0) for i, op in ops}
             if not any(weight.values()):
                 weight = dict.fromkeys(weight, 1.0)
-            if tile.primitive in ("Seq", "Shar"):
+            if tile.semantics.serial:
                 rest = max(inner - sum(t for t in totals if t is not None), 0.0)
                 for i, _ in ops:
                     totals[i] = rest * weight[i] / sum(weight.values())
@@ -179,9 +179,9 @@ class _Drawer:
         whole run, so a child's run takes its cycles / runs)."""
         kids = list(enumerate(tile.children))
         shares = [t / runs for t in self.child_totals(path, tile)]
-        if tile.primitive in ("Seq", "Shar"):
+        if tile.semantics.serial:
             offsets = [sum(shares[:k]) for k in range(len(kids))]
-        elif tile.primitive == "Pipe" and len(kids) > 1:  # stages staggered within the step
+        elif tile.semantics.pipelined and len(kids) > 1:  # stages staggered within the step
             offsets = [(length - shares[k]) * k / (len(kids) - 1) for k in range(len(kids))]
         else:
             offsets = [0.0] * len(kids)
