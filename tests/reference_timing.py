@@ -60,15 +60,20 @@ class Timing:
     def _one_port_bound(self) -> float:
         """docs/latency.md: a level with one instance has one read and one write port for
         the whole tree (one port under `ports: shared`), so everything the tree moves
-        through such a port, over its bandwidth, is a lower bound on the cycles."""
+        through such a port, over its bandwidth, is a lower bound on the cycles: the links'
+        transfers and what each unit reads and updates there (its innermost level, or a
+        level above it for a tensor that bypasses)."""
         busy: dict = defaultdict(float)
-        for moves in self.o.moves.values():
-            for (lv, port), words in moves.items():
-                level = self.levels[lv]
-                if words and level.instances == 1:
-                    bw = level.read_words_per_cycle if port == "r" else \
-                        level.write_words_per_cycle
-                    busy[(lv, "shared" if level.ports == "shared" else port)] += words / bw
+        ports = [((lv, port), words) for moves in self.o.moves.values()
+                 for (lv, port), words in moves.items()]
+        for leaf in self.o.leaf.values():
+            ports += [((lv, "r"), words) for lv, words in leaf["reads"].items()]
+            ports += [((lv, "w"), words) for lv, words in leaf["updates"].items()]
+        for (lv, port), words in ports:
+            level = self.levels[lv]
+            if words and level.instances == 1:
+                bw = level.read_words_per_cycle if port == "r" else level.write_words_per_cycle
+                busy[(lv, "shared" if level.ports == "shared" else port)] += words / bw
         return max(busy.values(), default=0.0)
 
     # ---- one tile -----------------------------------------------------------------------

@@ -349,9 +349,9 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
         kids = [leaf(c.op) if isinstance(c, Op) else node(f"{path}.{i}", c, steps)
                 for i, c in enumerate(tile.children)]
-        if tile.primitive in ("Seq", "Shar"):
+        if tile.semantics.serial:
             inner = sum(k[0] for k in kids)
-        elif tile.primitive == "Para":
+        elif not tile.semantics.pipelined:
             inner = max(k[0] for k in kids)
         else:  # Pipe: stages overlap across the parent's steps, with fill and drain
             stages = [k[0] / steps for k in kids]
@@ -397,15 +397,25 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
 
 def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int, str], float]:
     """The time the busiest port of a level with one instance (DRAM) needs for everything
-    the tree moves through it: a lower bound on the cycles."""
+    the tree moves through it (the tiles' transfers, what bypassing tensors move straight to
+    and from the units, a unit's own operand reads and result writes there): a lower bound
+    on the cycles."""
     busy: dict[tuple[int, str], float] = defaultdict(float)
+
+    def book(level: int, kind: str, words: float) -> None:
+        lv = arch.levels[level]
+        if lv.instances == 1 and words:
+            rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
+            busy[(level, lv.port(kind))] += words / rate
+
     stores = (charged_stores(arch, s) for s in counts.stores.values())
-    for transfers in (*counts.loads.values(), *stores):
+    for transfers in (*counts.loads.values(), *stores,
+                      *(lf.fed for lf in counts.leaves.values())):
         for tr in transfers:
-            lv = arch.levels[tr.level]
-            if lv.instances == 1 and tr.words:
-                rate = lv.read_words_per_cycle if tr.kind == "read" else lv.write_words_per_cycle
-                busy[(tr.level, lv.port(tr.kind))] += tr.words / rate
+            book(tr.level, tr.kind, tr.words)
+    for lf in counts.leaves.values():
+        book(lf.level, "read", lf.operand_reads)
+        book(lf.level, "write", lf.result_updates)
     if not busy:
         return (0, "read"), 0.0
     return max(busy.items(), key=lambda kv: kv[1])

@@ -241,9 +241,17 @@ class Tally:
         key = (level, lv.port(kind))
         for mine in self._tables(store, owner, tensor, serial):
             mine[key] = mine[key] + time if key in mine else time
-        if lv.instances == 1:
-            alone = words / rate
-            self.shared[key] = self.shared[key] + alone if key in self.shared else alone
+        self.one_port(level, kind, words)
+
+    def one_port(self, level: int, kind: str, words) -> None:
+        """Book `words` through the `kind` ('read' or 'write') port of a level with one
+        instance, which every transfer of the tree shares (nothing for other levels)."""
+        lv = self.arch.levels[level]
+        if lv.instances != 1:
+            return
+        key = (level, lv.port(kind))
+        alone = words / (lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle)
+        self.shared[key] = self.shared[key] + alone if key in self.shared else alone
 
     def _tables(self, store: bool, owner: str, tensor: str, serial: bool) -> list[Busy]:
         """The busy tables one transfer adds to: the tile's (and its single-buffered part),

@@ -65,8 +65,8 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
             sent = sent.astype(float)
             sent[todo] = _multicast_sent(r, path, sources[t], access, todo, dims1)
         tally.count(source, READ, sent, width[t], t)
-        _feed(r, fed, source, sent * width[t], r.prod(path, _spread_above(path, sources[t])),
-              "read")
+        _feed(r, tally, fed, source, sent * width[t],
+              r.prod(path, _spread_above(path, sources[t])), "read")
     out = op.output.tensor
     out_width = width[out]
     home = path.levels[sources[out]]
@@ -92,11 +92,13 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         if home == x:
             reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
         else:
-            _feed(r, fed, home, (ops - starts) * out_width, out_instances, "read")
+            _feed(r, tally, fed, home, (ops - starts) * out_width, out_instances, "read")
     updates = ops * out_width if out_width != 1.0 else ops
     if home != x:
-        _feed(r, fed, home, ops * out_width, out_instances, "write")
+        _feed(r, tally, fed, home, ops * out_width, out_instances, "write")
         updates = np.zeros(r.count)
+    tally.one_port(x, "read", reads)  # the unit's own traffic at a one-instance level
+    tally.one_port(x, "write", updates)
     steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
     steps = _kept_halo_steps(r, path, steps, ops)
     fed_time = None
@@ -159,8 +161,10 @@ def _spread_above(path: Path, position: int) -> tuple[int, ...]:
     return tuple(i for i, lp in enumerate(path.loops) if lp.spatial and lp.node < position)
 
 
-def _feed(r: Rows, fed: Busy, level: int, words, instances, kind: str) -> None:
-    """Book a transfer between the unit and a level above its innermost one (a bypass)."""
+def _feed(r: Rows, tally: Tally, fed: Busy, level: int, words, instances, kind: str) -> None:
+    """Book a transfer between the unit and a level above its innermost one (a bypass);
+    through a one-instance level's port, shared with the whole tree."""
+    tally.one_port(level, kind, words)
     lv = r.c.arch.levels[level]
     rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
     time = words / (np.maximum(instances, 1) * rate)
