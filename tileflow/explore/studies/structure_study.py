@@ -66,6 +66,8 @@ def tile_fit(objective: str, limits: Limits, method: str = "mcts", non_divisors:
 
     def fit_for(cost_of):
         def fit(structure: Structure, budget: int, seed: int) -> tuple[float, np.ndarray]:
+            if deadline is not None and time.perf_counter() >= deadline:  # the share is spent
+                return math.inf, structure.default_factors
             space = Space(structure, non_divisors=non_divisors)
             seconds = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
             cache = search(space, method, objective, limits, budget_evals=budget,

@@ -173,24 +173,42 @@ def search(space: Space, method: str = "mcts", objective: str = "latency",
            limits: Limits | None = None, budget_evals: int | None = 2000,
            budget_seconds: float | None = None, seed: int = 0, batch: int = 64,
            warm=(), record: Recorder | None = None) -> PointCache:
-    """Search one structure's factors in one process; returns the cache of every point."""
+    """Search one structure's factors in one process; returns the cache of every point.
+    `budget_seconds` counts from the call, the sampler's set-up included."""
+    start = time.perf_counter()
     cache = PointCache(space, objective, limits or Limits())
     sampler = make_sampler(method, space, seed, warm, limits)
-    start = time.perf_counter()
     stale = 0
     while True:
         if budget_evals is not None and cache.evaluations >= budget_evals:
             break
-        if budget_seconds is not None and time.perf_counter() - start >= budget_seconds:
-            break
+        size = batch
+        if budget_seconds is not None:
+            spent = time.perf_counter() - start
+            if spent >= budget_seconds:
+                break
+            size = _within_seconds(batch, cache.evaluations, spent, budget_seconds - spent)
         before = cache.evaluations
         if budget_evals is None:
-            sampler.step(lambda rows: cache.evaluate(rows, record), batch)
+            sampler.step(lambda rows: cache.evaluate(rows, record), size)
         else:  # a sampler may propose more rows than asked: never evaluate past the budget
             sampler.step(lambda rows: cache.evaluate_within(
                 rows, budget_evals - cache.evaluations, record),
-                min(batch, budget_evals - cache.evaluations))
+                min(size, budget_evals - cache.evaluations))
         stale = stale + 1 if cache.evaluations == before else 0
         if stale > 50:  # nothing new to propose: the space is exhausted
             break
     return cache
+
+
+# rows of the first batch of a search under a time budget, before its cost per row is known
+PROBE_ROWS = 4
+
+
+def _within_seconds(batch: int, evaluated: int, spent_s: float, left_s: float) -> int:
+    """A batch that ends within the seconds left at the cost per row seen so far (a slow
+    structure can take a second a row; one batch of 64 would overrun the budget by a
+    minute): a probe of PROBE_ROWS first, then at most what the time left affords."""
+    if not evaluated or spent_s <= 0:
+        return min(batch, PROBE_ROWS)
+    return max(1, min(batch, int(left_s * evaluated / spent_s)))
