@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "tileflow"
 # Lowest first. A module belongs to the longest prefix that names it; it may import modules of
 # its own layer or of a layer listed before it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("tileflow", "tileflow.errors"),
+    ("tileflow", "tileflow.errors", "tileflow.arith"),  # errors, divisors and primes
     ("tileflow.outputs", "tileflow.shipped", "tileflow.tables",
      "tileflow.provenance"),  # atomic writes, shipped files, checked tables, model version
     ("tileflow.output_checks",),  # output folders and storage URLs checked before work

@@ -14,6 +14,7 @@ from explore.spaces import DIAMOND, FUSION_ONLY, tiny_chain_space
 from helpers import small_arch, workload
 
 from tileflow.analysis.prepare import prepare
+from tileflow.arith import divisors
 from tileflow.cost import evaluate
 from tileflow.explore.structures.structure_space import (
     StructureSpace,
@@ -21,7 +22,7 @@ from tileflow.explore.structures.structure_space import (
     space_size,
     structures,
 )
-from tileflow.explore.structures.tilings import Tilings, divisors
+from tileflow.explore.structures.tilings import Tilings
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 from tileflow.tree import walk

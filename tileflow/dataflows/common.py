@@ -3,12 +3,12 @@ buffer-level tile of one operator, and picking the largest factors that fit."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
 from tileflow.analysis.resources import footprints, spatial_violations
+from tileflow.arith import divisors
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile
@@ -152,12 +152,7 @@ def halvings(n: int, floor: int = 1) -> list[int]:
 
 def largest_divisor(n: int, limit: int) -> int:
     """The largest divisor of n that is at most `limit`."""
-    return max(d for d in divisors_desc(n) if d <= limit)
-
-
-def divisors_desc(n: int) -> list[int]:
-    return sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)},
-                  reverse=True)
+    return max(d for d in divisors(n) if d <= limit)
 
 
 def held_at_middle(flow: Dataflow, arch: Architecture,

@@ -10,9 +10,10 @@ import math
 import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.arith import divisors
 from tileflow.cost.model import evaluate
 from tileflow.dataflows.chain import Roles
-from tileflow.kernels.trees import divisors, shuffled_loops
+from tileflow.kernels.trees import shuffled_loops
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.arith import smallest_prime
 from tileflow.cost.model import evaluate
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -60,15 +61,6 @@ def _single_chain_pairs(root: Tile) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def _smallest_prime(n: int) -> int:
-    p = 2
-    while p * p <= n:
-        if n % p == 0:
-            return p
-        p += 1
-    return n
-
-
 def _with_factor(tile: Tile, dim: str, factor: int) -> Tile:
     """`tile` with its temporal loop over `dim` multiplied by `factor` (a fraction divides;
     a loop reaching 1 is removed, a missing one is added innermost)."""
@@ -116,7 +108,7 @@ def perturb(flow: Dataflow, rng: np.random.Generator) -> Dataflow | None:
         loops[i], loops[j] = loops[j], loops[i]
         return replace(flow, root=_replace_at(root, upper, replace(tile, loops=tuple(loops))))
     source, target = (upper, lower) if kind == "down" else (lower, upper)
-    p = _smallest_prime(_temporal(_tile_at(root, source))[d])
+    p = smallest_prime(_temporal(_tile_at(root, source))[d])
     root = _replace_at(root, source, _with_factor(_tile_at(root, source), d, 1 / p))
     root = _replace_at(root, target, _with_factor(_tile_at(root, target), d, p))
     return replace(flow, root=root)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.arith import divisors
 from tileflow.cost.model import evaluate
 from tileflow.dataflows.chain import Roles
 from tileflow.specs.arch import Architecture
@@ -53,10 +54,6 @@ def lanes_on_row(w: Workload, arch: Architecture, flow: Dataflow) -> Dataflow:
         return replace(node, loops=loops, children=kids)
 
     return replace(flow, root=go(flow.root))
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _split(rng: np.random.Generator, n: int, parts: int) -> list[int]:

@@ -21,20 +21,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tileflow.explore.factors.space import Space, divisors
+from tileflow.arith import divisors, primes
+from tileflow.explore.factors.space import Space
 
 Transfer = tuple[int, tuple[int, ...]]  # (slot, its partners: one per chain of the slot)
-
-
-def primes(n: int) -> list[int]:
-    """The prime factors of n with multiplicity, smallest first."""
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out + ([n] if n > 1 else [])
 
 
 @functools.lru_cache(maxsize=64)

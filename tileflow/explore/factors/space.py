@@ -8,7 +8,6 @@ their product must reach the dimension's size. The last undecided slot of a chai
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tileflow.arith import divisors
 from tileflow.errors import InputError
 from tileflow.evaluator.batch import BatchResult, evaluate_batch
 from tileflow.evaluator.structure import Structure
@@ -56,16 +56,6 @@ class Evaluated:
 
     def __len__(self) -> int:
         return len(self.cost)
-
-
-def divisors(n: int) -> list[int]:
-    return list(_divisors(n))
-
-
-@functools.lru_cache(maxsize=4096)
-def _divisors(n: int) -> tuple[int, ...]:
-    return tuple(sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0
-                         for d in (i, n // i)}))
 
 
 def _ints(state) -> list[int]:
@@ -267,7 +257,7 @@ class Space:
             if all(limit[j] for j in rest):
                 room = math.prod(limit[j] for j in rest)
                 low = max(low, ceil_div(self.remaining(state, k), room))
-        values = {d for d in _divisors(rem) if low <= d <= cap}
+        values = {d for d in divisors(rem) if low <= d <= cap}
         if self.non_divisors and self._private[slot]:
             values |= {1 << k for k in range(rem.bit_length()) if low <= (1 << k) <= min(rem, cap)}
             if self._spatial[slot] and low <= min(rem, cap):

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tileflow.arith import divisors
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure
-from tileflow.explore.structures.tilings import divisors
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Op, Tile, ops_under

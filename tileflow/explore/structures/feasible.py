@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from tileflow.arith import smallest_prime
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.structures.fitness import measure
 from tileflow.tree import Tile, ops_under, walk
@@ -56,15 +57,6 @@ def moves(structure: Structure) -> list[tuple[tuple[int, ...], int]]:
             else:
                 out.append((tuple(own), j))
     return out
-
-
-def _smallest_prime(n: int) -> int:
-    p = 2
-    while p * p <= n:
-        if n % p == 0:
-            return p
-        p += 1
-    return n
 
 
 def fit_to_array(structure: Structure, factors: np.ndarray) -> np.ndarray:
@@ -125,7 +117,7 @@ def fit_to_levels(structure: Structure, factors: np.ndarray, rounds: int = 8) ->
         steps, rows = [], []
         for ks, j in pairs:
             n = math.gcd(*(int(current[k]) for k in ks))
-            for step in dict.fromkeys((_smallest_prime(n), n)) if n > 1 else ():
+            for step in dict.fromkeys((smallest_prime(n), n)) if n > 1 else ():
                 row = current.copy()
                 row[list(ks)] //= step
                 row[j] *= step
@@ -143,7 +135,7 @@ def fit_to_levels(structure: Structure, factors: np.ndarray, rounds: int = 8) ->
             continue
         together, used = current.copy(), set()
         order = sorted((i for i in range(len(steps)) if m.excess[i] <= excess),
-                       key=lambda i: (steps[i][2] != _smallest_prime(steps[i][2]),
+                       key=lambda i: (steps[i][2] != smallest_prime(steps[i][2]),
                                       -max(int(current[k]) for k in steps[i][0]),
                                       depth[steps[i][1]]))
         for i in order:

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tileflow.arith import divisors
 from tileflow.evaluator.structure import Slot, Structure, structure_of
 from tileflow.explore.structures.encoding import Encoding, Frame, leaf_chains
 from tileflow.specs.workload import Workload
@@ -26,10 +27,6 @@ class EncodedStructure(Structure):
 
     encoding: Encoding | None = None
     slot_limits: tuple[int, ...] = ()
-
-
-def divisors(n: int) -> list[int]:
-    return sorted({d for i in range(1, math.isqrt(n) + 1) if n % i == 0 for d in (i, n // i)})
 
 
 def slot_limits(frame: Frame, enc: Encoding, flow: Dataflow, slots: Sequence[Slot]) -> tuple:
