@@ -185,3 +185,24 @@ def test_a_dram_limit_makes_points_above_it_invalid():
         assert not valid or m["dram_words"] <= limit
         assert valid or m.get("violation_limit_dram", 0) > 0 or any(
             v > 0 for k, v in m.items() if k.startswith("violation_"))
+
+
+def test_a_time_budget_holds_on_a_structure_slow_to_evaluate(monkeypatch):
+    """Rows that take 50 ms each: a search of 64 evaluations in batches of 64 under a
+    0.3 s budget probes a few rows, then evaluates only what the time left affords at that
+    cost, instead of one batch of 3.2 s (a structure search's share once ran 13 s over)."""
+    import time
+
+    from tileflow.explore.tilesearch import search as module
+
+    real = module.evaluate_rows
+
+    def slow(space, rows, *args, **kwargs):
+        time.sleep(0.05 * len(rows))
+        return real(space, rows, *args, **kwargs)
+
+    monkeypatch.setattr(module, "evaluate_rows", slow)
+    start = time.perf_counter()
+    cache = search(small_space(), "mcts", budget_evals=64, budget_seconds=0.3, batch=64)
+    elapsed = time.perf_counter() - start
+    assert 1 <= cache.evaluations < 20 and elapsed < 1.0, (cache.evaluations, elapsed)
