@@ -378,7 +378,9 @@ EXPLORE_BUDGET = Section("budget", "`budget` of an exploration config", (
     Key("seconds", "number > 0", "the whole command ends within this many seconds, counted "
         "from its start (loading included); the search stops 3 s + 8 % earlier to leave "
         "time for writing the outputs (the figures only where time is left: `tileflow "
-        "figures OUT` draws the others)", "none", "s"),
+        "figures OUT` draws the others); each search sizes its batches to the time left at "
+        "the cost per point it has seen (a few points first), so a structure slow to "
+        "evaluate cannot overrun its share", "none", "s"),
     Key("structure_share", "number between 0 and 1", "with `structures: search`, the "
         "structure search's part of both budgets; it stops at its share and the tile-factor "
         "study gets the rest (what the structure search left unused included)", "0.5"),
