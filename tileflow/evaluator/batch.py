@@ -24,6 +24,7 @@ from tileflow.evaluator.limits import Violations, check, footprints, footprints_
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
+from tileflow.evaluator.violations import Records
 from tileflow.tree import Op, Tile
 
 
@@ -84,14 +85,16 @@ class Trace:
     footprints: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     nodes: dict[str, NodeTimes] = field(default_factory=dict)  # tile path -> its phases
     leaf_times: dict[str, LeafTimes] = field(default_factory=dict)  # operator -> its leaf
+    records: tuple | None = None  # the row's `Violation` records, from the same checks
     result: BatchResult | None = None
 
 
-def traced(structure: Structure, factors: np.ndarray) -> Trace:
-    """`evaluate_batch` that keeps its intermediate arrays (per-tensor words included).
+def traced(structure: Structure, factors: np.ndarray, records: bool = False) -> Trace:
+    """`evaluate_batch` that keeps its intermediate arrays (per-tensor words included);
+    with `records`, of one row, also its `Violation` records from the same checks.
     Raises `lattice.GridTooLarge` where a row enumerates more than the engine may."""
     factors = np.asarray(factors, dtype=np.int64)
-    trace = Trace()
+    trace = Trace(records=() if records else None)
     trace.result = _evaluate(structure.compiled, structure.all_loop_factors(factors), trace)
     return trace
 
@@ -138,8 +141,12 @@ def _evaluate(c: Compiled, full: np.ndarray, trace: Trace | None = None) -> Batc
         trace.footprints = footprints_by_tensor(r)
         fps = {level: sum(words.values(), np.zeros(rows))
                for level, words in trace.footprints.items()}
-    violations = Violations(rows)
+    recorder = Records(r) if trace is not None and trace.records is not None else None
+    violations = Violations(rows, recorder)
     check(r, fps, violations)
+    if recorder is not None:  # (the enumeration bound below is not a record)
+        trace.records = recorder.records()
+        violations.recorder = None
     violations.add("enumeration", _enumerated_steps(r), MAX_ENUMERATED_STEPS)
     arch = c.arch
     energy = np.zeros(rows)

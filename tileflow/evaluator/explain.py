@@ -54,20 +54,22 @@ def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
     """The cost model's `Result` of one factor row of `structure`, from the engine's arrays.
     The options are `evaluate()`'s: `overlap` (or the older `fill_drain`) overrides the
     accelerator's convention, `double_buffer` holds every tensor with no depth set twice.
-    `violations` gives the row's violation records (default: the checks of
-    `tileflow.analysis`)."""
+    `violations` gives the row's violation records (default: the engine's own, from the
+    checks of the same pass)."""
     row = np.asarray(factors, dtype=np.int64).reshape(1, -1)
     structure = _with_options(structure, overlap_convention(structure.arch, overlap,
                                                             fill_drain), double_buffer)
     flow = structure.dataflow(row[0])
-    records = tuple(violations(structure, row[0]) if violations is not None
-                    else _analysed_violations(structure, flow))
     try:
-        return _result(traced(structure, row), structure, flow, records)
-    except GridTooLarge:
-        pass  # a row whose sums enumerate more than the engine's grid holds: as below
-    result = evaluate(structure.workload, structure.arch, flow)
-    return replace(result, valid=not records, violations=records)
+        trace = traced(structure, row, records=violations is None)
+    except GridTooLarge:  # a row whose sums enumerate more than the engine's grid holds
+        result = evaluate(structure.workload, structure.arch, flow)
+        if violations is None:
+            return result
+        records = tuple(violations(structure, row[0]))
+        return replace(result, valid=not records, violations=records)
+    records = trace.records if violations is None else tuple(violations(structure, row[0]))
+    return _result(trace, structure, flow, records)
 
 
 def _with_options(structure: Structure, convention: str, double_buffer: bool) -> Structure:
@@ -84,17 +86,6 @@ def _with_options(structure: Structure, convention: str, double_buffer: bool) ->
     if arch is structure.arch:
         return structure
     return Structure(structure.workload, arch, structure.template, structure.slots)
-
-
-def _analysed_violations(structure: Structure, flow: Dataflow) -> list[Violation]:
-    """The violation records of `tileflow.analysis` (tree, capacity and spatial checks);
-    raises InvalidDataflow on a malformed tree, as `evaluate()` does."""
-    from tileflow.analysis.prepare import prepare
-    from tileflow.analysis.resources import capacity_violations, footprints, spatial_violations
-
-    plan = prepare(structure.workload, structure.arch, flow)
-    return [*plan.violations, *capacity_violations(plan, footprints(plan)),
-            *spatial_violations(plan)]
 
 
 def _at(x) -> float:
