@@ -372,3 +372,31 @@ def test_with_the_engine_s_own_violation_records(wl: str, arch: str) -> None:
                         f"{name} row {list(row)}\n{render(flow.root)}")
             invalid += not ref.valid
     assert invalid >= 1
+
+
+def test_a_row_past_the_search_s_grid_is_explained_by_the_engine(monkeypatch) -> None:
+    """A window slid over 9,000 clipped steps: more combinations than the search lets one
+    row enumerate (8,192; its rows are refused there, as the command line refuses the
+    tree), but one row alone is summed on a grid of up to 4 M cells: explained from the
+    engine's arrays, equal to `evaluate()`, the scalar model not called."""
+    from tileflow.evaluator import explain as module
+    from tileflow.evaluator.lattice import MAX_GRID_PER_ROW
+    from tileflow.tree import Dataflow, tile
+
+    w = workload("""
+name: conv1d
+dims: {p: 9000, r: 3}
+ops:
+  - {name: c, expr: "Y[p] += X[p+r] * W[r]"}
+shapes:
+  X: [p]
+""")
+    assert 9000 > MAX_GRID_PER_ROW
+    flow = Dataflow(tile("DRAM", "p:9000", tile("L1", "r:3", "c")))
+    reference = evaluate(w, TIMED, flow)
+
+    def no_scalar(*args, **kwargs):
+        raise AssertionError("explain fell back to the scalar model")
+
+    monkeypatch.setattr(module, "evaluate", no_scalar)
+    assert_same(reference, explain_dataflow(w, TIMED, flow), "9,000 steps")

@@ -18,7 +18,7 @@ from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, exact_dims
-from tileflow.evaluator.lattice import GridTooLarge
+from tileflow.evaluator.lattice import GRID_PER_ROW, MAX_GRID_CELLS, GridTooLarge
 from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints, footprints_by_tensor
 from tileflow.evaluator.shared_inputs import served_masks
@@ -95,7 +95,12 @@ def traced(structure: Structure, factors: np.ndarray, records: bool = False) -> 
     Raises `lattice.GridTooLarge` where a row enumerates more than the engine may."""
     factors = np.asarray(factors, dtype=np.int64)
     trace = Trace(records=() if records else None)
-    trace.result = _evaluate(structure.compiled, structure.all_loop_factors(factors), trace)
+    # one row alone may enumerate a whole grid's cells (the search's rows stop at its bound)
+    bound = GRID_PER_ROW.set(MAX_GRID_CELLS if len(factors) == 1 else None)
+    try:
+        trace.result = _evaluate(structure.compiled, structure.all_loop_factors(factors), trace)
+    finally:
+        GRID_PER_ROW.reset(bound)
     return trace
 
 

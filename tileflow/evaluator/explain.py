@@ -62,7 +62,7 @@ def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
     flow = structure.dataflow(row[0])
     try:
         trace = traced(structure, row, records=violations is None)
-    except GridTooLarge:  # a row whose sums enumerate more than the engine's grid holds
+    except GridTooLarge:  # a row whose sums enumerate more than a grid's 4 M cells
         result = evaluate(structure.workload, structure.arch, flow)
         if violations is None:
             return result

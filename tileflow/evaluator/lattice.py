@@ -7,6 +7,7 @@ sums (`sums`) and of windowed axes (`windows`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +97,9 @@ def ap_length_sum(start: np.ndarray, step: np.ndarray, count: np.ndarray, extent
 # the row is refused, as the command line refuses such a tree (analysis.workbound)
 MAX_GRID_PER_ROW = 2**13  # = analysis.workbound.MAX_ENUMERATED_STEPS
 MAX_GRID_CELLS = 2**22  # rows x combinations of one grid: larger batches are split
+# the combinations one row may enumerate here, where not MAX_GRID_PER_ROW: the records of
+# one row (`tileflow evaluate` counts any tree the command line takes) go to a grid's cells
+GRID_PER_ROW: ContextVar[int | None] = ContextVar("grid_per_row", default=None)
 
 
 class GridTooLarge(Exception):
@@ -117,7 +121,9 @@ class Grid:
         for lp, less in loops:
             sizes.append(max(int((lp.n + less).max(initial=1)), 1))
         self.size = int(np.prod([float(s) for s in sizes])) if sizes else 1
-        if self.size > MAX_GRID_PER_ROW or (rows > 1 and rows * self.size > MAX_GRID_CELLS):
+        per_row = GRID_PER_ROW.get()
+        per_row = MAX_GRID_PER_ROW if per_row is None else per_row
+        if self.size > per_row or (rows > 1 and rows * self.size > MAX_GRID_CELLS):
             own = np.ones(rows)
             for lp, less in loops:
                 own = own * np.maximum(lp.n + less, 1)
