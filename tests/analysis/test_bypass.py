@@ -206,3 +206,33 @@ def test_units_fed_from_dram_at_once_share_its_read_port(overlap: str):
     root = next(n for n in r.latency_breakdown if n.path == "root")
     assert root.shared_port_cycles > 0 and root.cycles == 320  # the port, added at the root
     assert r.bottleneck.level == "DRAM"
+
+
+def one_register_file_for_two_units():
+    """small_arch on one core with one register file (one instance, read at 0.5 words per
+    cycle) feeding two MAC units, and two GEMMs side by side under L1 (Para), their
+    results bypassing the registers (accumulated in L1): the register file's read port
+    carries only what the units read there."""
+    arch = small_arch(cores=1)
+    dram, l1, reg = arch.levels
+    arch = replace(arch, levels=(dram, l1, replace(reg, fanout=1, instances=1,
+                                                   read_words_per_cycle=0.5)),
+                   matrix=replace(arch.matrix, parallelism=2, rows=2, cols=1))
+    tree = Dataflow(tile("DRAM", "", tile(
+        "L1", "n:4 m:4", tile("Reg", "k:4", "mm1", bypass=("C",)),
+        tile("Reg", "k:4", "mm2", bypass=("F",)), primitive="Para")))
+    return workload(TWO_GEMMS), arch, tree
+
+
+@pytest.mark.parametrize("overlap", ["perfect", "fill-drain", "lockstep"])
+def test_units_reading_one_register_file_at_once_share_its_read_port(overlap: str):
+    """Each unit reads A and B once per MAC, 64 + 64 words, 256 cycles alone at 0.5 words
+    per cycle; the two at once read 256 words through the one read port: 512 cycles, the
+    whole tree's bound, named as that port."""
+    w, arch, tree = one_register_file_for_two_units()
+    r = evaluate(w, arch, tree, overlap=overlap)
+    assert r.valid, r.violations
+    assert r.cycles == 512
+    b = r.bottleneck
+    assert (b.kind, b.level, b.node) == ("read", "Reg", "root")
+    assert b.message == "Reg read port (reads of the whole tree through it)"

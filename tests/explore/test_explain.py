@@ -400,3 +400,15 @@ shapes:
 
     monkeypatch.setattr(module, "evaluate", no_scalar)
     assert_same(reference, explain_dataflow(w, TIMED, flow), "9,000 steps")
+
+
+@pytest.mark.parametrize("overlap", ["perfect", "fill-drain", "lockstep"])
+def test_a_port_only_the_units_use_bounds_the_tree_in_the_records_too(overlap: str) -> None:
+    """The one-port bound of a register file that no tile's transfer reads, only the two
+    units at once (`test_bypass.one_register_file_for_two_units`): the same cycles, root
+    record and bottleneck as `evaluate()`."""
+    from tests.analysis.test_bypass import one_register_file_for_two_units
+
+    w, arch, tree = one_register_file_for_two_units()
+    assert_same(evaluate(w, arch, tree, overlap=overlap),
+                explain_dataflow(w, arch, tree, overlap=overlap), overlap)

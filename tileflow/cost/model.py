@@ -391,7 +391,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
     if words_time > cycles:
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
-        cycles, what = words_time, (port[1], port[0], None, "root", plan.flow.root)
+        cycles, what = words_time, (f"tree-{port[1]}", port[0], None, "root", plan.flow.root)
     return cycles, bottleneck_record(arch, *what)
 
 
@@ -423,13 +423,18 @@ def _busiest_shared_port(arch: Architecture, counts: Counts) -> tuple[tuple[int,
 
 def bottleneck_record(arch: Architecture, kind: str, level: int | None, unit: str | None,
                 node: str, where: Tile | str, note: str = "") -> Bottleneck:
-    """`note`: what the message adds (transfers in series, a bypass)."""
+    """`note`: what the message adds (transfers in series, a bypass). `kind` 'tree-read',
+    'tree-write' or 'tree-shared': a one-instance level's port bound by all that the whole
+    tree moves through it (the record's kind: 'read' for a shared port)."""
     if kind == "compute":
         return Bottleneck(kind, None, unit, node, f"{unit} unit ('{where}'){note}")
     name = arch.levels[level].name
-    if kind == "shared":
-        return Bottleneck("read", name, None, node, f"{name} shared read/write port (reads "
-                          f"and writes of the whole tree through it){note}")
+    if kind.startswith("tree-"):
+        port = kind.removeprefix("tree-")
+        words = {"read": "reads", "write": "writes"}.get(port, "reads and writes")
+        return Bottleneck("write" if port == "write" else "read", name, None, node,
+                          f"{name} {'shared read/write' if port == 'shared' else port} port "
+                          f"({words} of the whole tree through it){note}")
     if isinstance(where, str):  # a leaf's operands or results at its innermost level
         what = "feeding" if kind == "read" else "from"
         return Bottleneck(kind, name, None, node,

@@ -214,17 +214,19 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         return own + extra, what
 
     root_cycles, what = node("root", flow.root, 1)
+    # the ports in `cost.model._busiest_shared_port`'s order: the tiles' loads, their
+    # stores, then what only the units move (bypassed tensors, a one-instance unit level)
+    ports = [key for table in (*tally.loads.values(), *tally.stores.values())
+             for key in table if key in tally.shared]
     busiest = None
-    for table in (*tally.loads.values(), *tally.stores.values()):
-        for key in table:
-            if key in tally.shared and (busiest is None or _at(tally.shared[key])
-                                        > _at(tally.shared[busiest])):
-                busiest = key
+    for key in dict.fromkeys([*ports, *tally.shared]):
+        if busiest is None or _at(tally.shared[key]) > _at(tally.shared[busiest]):
+            busiest = key
     if busiest is not None and _at(tally.shared[busiest]) > root_cycles:
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=_at(tally.shared[busiest])
                                 - root_cycles)
-        what = (busiest[1], busiest[0], None, "root", flow.root)
+        what = (f"tree-{busiest[1]}", busiest[0], None, "root", flow.root)
     return tuple(sorted(breakdown, key=lambda n: n.path)), bottleneck_record(arch, *what)
 
 
