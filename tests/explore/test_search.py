@@ -55,6 +55,28 @@ def test_random_completions_cover_every_dimension_within_the_fan_out(seed, name)
     assert (row[spatial] <= space.spatial_limit[spatial]).all()
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), value=st.integers(1, 64), data=st.data())
+def test_a_changed_slot_fits_by_its_tile_s_fan_out_and_its_chains(seed, value, data):
+    """`Space.fits` after one slot changes, against the definition: every tile's spatial
+    factors multiply to at most its fan-out (a changed spatial slot alone too), and a
+    shared slot divides the size of each chain through it."""
+    space = g1_space()
+    row = space.random_completion(space.root_state(), np.random.default_rng(seed)).tolist()
+    slot = data.draw(st.sampled_from([i for i in range(space.size) if space.chains_of[i]]))
+    row[slot] = value
+    slots, limit = space.structure.slots, space.spatial_limit
+    tiles = {slots[i].path for i in range(space.size) if limit[i]}
+    per_tile = [[i for i in range(space.size) if limit[i] and slots[i].path == t]
+                for t in tiles]
+    spread = all(math.prod(row[i] for i in idx) <= max(limit[i] for i in idx)
+                 for idx in per_tile)
+    divides = all(space.chains[k].size % value == 0 for k in space.chains_of[slot])
+    expected = (divides or not space.shared[slot]) and (
+        not limit[slot] or (value <= limit[slot] and spread))
+    assert space.fits(row, (slot,)) == expected
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_divisor_completions_tile_every_dimension_exactly(seed):

@@ -71,12 +71,6 @@ class Bounds:
                        and all(isinstance(c, Tile) and c.level == tile.level
                                for c in tile.children)]
         self.capacity = {lv.name: lv.capacity_words for lv in arch.levels}
-        by_tile: dict[str, list[int]] = {}
-        for i, s in enumerate(structure.slots):
-            if space.spatial_limit[i]:
-                by_tile.setdefault(s.path, []).append(i)
-        self.spread = [(idx, max(int(space.spatial_limit[i]) for i in idx))
-                       for idx in by_tile.values()]
         self._chain_slots = [c.slots for c in space.chains]
         # bound row bytes -> words per level (nodes of one tree often share a bound row)
         self._footprints: dict[bytes, dict[str, float]] = {}
@@ -137,7 +131,7 @@ class Bounds:
         """Decided spatial factors of one tile already multiply beyond its fan-out."""
         values = state.tolist() if isinstance(state, np.ndarray) else state
         return any(math.prod([values[i] for i in idx if values[i] != UNDECIDED]) > limit
-                   for idx, limit in self.spread)
+                   for idx, limit in self.space.spread_groups)
 
     def feasible(self, states: np.ndarray) -> np.ndarray:
         """False for each partial assignment that no covering completion can make valid."""

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tileflow.arith import divisors, primes
-from tileflow.explore.factors.space import Space
+from tileflow.explore.factors.space import Space, ints
 
 Transfer = tuple[int, tuple[int, ...]]  # (slot, its partners: one per chain of the slot)
 
@@ -54,28 +54,15 @@ def transfer_pairs(space: Space) -> list[Transfer]:
             for partners in sets]
 
 
-def fits(space: Space, row: np.ndarray, changed: tuple[int, ...]) -> bool:
-    """The changed spatial slots stay within their fan-outs, alone and per tile; a changed
-    shared slot still divides its chains (the loops below it cover the same extent for each
-    operator)."""
-    limit = space.spatial_limit
-    if any(space.shared[j] and any(space.chains[k].size % int(row[j])
-                                   for k in space.chains_of[j]) for j in changed):
-        return False
-    if any(limit[j] and row[j] > limit[j] for j in changed):
-        return False
-    spatial = [j for j in range(space.size) if limit[j]]
-    return not any(limit[j] for j in changed) or space.tile_spread_ok(row, spatial)
-
-
-def apply(row: np.ndarray, slot: int, partners: tuple[int, ...], amount: int,
-          give: bool) -> np.ndarray | None:
+def _moved(values: list[int], slot: int, partners: tuple[int, ...], amount: int,
+           give: bool) -> list[int] | None:
     """The row with `amount` moved from `slot` to each partner (`give`) or from every
-    partner to `slot`; None where the giving side's factors do not divide by it."""
+    partner to `slot`, as a new list; None where the giving side's factors do not divide
+    by it."""
     givers = (slot,) if give else partners
-    if any(int(row[j]) % amount for j in givers):
+    if any(values[j] % amount for j in givers):
         return None
-    out = row.copy()
+    out = list(values)
     takers = partners if give else (slot,)
     for j in givers:
         out[j] //= amount
@@ -88,16 +75,17 @@ def neighbours(space: Space, row: np.ndarray, prime_only: bool = False
                ) -> Iterator[np.ndarray]:
     """Every transfer of a row: each (slot, partners), each direction, each amount that
     divides the giving side (a prime, or several of them at once; `prime_only`: a prime)."""
-    row = np.asarray(row, dtype=np.int64)
+    values = ints(row)
     for slot, partners in transfer_pairs(space):
+        changed = (slot, *partners)
         for give in (True, False):
             givers = (slot,) if give else partners
-            common = math.gcd(*(int(row[j]) for j in givers))
+            common = math.gcd(*(values[j] for j in givers))
             amounts = sorted(set(primes(common))) if prime_only else divisors(common)[1:]
             for amount in amounts:
-                moved = apply(row, slot, partners, amount, give)
-                if moved is not None and fits(space, moved, (slot, *partners)):
-                    yield moved
+                moved = _moved(values, slot, partners, amount, give)
+                if moved is not None and space.fits(moved, changed):
+                    yield np.array(moved, dtype=np.int64)
 
 
 def random_transfer(space: Space, row: np.ndarray, rng: np.random.Generator,
@@ -107,17 +95,17 @@ def random_transfer(space: Space, row: np.ndarray, rng: np.random.Generator,
     pairs = transfer_pairs(space)
     if not pairs:
         return None
-    row = np.asarray(row, dtype=np.int64)
+    values = ints(row)
     for _ in range(tries):
         slot, partners = pairs[rng.integers(len(pairs))]
         give = bool(rng.random() < 0.5)
         givers = (slot,) if give else partners
-        factors = primes(math.gcd(*(int(row[j]) for j in givers)))
+        factors = primes(math.gcd(*(values[j] for j in givers)))
         if not factors:
             continue
         picked = rng.permutation(len(factors))[:1 + int(rng.random() < 0.5)]
         amount = math.prod(factors[k] for k in picked)
-        moved = apply(row, slot, partners, amount, give)
-        if moved is not None and fits(space, moved, (slot, *partners)):
-            return moved
+        moved = _moved(values, slot, partners, amount, give)
+        if moved is not None and space.fits(moved, (slot, *partners)):
+            return np.array(moved, dtype=np.int64)
     return None

@@ -58,7 +58,7 @@ class Evaluated:
         return len(self.cost)
 
 
-def _ints(state) -> list[int]:
+def ints(state) -> list[int]:
     """A state as a list of Python ints (`tolist` for an integer array, at C speed)."""
     if isinstance(state, np.ndarray) and state.dtype.kind in "iu":
         return state.tolist()
@@ -136,6 +136,16 @@ class Space:
         self._incidence = np.zeros((len(self.chains), len(self.structure.slots)), dtype=np.int64)
         for k, c in enumerate(self.chains):
             self._incidence[k, list(c.slots)] = 1
+        # per tile with spatial slots: those slots and the fan-out they share
+        by_tile: dict[str, list[int]] = {}
+        for i, s in enumerate(self.structure.slots):
+            if self._limit[i]:
+                by_tile.setdefault(s.path, []).append(i)
+        self.spread_groups = tuple((tuple(idx), max(self._limit[i] for i in idx))
+                                   for idx in by_tile.values())
+        # per shared slot: the sizes of its chains (its factor must divide each)
+        self._shared_sizes = {j: tuple(self.chains[k].size for k in self.chains_of[j])
+                              for j in range(len(self.chains_of)) if self.shared[j]}
 
     def _spatial_limit(self, slot, tiles, leaves) -> int:
         """The fan-out a spatial slot may use: instances of the next level down the path of
@@ -181,7 +191,7 @@ class Space:
     def propagate(self, state: np.ndarray) -> np.ndarray:
         """Assign every forced slot (the last undecided one of a chain) and every slot that
         belongs to no chain (factor 1); returns a new array."""
-        values = _ints(state)
+        values = ints(state)
         self._propagate(values)
         return np.array(values, dtype=np.int64)
 
@@ -271,7 +281,7 @@ class Space:
         it opens a choice; pruning uses the bounds of `tileflow.explore.factors.bounds` (a loop of
         one
         iteration spreads over nothing, so footprints are not monotone in every slot)."""
-        values = _ints(state)
+        values = ints(state)
         out = [x or 1 for x in values]  # UNDECIDED is 0
         spatial, limit = self._spatial, self._limit
         for slots, size in zip(self._chain_slots, self._chain_size, strict=True):
@@ -332,7 +342,7 @@ class Space:
                else None)
         found = self._propagated_states.get(key) if key is not None else None
         if found is None:
-            s = _ints(state)
+            s = ints(state)
             found = (s, self._propagate(s))
             if key is not None:
                 if len(self._propagated_states) > 50_000:
@@ -346,16 +356,29 @@ class Space:
             state[slot] = value
         return self.propagate(state)
 
-    def tile_spread_ok(self, state: np.ndarray, slots: Sequence[int]) -> bool:
-        """The spatial factors of each tile among `slots` (all decided) stay within the
-        tile's fan-out together."""
-        by_tile: dict[str, list[int]] = {}
-        for i in slots:
-            if self.spatial_limit[i]:
-                by_tile.setdefault(self.structure.slots[i].path, []).append(i)
-        return all(math.prod(int(state[i]) for i in tile_slots)
-                   <= max(int(self.spatial_limit[i]) for i in tile_slots)
-                   for tile_slots in by_tile.values())
+    def spread_ok(self, values: Sequence[int]) -> bool:
+        """The spatial factors of each tile of a complete row stay within the tile's fan-out
+        together."""
+        return all(math.prod([values[i] for i in idx]) <= cap
+                   for idx, cap in self.spread_groups)
+
+    def fits(self, values: Sequence[int], changed: Sequence[int]) -> bool:
+        """A complete row whose `changed` slots were just set: each changed spatial slot
+        within its fan-out and every tile's within its own (`spread_ok`), each changed
+        shared slot still dividing its chains (the loops below it cover the same extent
+        for each operator)."""
+        shared, limit = self._shared_sizes, self._limit
+        for j in changed:
+            sizes = shared.get(j)
+            if sizes is not None and any(size % values[j] for size in sizes):
+                return False
+        spatial = False
+        for j in changed:
+            if limit[j]:
+                if values[j] > limit[j]:
+                    return False
+                spatial = True
+        return not spatial or self.spread_ok(values)
 
     def outer_steps(self, rows: np.ndarray) -> np.ndarray:
         """Steps of the outermost level's temporal loops, summed over the operators: fewer
@@ -541,7 +564,6 @@ def _group_assignments(exact: Space, state: np.ndarray, group: list[int],
                        max_visits: float = math.inf):
     """The exact assignments of one group's slots, depth first in candidate order; raises
     GroupTooLarge once the walk has visited more than `max_visits` partial assignments."""
-    spatial = [i for i in range(exact.size) if exact.spatial_limit[i]]
     stack = [state]
     visits = 0
     while stack:
@@ -554,7 +576,7 @@ def _group_assignments(exact: Space, state: np.ndarray, group: list[int],
             if all(math.prod(int(st[i]) for i in exact.chains[k].slots) == exact.chains[k].size
                    for i in group for k in exact.chains_of[i]) and all(
                     st[i] <= exact.spatial_limit[i] for i in group if exact.spatial_limit[i]) \
-                    and exact.tile_spread_ok(st, spatial):
+                    and exact.spread_ok(st.tolist()):
                 yield [int(st[i]) for i in group]
             continue
         for value in reversed(exact.candidates(st, free[0])):
