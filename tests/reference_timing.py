@@ -26,11 +26,14 @@ once per reduced element. From those totals this module rebuilds the time, tile 
 
 Energy: fills x write + reads x read + updates x update energy per word, per level and
 tensor (a tensor's elements in accelerator words: its `precision_bits` over the word), plus
-each operator's operations x its unit's energy per operation.
+each operator's operations x its unit's energy per operation; at a level with `block_words`,
+each action's words rounded up to whole blocks per instance in use; leakage apart, per
+component over the run's cycles (docs/energy.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from reference_sim import FILL, READ, UPDATE, Oracle
@@ -238,13 +241,72 @@ def _combine(primitive: str, kids: list[float], steps: int) -> float:
 
 
 def energy(oracle: Oracle, arch: Architecture) -> tuple[float, dict, float]:
-    """(total pJ, {level: {tensor: pJ}}, compute pJ) from the oracle's counts."""
+    """(total pJ, {level: {tensor: pJ}}, compute pJ) from the oracle's counts; at a level
+    with `block_words`, each action's words are charged per instance in use in whole blocks
+    (docs/energy.md, whole accesses). Leakage is apart (`leakage`)."""
     by_level: dict = defaultdict(dict)
     for (name, t), counts in oracle.traffic.items():
-        lv = arch.levels[oracle.index[name]]
-        by_level[name][t] = (counts[FILL] * lv.write_energy_pj + counts[READ] * lv.read_energy_pj
-                             + counts[UPDATE] * lv.update_energy_pj) * oracle.width[t]
+        index = oracle.index[name]
+        lv = arch.levels[index]
+        words = [c * oracle.width[t] for c in counts]
+        if lv.block_words:
+            used = instances_in_use(oracle, arch, index, reached_only=True)
+            words = [_whole_blocks(x, used, lv.block_words) for x in words]
+        by_level[name][t] = (words[FILL] * lv.write_energy_pj + words[READ] * lv.read_energy_pj
+                             + words[UPDATE] * lv.update_energy_pj)
     compute = sum(n * arch.unit(oracle.w.op_by_name[op].unit).energy_pj_per_op
                   for op, n in oracle.ops.items())
     total = sum(v for d in by_level.values() for v in d.values()) + compute
     return total, dict(by_level), compute
+
+
+def _whole_blocks(words: float, instances: int, block: int) -> float:
+    """`words` spread evenly over `instances`, each one's share rounded up to whole blocks
+    (a share within 1e-9 of a block boundary counts as on it: sums of float counts)."""
+    if words <= 0:
+        return 0.0
+    per_instance = words / instances / block
+    return float(instances * block * math.ceil(per_instance - 1e-9))
+
+
+def spread_over(oracle: Oracle, op: str, index: int) -> int:
+    """Instances of level `index` that `op` spreads over: the product of the spatial factors
+    of the tiles on its path above that level."""
+    n = 1
+    for _, tile in oracle.paths[op]:
+        if oracle.index[tile.level] < index:
+            n *= math.prod(lp.factor for lp in tile.loops if lp.spatial)
+    return n
+
+
+def instances_in_use(oracle: Oracle, arch: Architecture, index: int, *, reached_only: bool,
+                     ops: list[str] | None = None) -> int:
+    """The most instances of level `index` any operator (of `ops`) spreads over, at most the
+    level's; `reached_only`: only operators whose innermost tile is at that level or below
+    (the instances that hold their data)."""
+    names = ops if ops is not None else list(oracle.paths)
+    counts = [min(arch.levels[index].instances, spread_over(oracle, op, index))
+              for op in names
+              if not reached_only or oracle.index[oracle.paths[op][-1][1].level] >= index]
+    return max(counts, default=0)
+
+
+def leakage(oracle: Oracle, arch: Architecture, cycles: float) -> dict[str, float]:
+    """Static energy per component over `cycles` (docs/energy.md, leakage): a level's pJ per
+    cycle on each instance any operator spreads over, kept data or not; a unit's per MAC or
+    lane, on every instance of its level its operators spread over."""
+    out: dict[str, float] = {}
+    for index, lv in enumerate(arch.levels):
+        used = instances_in_use(oracle, arch, index, reached_only=False)
+        if lv.leakage_pj_per_cycle and used:
+            out[lv.name] = lv.leakage_pj_per_cycle * used * cycles
+    by_unit: dict[str, list[str]] = defaultdict(list)
+    for op in oracle.paths:
+        by_unit[arch.unit(oracle.w.op_by_name[op].unit).kind].append(op)
+    for kind, ops in by_unit.items():
+        unit = arch.unit(kind)
+        used = instances_in_use(oracle, arch, oracle.index[unit.level], reached_only=False,
+                                ops=ops)
+        if unit.leakage_pj_per_cycle and used:
+            out[f"{kind} unit"] = unit.leakage_pj_per_cycle * used * unit.parallelism * cycles
+    return out

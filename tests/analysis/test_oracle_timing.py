@@ -15,11 +15,12 @@ from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, small_arch, work
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from reference_sim import Oracle
-from reference_timing import OVERLAPS, Timing, energy
+from reference_timing import OVERLAPS, Timing, energy, leakage
 from trees import ARCH, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
+from tileflow.evaluator.explain import explain_dataflow
 from tileflow.specs.arch import Architecture
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
@@ -151,6 +152,64 @@ def test_latency_and_energy_match_the_oracle(case: str) -> None:
     # count disagreements with the oracle stay rare
     assert tally["counts differ"] <= 3, tally
     assert min(tally[ov] for ov in OVERLAPS) >= 15, tally
+
+
+@st.composite
+def static_arches(draw) -> Architecture:
+    """`arches` with whole accesses (`block_words`) and leakage drawn on every level and
+    unit."""
+    arch = draw(arches())
+    levels = tuple(replace(lv, block_words=draw(st.sampled_from([None, 1, 4, 8])),
+                           leakage_pj_per_cycle=draw(st.sampled_from([0.0, 0.5, 2.0])))
+                   for lv in arch.levels)
+    matrix, vector = (replace(u, leakage_pj_per_cycle=draw(st.sampled_from([0.0, 0.25])))
+                      for u in (arch.matrix, arch.vector))
+    return replace(arch, levels=levels, matrix=matrix, vector=vector)
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo"])
+def test_whole_accesses_and_leakage_match_the_oracle(case: str) -> None:
+    """Energy with whole-block accesses, and leakage over the oracle's own cycles, equal
+    the oracle's per level, tensor and component (the model's, and the engine's total)."""
+    w = workload(CASES[case])
+    checked = []
+
+    @SETTINGS
+    @given(trees(w), static_arches())
+    def check(flow: Dataflow, arch: Architecture) -> None:
+        try:
+            result = evaluate(w, arch, flow)
+        except InvalidDataflow:
+            return
+        if any(v.kind in ("coverage", "dependency", "window") for v in result.violations):
+            return
+        oracle = Oracle(w, NAMES, flow)
+        counts = {(lv, t): (m.fill, m.read, m.update) for lv, d in result.traffic.items()
+                  for t, m in d.items() if m.fill or m.read or m.update}
+        if counts != {k: tuple(v) for k, v in oracle.traffic.items() if any(v)}:
+            return  # counts the oracle disagrees on are test_latency_and_energy_...'s
+        timing = Timing(oracle, arch, arch.overlap)
+        assert math.isclose(result.cycles, timing.cycles, rel_tol=1e-9)
+        total, by_level, _ = energy(oracle, arch)
+        static = leakage(oracle, arch, timing.cycles)
+        got = {(lv, t): e for lv, d in result.energy_by_level_pj.items() for t, e in d.items()
+               if e}
+        want = {(lv, t): e for lv, d in by_level.items() for t, e in d.items() if e}
+        assert got.keys() == want.keys(), render(flow.root)
+        assert all(math.isclose(got[k], want[k], rel_tol=1e-9) for k in got), (
+            got, want, render(flow.root))
+        assert result.leakage_pj.keys() == static.keys()
+        assert all(math.isclose(result.leakage_pj[k], static[k], rel_tol=1e-9)
+                   for k in static), (result.leakage_pj, static, render(flow.root))
+        assert math.isclose(result.energy_pj, total + sum(static.values()), rel_tol=1e-9)
+        explained = explain_dataflow(w, arch, flow)  # the engine's records at one row
+        assert math.isclose(explained.energy_pj, result.energy_pj, rel_tol=1e-9)
+        assert explained.leakage_pj.keys() == static.keys()
+        checked.append(bool(static) and any(lv.block_words not in (None, 1)
+                                            for lv in arch.levels))
+
+    check()
+    assert len(checked) >= 25 and sum(checked) >= 10, checked
 
 
 # ---- where the model departs from the docs ------------------------------------------------
