@@ -12,8 +12,9 @@ from collections.abc import Mapping
 
 # The cost model's version: raised whenever a change alters what a dataflow costs, so points
 # evaluated by an older model are never mixed with new ones. Recorded in every study and in
-# explore's and sweep's summary.json.
-MODEL_VERSION = "2026.11.1"
+# explore's and sweep's summary.json; tests/test_model_version.py fails when the model's
+# figures move without it.
+MODEL_VERSION = "2026.11.2"
 
 # Fields that say where a spec came from, not what it is: two copies of one file agree.
 LOCATION_FIELDS = frozenset({"source", "lines"})
