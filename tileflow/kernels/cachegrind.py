@@ -179,7 +179,3 @@ def measure(kernel: KernelSource, w: Workload, d1: CacheGeometry, ll: CacheGeome
     net = {e: max(totals[e] - base[e], 0) for e in EVENTS}
     return Misses(net["D1mr"] + net["D1mw"], net["DLmr"] + net["DLmw"], d1, ll,
                   net["Dr"] + net["Dw"])
-
-
-def tempdir() -> str:
-    return tempfile.gettempdir()

@@ -520,13 +520,6 @@ def tqdm_progress(desc: str = "kernels", **kw):
     return tqdm(file=sys.stderr, desc=desc, unit="kernel", **kw)
 
 
-def total_points(frame: pd.DataFrame) -> dict[str, int]:
-    return {str(k): int(v) for k, v in frame.groupby("workload").size().items()} \
-        if len(frame) else {}
-
-
-
-
 def add_rows(out: Path, rows: list[dict]) -> int:
     """Append measured rows (campaign columns) to out/measurements.csv, refused where the
     file was measured on another machine; a (dataflow, thread count) already there keeps

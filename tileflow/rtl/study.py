@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from tileflow.analysis.prepare import Plan, prepare
 from tileflow.analysis.traffic import Counts, count
@@ -238,15 +237,6 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
             frame[f"{column}_predicted"] = model[column].to_numpy()
     held = mape(calibrated, frame.rtl_cycles.to_numpy())
     return SetResult(frame, (params[0], params[1]), held, tuple(hits))
-
-
-def spearman_by_shape(frame: pd.DataFrame, shape: Sequence[str]) -> pd.DataFrame:
-    rows = []
-    for key, group in frame.groupby(list(shape)):
-        rho = spearmanr(group.predicted, group.rtl_cycles).statistic if len(group) > 2 else None
-        rows.append({**dict(zip(shape, key, strict=True)), "rows": len(group),
-                     "spearman": rho})
-    return pd.DataFrame(rows)
 
 
 def run(data: str | Path | None = None, overlap: str | None = None) -> dict[str, SetResult]:

@@ -314,7 +314,3 @@ def _front(points: list[FrontPoint]) -> tuple[FrontPoint, ...]:
     fp = np.array([p.footprint_words for p in points])
     dram = np.array([p.dram_words for p in points])
     return tuple(points[i] for i in pareto(fp, dram))
-
-
-def _pruned_count(structure: Structure, level: str | None) -> int:
-    return math.prod(len(b) for b in dim_blocks(structure, level))
