@@ -75,7 +75,13 @@ def neighbours(space: Space, row: np.ndarray, prime_only: bool = False
                ) -> Iterator[np.ndarray]:
     """Every transfer of a row: each (slot, partners), each direction, each amount that
     divides the giving side (a prime, or several of them at once; `prime_only`: a prime)."""
-    values = ints(row)
+    for moved in neighbour_lists(space, ints(row), prime_only):
+        yield np.array(moved, dtype=np.int64)
+
+
+def neighbour_lists(space: Space, values: list[int], prime_only: bool = False
+                    ) -> Iterator[list[int]]:
+    """`neighbours` of a row given as a list of ints, each a new list."""
     for slot, partners in transfer_pairs(space):
         changed = (slot, *partners)
         for give in (True, False):
@@ -85,7 +91,7 @@ def neighbours(space: Space, row: np.ndarray, prime_only: bool = False
             for amount in amounts:
                 moved = _moved(values, slot, partners, amount, give)
                 if moved is not None and space.fits(moved, changed):
-                    yield np.array(moved, dtype=np.int64)
+                    yield moved
 
 
 def random_transfer(space: Space, row: np.ndarray, rng: np.random.Generator,

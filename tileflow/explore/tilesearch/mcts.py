@@ -292,12 +292,13 @@ class MCTS:
                     for i in self.rng.permutation(len(more)):
                         found.setdefault(more[i].tobytes(), more[i])
                 return list(found.values())
-            for first in moves.neighbours(self.space, row):
-                for second in moves.neighbours(self.space, first):
-                    found.setdefault(second.tobytes(), second)
-            rows = list(found.values())
+            pairs: dict[tuple[int, ...], None] = {}  # first seen first, as lists (cheaper)
+            for first in moves.neighbour_lists(self.space, row.tolist()):
+                for second in moves.neighbour_lists(self.space, first):
+                    pairs.setdefault(tuple(second))
+            rows = list(pairs)
             pick = self.rng.permutation(len(rows))[:self.deep_limit]
-            return [rows[i] for i in pick]
+            return [np.array(rows[i], dtype=np.int64) for i in pick]
         return []
 
     def step(self, evaluate: Evaluate, n: int) -> None:
