@@ -23,7 +23,9 @@ def test_the_model_s_figures_move_only_with_its_version():
     changed = sorted(k for k in now.keys() & then.keys() if now[k] != then[k])
     assert not changed, (
         f"the cost model's figures changed on {len(changed)} cases (first: "
-        f"{', '.join(changed[:5])}): raise tileflow.provenance.MODEL_VERSION, then {RECORD_IT}")
+        f"{', '.join(changed[:5])}): raise tileflow.provenance.MODEL_VERSION, then {RECORD_IT} "
+        f"(only where a fingerprinted input itself changed, a shipped file or a tree of "
+        f"search/quality, record anew without raising it)")
     assert now.keys() == then.keys(), (
         f"the fingerprinted cases changed (new: {sorted(now.keys() - then.keys())[:5]}, gone: "
         f"{sorted(then.keys() - now.keys())[:5]}), not their figures: {RECORD_IT}")
