@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
+
+from ruamel.yaml import YAML
 
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
 from tileflow.errors import InputError
 from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import OVERLAPS, load_arch
-from tileflow.specs.dataflow import load_dataflow_file
+from tileflow.specs.dataflow import load_dataflow_file, parse_dataflow
 from tileflow.specs.workload import load_workload
+from tileflow.specs.yamlfile import Field
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = Path(__file__).with_name("model_fingerprint.json")
@@ -73,8 +77,6 @@ def cases():
 def quality_cases():
     """The search-quality suite's trees on their chips: the best known and the hand-written
     ones, and every tree its runs found (searched trees: bypass, deep and mixed primitives)."""
-    import tempfile
-
     import yaml
 
     suite = ROOT / "search" / "quality"
@@ -97,10 +99,7 @@ def quality_cases():
         if not found.get("found_tree"):
             continue
         w, arch = specs(pairs[found["pair"]])
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            f.write(found["found_tree"])
-            f.flush()
-            flow = load_dataflow_file(f.name)
+        flow = parse_dataflow(Field(YAML(typ="rt").load(found["found_tree"]), unit.name))
         yield f"quality/{unit.parent.parent.name}/{unit.stem}", w, arch, flow
 
 
@@ -119,6 +118,8 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--record"]:
         sys.exit(__doc__)
     table = fingerprint()
-    RECORD.write_text(json.dumps({"model_version": MODEL_VERSION, "cases": table},
-                                 indent=0, sort_keys=True) + "\n")
+    partial = RECORD.with_suffix(".json.partial")  # written whole, then moved into place
+    partial.write_text(json.dumps({"model_version": MODEL_VERSION, "cases": table},
+                                  indent=0, sort_keys=True) + "\n")
+    os.replace(partial, RECORD)
     print(f"recorded {len(table)} cases under model version {MODEL_VERSION}")

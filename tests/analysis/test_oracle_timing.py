@@ -104,25 +104,42 @@ CASES = {"gemm": GEMM, "chain": CHAIN, "softmax": SOFTMAX, "conv-halo": CONV,
          "strided": STRIDED, "independent twins": TWINS}
 
 
-def _agree(w, arch: Architecture, flow: Dataflow, tally: dict) -> None:
+def _analysed(w, arch: Architecture, flow: Dataflow):
+    """(the model's result, the oracle, whether their counts agree) for a tree both judge;
+    None where the model refuses it or finds a coverage, dependency or window violation."""
     try:
         result = evaluate(w, arch, flow)
     except InvalidDataflow:
-        return
+        return None
     if any(v.kind in ("coverage", "dependency", "window") for v in result.violations):
-        return
+        return None
     oracle = Oracle(w, NAMES, flow)
     counts = {(lv, t): (m.fill, m.read, m.update) for lv, d in result.traffic.items()
               for t, m in d.items() if m.fill or m.read or m.update}
-    if counts != {k: tuple(v) for k, v in oracle.traffic.items() if any(v)}:
+    return result, oracle, counts == {k: tuple(v) for k, v in oracle.traffic.items() if any(v)}
+
+
+def _nonzero(by_level: dict) -> dict:
+    """{(level, tensor): pJ} of a per-level, per-tensor table, zeros left out."""
+    return {(lv, t): e for lv, d in by_level.items() for t, e in d.items() if e}
+
+
+def _assert_close(got: dict, want: dict, context: str) -> None:
+    assert got.keys() == want.keys(), (got, want, context)
+    assert all(math.isclose(got[k], want[k], rel_tol=1e-9) for k in got), (got, want, context)
+
+
+def _agree(w, arch: Architecture, flow: Dataflow, tally: dict) -> None:
+    analysed = _analysed(w, arch, flow)
+    if analysed is None:
+        return
+    result, oracle, same_counts = analysed
+    if not same_counts:
         tally["counts differ"] += 1  # see test_a_windowed_read_of_an_intermediate_...
         return
     total, by_level, _ = energy(oracle, arch)
     assert math.isclose(result.energy_pj, total, rel_tol=1e-9), render(flow.root)
-    got = {(lv, t): e for lv, d in result.energy_by_level_pj.items() for t, e in d.items() if e}
-    want = {(lv, t): e for lv, d in by_level.items() for t, e in d.items() if e}
-    assert got.keys() == want.keys()
-    assert all(math.isclose(got[k], want[k], rel_tol=1e-9) for k in got)
+    _assert_close(_nonzero(result.energy_by_level_pj), _nonzero(by_level), render(flow.root))
     tally["energy"] += 1
     for overlap in OVERLAPS:
         timing = Timing(oracle, arch, overlap)
@@ -177,30 +194,16 @@ def test_whole_accesses_and_leakage_match_the_oracle(case: str) -> None:
     @SETTINGS
     @given(trees(w), static_arches())
     def check(flow: Dataflow, arch: Architecture) -> None:
-        try:
-            result = evaluate(w, arch, flow)
-        except InvalidDataflow:
-            return
-        if any(v.kind in ("coverage", "dependency", "window") for v in result.violations):
-            return
-        oracle = Oracle(w, NAMES, flow)
-        counts = {(lv, t): (m.fill, m.read, m.update) for lv, d in result.traffic.items()
-                  for t, m in d.items() if m.fill or m.read or m.update}
-        if counts != {k: tuple(v) for k, v in oracle.traffic.items() if any(v)}:
+        analysed = _analysed(w, arch, flow)
+        if analysed is None or not analysed[2]:
             return  # counts the oracle disagrees on are test_latency_and_energy_...'s
+        result, oracle, _ = analysed
         timing = Timing(oracle, arch, arch.overlap)
         assert math.isclose(result.cycles, timing.cycles, rel_tol=1e-9)
         total, by_level, _ = energy(oracle, arch)
         static = leakage(oracle, arch, timing.cycles)
-        got = {(lv, t): e for lv, d in result.energy_by_level_pj.items() for t, e in d.items()
-               if e}
-        want = {(lv, t): e for lv, d in by_level.items() for t, e in d.items() if e}
-        assert got.keys() == want.keys(), render(flow.root)
-        assert all(math.isclose(got[k], want[k], rel_tol=1e-9) for k in got), (
-            got, want, render(flow.root))
-        assert result.leakage_pj.keys() == static.keys()
-        assert all(math.isclose(result.leakage_pj[k], static[k], rel_tol=1e-9)
-                   for k in static), (result.leakage_pj, static, render(flow.root))
+        _assert_close(_nonzero(result.energy_by_level_pj), _nonzero(by_level), render(flow.root))
+        _assert_close(result.leakage_pj, static, render(flow.root))
         assert math.isclose(result.energy_pj, total + sum(static.values()), rel_tol=1e-9)
         explained = explain_dataflow(w, arch, flow)  # the engine's records at one row
         assert math.isclose(explained.energy_pj, result.energy_pj, rel_tol=1e-9)
