@@ -1,8 +1,8 @@
 """The structure key (`analysis.shape.node_key`, and `scan`, which computes it while walking)
-keys every cache of factor-independent work: the shape analysis (`shape_of`), the evaluator's
-compiled structures (`compiled_for`) and `Structure.key`. A field of `Tile` or `Loop` that the
-key leaves out would let two different trees share one cache entry. Each field here gets a
-second value; a new field fails the first test until it is added to the key and below."""
+keys every cache of factor-independent work: the shape analysis (`shape_of`) and the
+evaluator's compiled structures (`compiled_for`). A field of `Tile` or `Loop` that the key
+leaves out would let two different trees share one cache entry. Each field here gets a second
+value; a new field fails the first test until it is added to the key and below."""
 
 from __future__ import annotations
 

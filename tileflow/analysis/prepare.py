@@ -11,7 +11,7 @@ from typing import NamedTuple
 from tileflow.analysis.carried import check_carried, is_carried
 from tileflow.analysis.layout import loop_layout
 from tileflow.analysis.records import Violation
-from tileflow.analysis.shape import Shape, scan, shape_of, spec_key
+from tileflow.analysis.shape import Shape, scan, shape_of
 from tileflow.analysis.tree_checks import InvalidDataflow, ops_below
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
@@ -139,7 +139,7 @@ class Plan:
             return {}
         if self.arch is self.shape.arch:
             return self.shape.memo
-        return self.shape.memo.setdefault(("arch", spec_key(self.arch)), {})
+        return self.shape.memo.setdefault(("arch", self.arch), {})
 
     @cached_property
     def tensors_under(self) -> dict[int, frozenset[str]]:

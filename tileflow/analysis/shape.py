@@ -65,16 +65,6 @@ def scan(root: Tile) -> tuple[tuple, dict[str, Tile]]:
     return go(root, "root"), tiles
 
 
-def spec_key(spec) -> str:
-    """A stable key for a frozen spec (workload, accelerator) whose fields include mappings,
-    which keep it from being hashed: its full text, computed once per object."""
-    key = spec.__dict__.get("_tileflow_key")
-    if key is None:
-        key = f"{type(spec).__name__}:{spec!r}"
-        object.__setattr__(spec, "_tileflow_key", key)
-    return key
-
-
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 512
 
@@ -84,7 +74,7 @@ def shape_of(workload: Workload, arch: Architecture, flow: Dataflow,
     """The cached shape analysis of a dataflow (raises InvalidDataflow for a malformed
     tree, nothing cached then; structural violations are kept in the shape). `tree_key`:
     `node_key(flow.root)` when the caller has it already."""
-    key = (spec_key(workload), spec_key(arch), tree_key or node_key(flow.root),
+    key = (workload, arch, tree_key or node_key(flow.root),
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
     if found is not None:

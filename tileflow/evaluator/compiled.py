@@ -17,7 +17,7 @@ from tileflow.analysis.buffering import footprint_scale, serialised
 from tileflow.analysis.bypass import skips, source_run
 from tileflow.analysis.movement import AxisRec
 from tileflow.analysis.resources import Demand, split_fanout, unit_demand
-from tileflow.analysis.shape import node_key, shape_of, spec_key
+from tileflow.analysis.shape import node_key, shape_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.expressions import Access, Axis
 from tileflow.specs.workload import Operator, Workload
@@ -417,7 +417,7 @@ def _with_unit_dim(workload: Workload) -> Workload:
 
 def compiled_for(workload: Workload, arch: Architecture, flow: Dataflow) -> Compiled:
     """The analysis of a structure, shared by every dataflow of the same shape."""
-    key = (spec_key(workload), spec_key(arch), node_key(flow.root),
+    key = (workload, arch, node_key(flow.root),
            tuple(sorted(flow.homes.items())))
     found = _CACHE.get(key)
     if found is None:

@@ -43,15 +43,6 @@ class Structure:
                         dtype=np.int64)
 
     @cached_property
-    def key(self) -> tuple:
-        """A stable, hashable key: the workload, the accelerator, the tree's shape, the homes
-        and the slots (equal for structures built twice from the same inputs)."""
-        from tileflow.analysis.shape import node_key, spec_key
-
-        return (spec_key(self.workload), spec_key(self.arch), node_key(self.template.root),
-                tuple(sorted(self.template.homes.items())), self.slots)
-
-    @cached_property
     def compiled(self):
         """The factor-independent analysis, done once per tree shape (cached there, and kept
         here: the search asks on every call, and the shared cache's key costs a tree walk)."""

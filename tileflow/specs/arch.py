@@ -18,6 +18,7 @@ from tileflow.specs.arch_components import (
     with_component,
 )
 from tileflow.specs.components import ARITHMETIC
+from tileflow.specs.hashing import spec_hash, spec_state
 from tileflow.specs.yamlfile import MIN_POSITIVE, Field, given, load_mapping, shown
 
 
@@ -57,6 +58,9 @@ class Level:
 class ComputeUnit:
     """A matrix array or vector unit fed from `level` (per instance of that level)."""
 
+    __hash__ = spec_hash
+    __getstate__ = spec_state
+
     kind: str  # "matrix" or "vector"
     level: str
     parallelism: int  # MACs (matrix) or lanes (vector) per instance of `level`
@@ -84,6 +88,9 @@ class Architecture:
     description: str = ""
     technology_nm: float | None = None
     overlap: str = "fill-drain"  # OVERLAPS: how a tile's loads, compute and stores overlap
+
+    __hash__ = spec_hash
+    __getstate__ = spec_state
 
     @cached_property
     def level_index(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ from tileflow.specs.expressions import (
     eval_size,
     parse_statement,
 )
+from tileflow.specs.hashing import spec_hash, spec_state
 from tileflow.specs.yamlfile import (
     MAX_COUNT,
     Field,
@@ -84,6 +85,9 @@ class Operator:
 @dataclass(frozen=True)
 class Workload:
     """Operators in topological order, dimension sizes, and per-tensor shapes."""
+
+    __hash__ = spec_hash
+    __getstate__ = spec_state
 
     name: str
     ops: tuple[Operator, ...]
