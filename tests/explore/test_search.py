@@ -133,7 +133,7 @@ def test_pruned_subtrees_hold_no_valid_point():
     cache = PointCache(space, "latency", Limits())
     for _ in range(20):
         mcts.step(cache.evaluate, 32)
-    pruned = []
+    pruned = [node.state for node in mcts.nodes.values() if node.dead]
     for node in mcts.nodes.values():
         for slot, kept in node.children.items():
             for value in space.candidates(node.state, slot):
@@ -146,6 +146,27 @@ def test_pruned_subtrees_hold_no_valid_point():
     for state in pruned:
         decided = state != UNDECIDED
         assert not (valid[:, decided] == state[decided]).all(axis=1).any()
+
+
+def test_the_nodes_a_step_opens_are_checked_by_its_end():
+    """The bounds run once per step, on the nodes it opened: after every step, each node
+    they rule out is dead (never picked again)."""
+    from tileflow.explore.factors.bounds import Bounds
+
+    space = small_space(l1_words=120)
+    bounds = Bounds(space)
+    mcts = MCTS(space, seed=1)
+    cache = PointCache(space, "latency", Limits())
+    ruled_out = 0
+    for _ in range(10):
+        mcts.step(cache.evaluate, 32)
+        nodes = [n for key, n in mcts.nodes.items() if key != mcts.root_key]
+        feasible = bounds.feasible(np.array([n.state for n in nodes]))
+        for node, ok in zip(nodes, feasible, strict=True):
+            assert ok or node.dead
+            ruled_out += not ok
+        assert not mcts._unchecked
+    assert ruled_out, "the capacity should rule some choices out"
 
 
 @pytest.mark.slow

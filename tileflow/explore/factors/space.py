@@ -308,7 +308,9 @@ class Space:
         fan-out is most often what pays)."""
         s, opens = self._propagated(state)
         limit, chains_of, waiters = self._limit, self._chains_of, self._waiters
-        integers, uniform = rng.integers, rng.random
+        # every draw of the completion at once (one generator call, not three per slot):
+        # a decision takes at most three uniforms and decides at least one slot
+        draws = iter(rng.random(3 * s.count(UNDECIDED)).tolist())
         # `free_slots` kept by difference: the undecided slots, less those that wait on an
         # undecided shared slot (the same slots in the same order, without the full scan);
         # a slot only leaves it, except when a shared slot is decided
@@ -324,12 +326,12 @@ class Space:
                 free = [i for i in free if s[i] == UNDECIDED]
             if not free:
                 return np.array(s, dtype=np.int64)
-            slot = free[integers(len(free))]
+            slot = free[int(next(draws) * len(free))]
             values = self._candidates_shared(s, slot)
-            if limit[slot] and uniform() < spread_bias:
+            if limit[slot] and next(draws) < spread_bias:
                 s[slot] = values[-1]
             else:
-                s[slot] = values[integers(len(values))]
+                s[slot] = values[int(next(draws) * len(values))]
             for m in chains_of[slot]:
                 opens[m] -= 1
             self._propagate(s, opens)

@@ -1,21 +1,22 @@
 """Monte-Carlo tree search over the factor slots of one structure.
 
-A node is a partial assignment (forced slots filled in by `Space.propagate`). A step picks an
-undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
+A node is a partial assignment (forced slots filled in by `Space.propagate`). A step picks
+an undecided slot by UCB over the slots tried at that node, then a factor by UCB over that
 slot's children. The first time a slot is picked at a node, every factor it may take is
 checked at once: the smallest covering completion of each child is evaluated (points to
-learn from; evaluated with the step's rollouts and mutations, in one batch), and
-children that no completion can make valid are pruned with the sound bounds of
-`tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are monotone
-in the undecided slots). New leaves are
-completed by random rollouts; a share of every batch mutates the best points found so far
-(one decision re-drawn, or a factor moved between loops of one dimension: a *transfer*,
-`tileflow.explore.factors.moves`), which refines what the tree has found. While the best
-cost has not improved for `polish_after` steps, every transfer of the best points not yet
-polished (best first), then every pair of transfers, joins the batches: a local search
-whose moves change a shared outer split and each operator's inner loops together.
-Rollouts of a step are evaluated together; rewards (best cost / cost, 0 where invalid) are
-back-propagated."""
+learn from; evaluated with the step's rollouts and mutations, in one batch), and children
+that no completion can make valid are pruned with the sound bounds of
+`tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are
+monotone in the undecided slots): the nodes a step opens are checked together at its end
+(the bounds cost mostly per call), so a child may be picked once, in the step that opens it,
+before its check. New leaves are completed by random rollouts; a share of every batch
+mutates the best points found so far (one decision re-drawn, or a factor moved between loops
+of one dimension: a *transfer*, `tileflow.explore.factors.moves`), which refines what the
+tree has found. While the best cost has not improved for `polish_after` steps, every
+transfer of the best points not yet polished (best first), then every pair of transfers,
+joins the batches: a local search whose moves change a shared outer split and each
+operator's inner loops together. Rollouts of a step are evaluated together; rewards (best
+cost / cost, 0 where invalid) are back-propagated."""
 
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ class MCTS:
         self.elite: list[tuple[float, bytes]] = []  # (cost, row bytes), best first
         self.warm = [np.asarray(w, dtype=np.int64) for w in warm]
         self._pending: list[np.ndarray] = []  # expansions' smallest completions, to evaluate
+        self._unchecked: list[np.ndarray] = []  # the step's new nodes, for the bounds
         self._elite_cdf: dict[int, np.ndarray] = {}  # elite size -> cumulative weights
         self._plan: tuple[list[int], dict[int, list[int]], dict[int, list[int]]] | None = None
         self.transfer_share = transfer_share  # of the mutations: a transfer move
@@ -110,14 +112,23 @@ class MCTS:
         # points to learn from, evaluated with the step's other expansions (one call)
         self._pending.extend(self.space.smallest_completion(s) for s in states)
         keys = []
-        for state, ok in zip(states, self.bounds.feasible(np.array(states)), strict=True):
-            if not ok:
-                continue
+        for state in states:
             key = state.tobytes()
             if key not in self.nodes:
                 self.nodes[key] = Node(state)
+                self._unchecked.append(state)
             keys.append(key)
         node.children[slot] = keys
+
+    def _prune(self) -> None:
+        """The step's new nodes that no completion can make valid, dead (one check of the
+        bounds for all of them: its cost is mostly per call)."""
+        states, self._unchecked = self._unchecked, []
+        if not states:
+            return
+        for state, ok in zip(states, self.bounds.feasible(np.array(states)), strict=True):
+            if not ok:
+                self.nodes[state.tobytes()].dead = True
 
     def _select(self, evaluate: Evaluate) -> list[tuple[Node, int | None]]:
         """Descend from the root to a node not visited yet (or a complete or dead one)."""
@@ -333,6 +344,7 @@ class MCTS:
             paths.append(None)
         # the expansions' points first (within a budget they come first), then the rollouts
         # and mutations: one call of the evaluator per step, whose cost is mostly per call
+        self._prune()
         lower, self._pending = self._pending, []
         if not rows and not lower:
             return
