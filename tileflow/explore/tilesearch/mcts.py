@@ -84,7 +84,7 @@ class MCTS:
         self.stale_steps = 0
         self._polished: set[bytes] = set()  # points whose transfers were queued
         self._deep: set[bytes] = set()  # points whose pairs of transfers were queued
-        self._queue: list[np.ndarray] = []  # neighbours still to evaluate while stalled
+        self._queue: list[tuple[int, ...]] = []  # neighbours to evaluate while stalled
         self.deep_limit = 8192
 
     # --- tree -------------------------------------------------------------------------
@@ -285,31 +285,32 @@ class MCTS:
         if not self._queue:
             self._queue = self._neighbourhood()
         take, self._queue = self._queue[:2 * n], self._queue[2 * n:]
-        return take
+        return [np.array(row, dtype=np.int64) for row in take]
 
-    def _neighbourhood(self) -> list[np.ndarray]:
+    def _neighbourhood(self) -> list[tuple[int, ...]]:
         """The next point's transfers (one prime moved first, in random order), or its
-        pairs of transfers (at most `deep_limit`, drawn at random)."""
+        pairs of transfers (at most `deep_limit`, drawn at random); tuples, made arrays
+        only when taken (a better point empties the queue)."""
         for twice, done in ((False, self._polished), (True, self._deep)):
             key = next((k for _, k in self.elite if k not in done), None)
             if key is None:
                 continue
             done.add(key)
-            row = np.frombuffer(key, dtype=np.int64)
-            found: dict[bytes, np.ndarray] = {}
+            row = np.frombuffer(key, dtype=np.int64).tolist()
             if not twice:
+                found: dict[tuple[int, ...], None] = {}
                 for prime_only in (True, False):  # one prime first, then several at once
-                    more = list(moves.neighbours(self.space, row, prime_only))
+                    more = list(moves.neighbour_lists(self.space, row, prime_only))
                     for i in self.rng.permutation(len(more)):
-                        found.setdefault(more[i].tobytes(), more[i])
-                return list(found.values())
-            pairs: dict[tuple[int, ...], None] = {}  # first seen first, as lists (cheaper)
-            for first in moves.neighbour_lists(self.space, row.tolist()):
+                        found.setdefault(tuple(more[i]))
+                return list(found)
+            pairs: dict[tuple[int, ...], None] = {}  # first seen first
+            for first in moves.neighbour_lists(self.space, row):
                 for second in moves.neighbour_lists(self.space, first):
                     pairs.setdefault(tuple(second))
             rows = list(pairs)
             pick = self.rng.permutation(len(rows))[:self.deep_limit]
-            return [np.array(rows[i], dtype=np.int64) for i in pick]
+            return [rows[i] for i in pick]
         return []
 
     def step(self, evaluate: Evaluate, n: int) -> None:
