@@ -154,12 +154,14 @@ def _nests(draw):
 
 @settings(max_examples=400, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
-@given(_nests(), st.sampled_from([(1 << 20, 1 << 16), (8, 1 << 16), (1, 1 << 16), (8, 4)]))
+@given(_nests(), st.sampled_from([(1 << 20, 1 << 16), (8, 1 << 16), (1, 1 << 16), (8, 4),
+                                  (1 << 20, 2), (3, 1)]))
 def test_sampled_steps_equal_the_scalar_rule(nest, limits) -> None:
     """The rule itself on random loop nests, several rows at once: equal to the scalar rule
     row by row, all sampled steps at once, with rows grouped by their loops of more than
-    one iteration, or (a row of more steps than allowed) by the scalar rule (`limits`:
-    the most rows x steps at once, the most steps of a row)."""
+    one iteration, or (a row of more steps than allowed) in chunks of steps that carry the
+    rule's state from one to the next (`limits`: the most rows x steps at once, the most
+    steps of a row at once)."""
     cells, steps = limits
     axes, rows = nest
     dims, loops = rows[0]
@@ -241,4 +243,18 @@ def test_kept_halos_under_the_delta_rule_on_random_trees(case: str, overlap: str
     plain = replace(TIMED, overlap=overlap)
     arch = _levels(plain, deltas=("timeloop",) * 3)
     compared, _ = _agree(w, arch, plain, seed=47, change=lambda flow, _: keep_halos(w, flow))
+    assert compared >= 40, compared
+
+
+@pytest.mark.parametrize("case", ["conv-halo", "strided"])
+def test_kept_halos_under_the_delta_rule_in_chunks_of_steps(case: str) -> None:
+    """The same with every row's sampled steps walked two at a time (each chunk carries the
+    rule's state to the next, kept halos' shortened slices included): equal to the scalar
+    model row by row."""
+    w = workload(CASES[case])
+    arch = _levels(TIMED, deltas=("timeloop",) * 3)
+    with patch.object(timeloop_deltas, "CELLS", 4), \
+            patch.object(timeloop_deltas, "STEPS_PER_ROW", 2):
+        compared, _ = _agree(w, arch, TIMED, seed=53,
+                             change=lambda flow, _: keep_halos(w, flow))
     assert compared >= 40, compared

@@ -10,17 +10,19 @@ exist for that row (it weighs nothing and is skipped as the previous step of the
 The state carried from step to step is whether the last move is known (else the slice was
 just refilled whole); it follows a two-state automaton whose steps either set it or flip
 it, so its value at every step is a running maximum and a parity, with no loop over the
-steps."""
+steps. A row of more sampled steps than STEPS_PER_ROW is walked in chunks of that many
+steps, each started two steps early (what a step compares with) and handed the state the
+chunk before it ended with."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, timeloop_words_moved
+from tileflow.analysis.movement import AxisRec
 from tileflow.evaluator.lattice import I64, VDim, VLoop, interval, positions
 
-# rows x sampled steps evaluated at once; a row whose own steps exceed STEPS_PER_ROW is
-# counted by the scalar rule (as many steps as the scalar model walks, one by one)
+# rows x sampled steps evaluated at once, and the most sampled steps of one row at once (a
+# row of more is walked in chunks of that many)
 CELLS = 1 << 20
 STEPS_PER_ROW = 1 << 16
 # what one more group of rows costs, in cells (its NumPy calls: about 1,000 cells' time)
@@ -38,7 +40,7 @@ def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VL
     used = [k for k in range(len(loops)) if live[k].any()]
     whole = rows << len(used)  # cells of every row on the steps of every used loop
     if not used:
-        out[:] = _on_steps(axes, dims, [], np.arange(rows))
+        out[:] = _on_steps(axes, dims, [], np.arange(rows))[0]
         return out
     # or rows grouped by their own loops of more than one iteration: fewer cells where
     # the rows' loops differ, more NumPy calls
@@ -46,43 +48,52 @@ def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VL
     group = group.reshape(-1)
     own = np.bincount(group) * np.exp2(patterns.sum(axis=1))  # (float: no overflow)
     if whole <= CELLS and whole <= own.sum() + GROUP_CELLS * len(patterns):
-        out[:] = _on_steps(axes, dims, [loops[k] for k in used], np.arange(rows))
+        out[:] = _on_steps(axes, dims, [loops[k] for k in used], np.arange(rows))[0]
         return out
     for g, pattern in enumerate(patterns):
         mine = np.flatnonzero(group == g)
         chosen = [loops[k] for k, on in zip(used, pattern, strict=True) if on]
         steps = 1 << len(chosen)
-        if steps > STEPS_PER_ROW:
-            out[mine] = [_scalar(axes, dims, loops, row) for row in mine]
-            continue
-        block = max(1, CELLS // steps)
+        block = max(1, CELLS // min(steps, STEPS_PER_ROW))
         for start in range(0, len(mine), block):
             part = mine[start:start + block]
-            out[part] = _on_steps(axes, dims, chosen, part)
+            out[part] = _in_chunks(axes, dims, chosen, part, steps)
     return out
 
 
-def _scalar(axes, dims: dict[str, VDim], loops: list[VLoop], row: int) -> int:
-    """The scalar rule on one row (a row with more sampled steps than STEPS_PER_ROW), kept
-    halos included (a cut per dim, a mark of 2 on the loop the halo slides along)."""
-    return timeloop_words_moved(
-        axes, {d: DimRec(v.size, int(v.extent[row]), int(v.shift[row]),
-                         0 if v.cut is None else int(v.cut[row])) for d, v in dims.items()},
-        [LoopRec(lp.dim, int(lp.n[row]), int(lp.stride[row]), lp.drop,
-                 0 if not lp.mark else 2 if lp.slide is not None and lp.slide[row] else 1)
-         for lp in loops])
+def _in_chunks(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray,
+               steps: int) -> np.ndarray:
+    """`_on_steps` of rows whose every loop has more than one iteration, at most
+    STEPS_PER_ROW steps at a time, each chunk handed the state the one before ended with."""
+    total = np.zeros(len(rows), dtype=I64)
+    entry = None
+    for first in range(0, steps, STEPS_PER_ROW):
+        words, entry = _on_steps(axes, dims, loops, rows, first,
+                                 min(first + STEPS_PER_ROW, steps), entry)
+        total = total + words
+    return total
 
 
-def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray) -> np.ndarray:
-    """The rule on `rows`, every sampled step of `loops` at once. Step s sets loop k to its
-    second iteration where bit (L - 1 - k) of s is set: lexicographic order, outermost
-    loop first, as the scalar rule walks them."""
+def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray,
+              first: int = 0, stop: int | None = None, entry: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The rule on `rows`, the sampled steps of `loops` from `first` to `stop` (default:
+    all) at once; returns the words of those steps and, per row, whether the last move is
+    known after the last of them. Step s sets loop k to its second iteration where bit
+    (L - 1 - k) of s is set: lexicographic order, outermost loop first, as the scalar rule
+    walks them. A chunk that starts later (`first` > 0, every loop of more than one
+    iteration in every row) also computes the two steps before it, which its first step
+    compares with, and takes `entry` (the state after step `first` - 1) instead of what
+    those two alone would give; their words are the chunk before's."""
     count = len(rows)
     dims = {d: v.take(rows) for d, v in dims.items()}
     loops = [lp.take(rows) for lp in loops]
     width = len(loops)
-    steps = 1 << width
-    s = np.arange(steps, dtype=I64)
+    stop = 1 << width if stop is None else stop
+    begin = max(first - 2, 0)
+    s = np.arange(begin, stop, dtype=I64)
+    local = np.arange(len(s), dtype=I64)
+    steps = len(s)
     bit = [(s >> (width - 1 - k)) & 1 for k in range(width)]  # [steps] per loop
     dead = np.zeros(count, dtype=I64)  # per row: the bits of its loops of one iteration
     dropping = np.zeros(count, dtype=I64)  # and of its dropping loops of more
@@ -96,6 +107,7 @@ def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray)
     weight = np.ones((count, steps), dtype=I64)
     for k, lp in enumerate(loops):
         weight = weight * np.where(bit[k][None, :] == 1, lp.n[:, None] - 1, 1)
+    weight[:, s < first] = 0  # the chunk before's steps
     # offsets per dim; under halo caching also the common ancestor's step and the slide
     pos = positions([(lp, bit[k][None, :]) for k, lp in enumerate(loops)], count)
     boxes = [interval(axis, dims, pos) for axis in axes]
@@ -105,7 +117,7 @@ def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray)
     for lo, hi in boxes:
         size = size * (hi - lo)
     # the previous step that exists (step 0 always does; its own previous is itself)
-    index = np.where(exists, s[None, :], -1)
+    index = np.where(exists, local[None, :], -1)
     previous = np.maximum.accumulate(index, axis=1)
     previous = np.concatenate([np.zeros((count, 1), dtype=I64), previous[:, :-1]], axis=1)
 
@@ -130,17 +142,21 @@ def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray)
     # the loops from the one this step advances inward: bits 0 .. its lowest set bit
     inward = s ^ np.maximum(s - 1, 0)
     refill = (dropping[:, None] & inward[None, :]) != 0
-    refill[:, 0] = True  # the first step fills the whole slice
+    if begin == 0:
+        refill[:, 0] = True  # the first step fills the whole slice
     # the last move is known after a step that did not refill: set (to known, or to `same`
     # when the last one was known) or flipped; steps that do not exist keep it
     sets = exists & (refill | ~known | same)
     value = ~refill & known  # where set
+    if entry is not None:  # the state after step first - 1, from the chunk before
+        sets[:, first - 1 - begin] = True
+        value[:, first - 1 - begin] = entry
     flips = exists & ~sets
-    last_set = np.maximum.accumulate(np.where(sets, s[None, :], 0), axis=1)
+    last_set = np.maximum.accumulate(np.where(sets, local[None, :], 0), axis=1)
     flipped = np.cumsum(flips, axis=1)
     known_after = np.take_along_axis(value, last_set, axis=1) ^ (
         (flipped - np.take_along_axis(flipped, last_set, axis=1)) & 1).astype(bool)
     known_before = before(known_after)
     incremental = ~refill & (~known_before | same)
     delta = np.where(incremental, size - kept, size)
-    return (weight * np.where(exists, delta, 0)).sum(axis=1)
+    return (weight * np.where(exists, delta, 0)).sum(axis=1), known_after[:, -1]
