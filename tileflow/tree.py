@@ -153,12 +153,44 @@ def tile(level: str, spec: str = "", *children: Node | str, primitive: str = "Se
                 tuple(sorted((halo or {}).items())))
 
 
-def walk(node: Node, path: str = "root") -> Iterator[tuple[str, Node]]:
+# A node's path names it in its tree: ROOT, then a child's index after a dot per level
+# ('root.0.1': the second child of the root's first child). Only the functions below take
+# a path apart or build a child's.
+ROOT = "root"
+
+
+def child_path(path: str, index: int) -> str:
+    """The path of child `index` of the node at `path`."""
+    return f"{path}.{index}"
+
+
+def node_depth(path: str) -> int:
+    """How deep the node at `path` sits: 0 for the root, 1 for its children, ..."""
+    return path.count(".")
+
+
+def child_index(path: str) -> int:
+    """Which child of its parent the (non-root) node at `path` is."""
+    return int(path.rsplit(".", 1)[1])
+
+
+def is_below(path: str, ancestor: str) -> bool:
+    """Whether the node at `path` lies in the subtree of `ancestor` (not `ancestor` itself)."""
+    return path.startswith(ancestor + ".")
+
+
+def path_prefixes(path: str) -> list[str]:
+    """The paths from the root down to `path`, the root first and `path` last."""
+    parts = path.split(".")
+    return [".".join(parts[:k]) for k in range(1, len(parts) + 1)]
+
+
+def walk(node: Node, path: str = ROOT) -> Iterator[tuple[str, Node]]:
     """Every node with its path ('root', 'root.0', 'root.0.1', ...), parents first."""
     yield path, node
     if isinstance(node, Tile):
         for i, child in enumerate(node.children):
-            yield from walk(child, f"{path}.{i}")
+            yield from walk(child, child_path(path, i))
 
 
 def label(path: str, node: Node) -> str:
@@ -178,9 +210,9 @@ def map_tiles(node: Node, fn) -> Node:
     def go(n: Node, path: str) -> Node:
         if isinstance(n, Op):
             return n
-        kids = tuple(go(c, f"{path}.{i}") for i, c in enumerate(n.children))
+        kids = tuple(go(c, child_path(path, i)) for i, c in enumerate(n.children))
         return fn(path, replace(n, children=kids))
-    return go(node, "root")
+    return go(node, ROOT)
 
 
 def with_factors(flow: Dataflow, factors: Mapping[tuple[str, int], int]) -> Dataflow:

@@ -25,7 +25,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tileflow.analysis.records import Violation
-from tileflow.tree import label
+from tileflow.tree import is_below, label, node_depth
 
 if TYPE_CHECKING:
     from tileflow.analysis.prepare import OpPath, PathLoop, Plan
@@ -39,7 +39,7 @@ def is_carried(plan: Plan, tensor: str, lp: PathLoop) -> bool:
     if producer is None or tensor not in plan.lca:
         return False
     d = w.op_by_name[producer].carried
-    return bool(d) and lp.dim == d and not lp.spatial and lp.node <= plan.lca[tensor].count(".")
+    return bool(d) and lp.dim == d and not lp.spatial and lp.node <= node_depth(plan.lca[tensor])
 
 
 def _inside(plan: Plan, op: str, lca: str) -> bool:
@@ -60,7 +60,7 @@ def check_carried(plan: Plan) -> list[Violation]:
         if not op.carried or t not in plan.lca:
             continue
         lca = plan.lca[t]
-        depth = lca.count(".")
+        depth = node_depth(lca)
         path = plan.paths[op.name]
         above = [lp for lp in path.loops if lp.node <= depth]
         seen_carried = None
@@ -88,7 +88,7 @@ def check_carried(plan: Plan) -> list[Violation]:
                 continue
             y = w.op_by_name[name].output.tensor
             leaves = y not in plan.lca or not (plan.lca[y] == lca
-                                                or plan.lca[y].startswith(lca + "."))
+                                                or is_below(plan.lca[y], lca))
             if leaves and name not in rescaled:
                 node_path, tile = plan.paths[name].tiles[-1]
                 out.append(_violation(node_path, tile.level, y, (
@@ -116,7 +116,7 @@ def rescaling(plan: Plan) -> dict[str, tuple[tuple[str, int], ...]]:
         carried = _carried_loops(plan, t)
         if not carried:
             continue
-        depth = plan.lca[t].count(".")
+        depth = node_depth(plan.lca[t])
         steps = _steps_along(carried, w.sizes[op.carried])
         if steps <= 1:
             continue

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tileflow.specs.workload import Workload
-from tileflow.tree import Tile
+from tileflow.tree import Tile, child_path, node_depth
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def loop_layout(w: Workload, root: Tile, chains: Mapping[str, tuple[str, ...]],
         loops.extend((path, i) for i in range(len(node.loops)))
         for i, child in enumerate(node.children):
             if isinstance(child, Tile):
-                number(child, f"{path}.{i}")
+                number(child, child_path(path, i))
 
     number(root, "root")
     index = {key: g for g, key in enumerate(loops)}
@@ -72,7 +72,7 @@ def loop_layout(w: Workload, root: Tile, chains: Mapping[str, tuple[str, ...]],
     def post(node: Tile, path: str) -> list[str]:
         below: list[str] = []
         for i, child in enumerate(node.children):
-            below += [child.op] if not isinstance(child, Tile) else post(child, f"{path}.{i}")
+            below += [child.op] if not isinstance(child, Tile) else post(child, child_path(path, i))
         for i in reversed(range(len(node.loops))):
             d = node.loops[i].dim
             order.append((index[(path, i)],
@@ -98,7 +98,7 @@ def _shift_candidates(w: Workload, lca: Mapping[str, str]) -> tuple:
     out = []
     for t in w.intermediates:
         producer = w.op_by_name[w.producer[t]]
-        depth = lca[t].count(".")
+        depth = node_depth(lca[t])
         for consumer in w.consumers[t]:
             access = w.op_by_name[consumer].access(t)
             for out_axis, axis in zip(producer.output.axes, access.axes, strict=True):

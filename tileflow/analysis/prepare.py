@@ -15,7 +15,7 @@ from tileflow.analysis.shape import Shape, scan, shape_of
 from tileflow.analysis.tree_checks import InvalidDataflow, ops_below
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
-from tileflow.tree import Dataflow, Op, Tile, label, walk
+from tileflow.tree import Dataflow, Op, Tile, child_path, label, node_depth, walk
 
 
 class PathLoop(NamedTuple):
@@ -221,7 +221,7 @@ def loop_strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
             if isinstance(child, Op):
                 extents[child.op] = {d: 1 for d in w.op_by_name[child.op].dims}
             else:
-                extents.update(go(child, f"{path}.{i}"))
+                extents.update(go(child, child_path(path, i)))
         for i in reversed(range(len(node.loops))):
             lp = node.loops[i]
             spans = [e[lp.dim] for e in extents.values() if lp.dim in e]
@@ -262,7 +262,7 @@ def _halo_cuts(w: Workload, paths: Mapping[str, OpPath], lca: Mapping[str, str],
             continue
         producer = w.op_by_name[w.producer[t]]
         path = paths[producer.name]
-        depth = where.count(".")
+        depth = node_depth(where)
         windowed = {out_axis.terms[0][0]
                     for consumer in w.consumers[t]
                     for out_axis, axis in zip(producer.output.axes,
@@ -315,7 +315,7 @@ def _check_dependences(plan: Plan) -> list[Violation]:
     for t, lca in plan.lca.items():
         producer = w.op_by_name[w.producer[t]]
         path = plan.paths[producer.name]
-        depth = lca.count(".")
+        depth = node_depth(lca)
         for lp in path.loops:
             if lp.node <= depth and lp.dim in producer.reduction_dims and lp.n > 1 \
                     and not is_carried(plan, t, lp):

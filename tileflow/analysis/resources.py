@@ -14,7 +14,7 @@ from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, largest_slice
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
-from tileflow.tree import Op, Tile, label, ops_under
+from tileflow.tree import Op, Tile, child_path, is_below, label, node_depth, ops_under
 
 if TYPE_CHECKING:
     from tileflow.specs.arch import Architecture
@@ -118,7 +118,7 @@ def _fp(plan: Plan, path: str, node: Tile | Op, level: int,
         return {}
     if at_level and not (group and not any(lp.factor > 1 for lp in node.loops)):
         return _own(plan, path, node, level, double_buffer)
-    kids = [_fp(plan, f"{path}.{i}", c, level, double_buffer)
+    kids = [_fp(plan, child_path(path, i), c, level, double_buffer)
             for i, c in enumerate(node.children)]
     combined: dict[str, float] = {}
     kind = node.semantics
@@ -150,7 +150,7 @@ def _fp_facts(plan: Plan, path: str, node: Tile, level: int) -> tuple[bool, bool
     found = memo.get(key)
     if found is None:
         level_index = plan.arch.level_index
-        below = [p for p in plan.tiles if p == path or p.startswith(path + ".")]
+        below = [p for p in plan.tiles if p == path or is_below(p, path)]
         holds = any(level_index[plan.tiles[p].level] == level for p in below) or any(
             lca in below and plan.homes[t] == level for t, lca in plan.lca.items())
         group = len(node.children) > 1 and all(isinstance(c, Tile) and c.level == node.level
@@ -202,7 +202,7 @@ def _disjoint_instances(plan: Plan, path: str, node: Tile, level: int) -> bool:
     """Para/Pipe children that spread over instances of `level` with spatial loops of their
     own (of more than one iteration: a factor-1 loop spreads over nothing) sit on disjoint
     instances: per instance, only one child's data is resident."""
-    depth = path.count(".")
+    depth = node_depth(path)
     return all(
         any(lp.spatial and lp.n > 1 and lp.node > depth and lp.level < level
             for lp in plan.paths[o].loops)
@@ -223,7 +223,7 @@ def _width(plan: Plan, tensor: str) -> float:
 def _own(plan: Plan, path: str, node: Tile, level: int,
          double_buffer: bool = False) -> dict[str, float]:
     own: dict[str, float] = {}
-    depth = path.count(".")
+    depth = node_depth(path)
     for o, t, scale in _held(plan, path, node, level, double_buffer):
         own[t] = max(own.get(t, 0.0),
                      scale * _width(plan, t) * tile_words(plan, plan.paths[o], t, depth))
@@ -240,11 +240,11 @@ def _held(plan: Plan, path: str, node: Tile, level: int,
     if found is not None:
         return found
     found = []
-    depth = path.count(".")
+    depth = node_depth(path)
     for o in _ops(plan, path, node):
         for t in plan.workload.op_by_name[o].tensors:
             if t in plan.homes:
-                home, lca_depth = plan.homes[t], plan.lca[t].count(".")
+                home, lca_depth = plan.homes[t], node_depth(plan.lca[t])
                 if home > level or (home == level and lca_depth < depth):
                     continue  # lives above this level, or counted at its common ancestor
             if bypassed(plan.paths[o], depth, t, plan.homes.get(t)):
@@ -257,7 +257,7 @@ def _held(plan: Plan, path: str, node: Tile, level: int,
 
 def _lca_extent(plan: Plan, tensor: str, lca: str) -> float:
     w = plan.workload
-    depth = lca.count(".")
+    depth = node_depth(lca)
     ops = (w.producer[tensor], *w.consumers[tensor])
     # the kept halo rows stay in the home beside the new ones: the producer's whole region
     return max(tile_words(plan, plan.paths[o], tensor, depth + 1, kept=True) for o in ops)
@@ -283,7 +283,7 @@ def _peak_node(plan: Plan, level: int) -> str:
     peak = sum(_fp(plan, "root", plan.flow.root, level).values())
     best = "root"
     for path, tile in plan.tiles.items():
-        if plan.arch.level_index[tile.level] <= level and path.count(".") > best.count(".") \
+        if plan.arch.level_index[tile.level] <= level and node_depth(path) > node_depth(best) \
                 and sum(_fp(plan, path, tile, level).values()) >= peak:
             best = path
     return best
@@ -470,7 +470,7 @@ def _split_violations(plan: Plan, node_path: str, node: Tile) -> list[Violation]
     child's units are those of its operators combined as its tree runs them
     (`unit_demand`): the largest of operators one after another, the sum of those at once."""
     arch = plan.arch
-    depth = node_path.count(".")
+    depth = node_depth(node_path)
     level = arch.level_index[node.level]
     first = plan.paths[_ops(plan, node_path, node)[0]]
     spread = math.prod(lp.n for lp in first.loops

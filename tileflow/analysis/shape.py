@@ -20,7 +20,7 @@ from tileflow.analysis.tree_checks import (
 )
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Node, Op, Tile, label, walk
+from tileflow.tree import Dataflow, Node, Op, Tile, child_index, child_path, label, node_depth, walk
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,7 +57,7 @@ def scan(root: Tile) -> tuple[tuple, dict[str, Tile]]:
         if isinstance(node, Op):
             return ("op", node.op)
         tiles[path] = node
-        kids = tuple(go(c, f"{path}.{i}") for i, c in enumerate(node.children))
+        kids = tuple(go(c, child_path(path, i)) for i, c in enumerate(node.children))
         return (node.level, node.name, node.primitive, node.no_reuse, node.bypass,
                 node.buffering, node.halo,
                 tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops), kids)
@@ -109,9 +109,9 @@ def _analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Shape:
     for path, node in walk(root):
         if isinstance(node, Op):
             ops_below[path] = (node.op,)
-    for path in sorted(tiles, key=lambda x: -x.count(".")):
+    for path in sorted(tiles, key=lambda x: -node_depth(x)):
         ops_below[path] = tuple(o for i in range(len(tiles[path].children))
-                                for o in ops_below[f"{path}.{i}"])
+                                for o in ops_below[child_path(path, i)])
     tensors = {path: frozenset(t for o in ops for t in w.op_by_name[o].tensors)
                for path, ops in ops_below.items()}
     drops = {(op.name, t): _drop_depths(tiles, chains[op.name], op.name, t, tensors)
@@ -148,11 +148,11 @@ def _drop_depths(tiles: Mapping[str, Tile], chain: tuple[str, ...], op: str, ten
         if tile.semantics.shares_inputs or len(tile.children) < 2:
             continue
         if k + 1 < len(chain):
-            index = int(chain[k + 1].rsplit(".", 1)[1])
+            index = child_index(chain[k + 1])
         else:
             index = next(i for i, c in enumerate(tile.children)
                          if isinstance(c, Op) and c.op == op)
         nxt = (index + 1) % len(tile.children)
-        if tensor not in tensors[f"{path}.{nxt}"]:
+        if tensor not in tensors[child_path(path, nxt)]:
             depths.append(k)
     return tuple(depths)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.prepare import Plan
-from tileflow.tree import ops_under
+from tileflow.tree import child_path, node_depth, ops_under
 
 
 def served_by_sibling(plan: Plan) -> set[tuple[str, int, str]]:
@@ -18,11 +18,11 @@ def served_by_sibling(plan: Plan) -> set[tuple[str, int, str]]:
     for node_path, node in plan.tiles.items():
         if not node.semantics.shares_inputs or len(node.children) < 2:
             continue
-        j = node_path.count(".")
+        j = node_depth(node_path)
         first: dict[tuple, int] = {}  # slice signature -> first child index that loads it
         for index, child in enumerate(node.children):
             mine: dict[tuple, list[tuple[str, str]]] = {}
-            below = (plan.shape.ops_below[f"{node_path}.{index}"] if plan.shape is not None
+            below = (plan.shape.ops_below[child_path(node_path, index)] if plan.shape is not None
                      else ops_under(child))
             for o in below:
                 for key, t in _signatures(plan, o, j):

@@ -26,7 +26,7 @@ from tileflow.analysis.movement import (
 from tileflow.analysis.prepare import OpPath, PathLoop, Plan
 from tileflow.analysis.sharing import served_by_sibling
 from tileflow.specs.expressions import Access
-from tileflow.tree import Op, Tile
+from tileflow.tree import Op, Tile, child_index, node_depth
 
 
 class Transfer(NamedTuple):
@@ -124,17 +124,17 @@ def _drop_depths(plan: Plan, path: OpPath, tensor: str) -> list[int]:
     for k, (_, tile) in enumerate(path.tiles):
         if tile.semantics.shares_inputs or len(tile.children) < 2:
             continue
-        child_path = path.tiles[k + 1][0] if k + 1 < len(path.tiles) else None
-        index = _child_index(tile, path, k, child_path)
+        child = path.tiles[k + 1][0] if k + 1 < len(path.tiles) else None
+        index = _child_index(tile, path, k, child)
         nxt = tile.children[(index + 1) % len(tile.children)]
         if tensor not in plan.tensors_under[id(nxt)]:
             depths.append(k)
     return depths
 
 
-def _child_index(tile: Tile, path: OpPath, k: int, child_path: str | None) -> int:
-    if child_path is not None:
-        return int(child_path.rsplit(".", 1)[1])
+def _child_index(tile: Tile, path: OpPath, k: int, child: str | None) -> int:
+    if child is not None:
+        return child_index(child)
     return next(i for i, c in enumerate(tile.children)
                 if isinstance(c, Op) and c.op == path.op.name)
 
@@ -153,7 +153,7 @@ def _tensor_info(plan: Plan, path: OpPath) -> dict:
         drops = _drop_depths(plan, path, t)
         no_reuse = {k for k, (_, tile) in enumerate(path.tiles) if t in tile.no_reuse}
         if t in plan.lca:
-            lca_depth = plan.lca[t].count(".")
+            lca_depth = node_depth(plan.lca[t])
             epoch = [lp.node <= lca_depth and not is_carried(plan, t, lp)
                      for lp in path.loops]
         else:

@@ -11,7 +11,17 @@ from tileflow.analysis.records import Violation
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import PRIMITIVES, Dataflow, Op, Tile, label, ops_under, walk
+from tileflow.tree import (
+    PRIMITIVES,
+    Dataflow,
+    Op,
+    Tile,
+    child_path,
+    label,
+    node_depth,
+    ops_under,
+    walk,
+)
 
 
 class InvalidDataflow(InputError):
@@ -129,7 +139,7 @@ def leaf_paths(root: Tile) -> dict[str, tuple[str, ...]]:
             if isinstance(child, Op):
                 out[child.op] = chain
             else:
-                go(child, f"{path}.{i}", chain)
+                go(child, child_path(path, i), chain)
 
     go(root, "root", ())
     return out
@@ -151,7 +161,7 @@ def home_level(w: Workload, arch: Architecture, flow: Dataflow, t: str, lca: str
     """The level an intermediate lives at: named by the dataflow, else the common ancestor's
     level when on chip, else the outermost on-chip level every path passes through below it."""
     ops = (w.producer[t], *w.consumers[t])
-    depth = lca.count(".")
+    depth = node_depth(lca)
     lca_level = arch.level_index[tiles[lca].level]
     if t in flow.homes:
         name = flow.homes[t]

@@ -22,7 +22,7 @@ from tileflow.cost.static_energy import leakage_pj, spread_over, used_instances,
 from tileflow.cost.step_pipeline import lockstep_cycles, tensor_dims
 from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import Dataflow, Op, Tile, label
+from tileflow.tree import Dataflow, Op, Tile, child_path, label, node_depth
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
     for path, tile in plan.tiles.items():
         for i, c in enumerate(tile.children):
             if isinstance(c, Op):
-                leaf_paths[c.op] = f"{path}.{i}"
+                leaf_paths[c.op] = child_path(path, i)
 
     def leaf(op: str) -> tuple[float, tuple]:
         lf = counts.leaves[op]
@@ -347,7 +347,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
 
     def node(path: str, tile: Tile, steps_above: int) -> tuple[float, tuple]:
         steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
-        kids = [leaf(c.op) if isinstance(c, Op) else node(f"{path}.{i}", c, steps)
+        kids = [leaf(c.op) if isinstance(c, Op) else node(child_path(path, i), c, steps)
                 for i, c in enumerate(tile.children)]
         if tile.semantics.serial:
             inner = sum(k[0] for k in kids)
@@ -380,7 +380,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             # double-buffered steps overlap (also across the parents' steps), but the first
             # load and the last store are hidden by nothing: sum + (n - 1) max over n steps
             extra = (load + inner + store - cycles) / steps + latency
-        breakdown.append(NodeLatency(path, label(path, tile), path.count("."), load, inner,
+        breakdown.append(NodeLatency(path, label(path, tile), node_depth(path), load, inner,
                                      store, extra, serial_cycles=serial))
         return cycles + extra, what
 

@@ -25,7 +25,7 @@ from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
 from tileflow.evaluator.violations import Records
-from tileflow.tree import Op, Tile
+from tileflow.tree import Op, Tile, child_path
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _latency(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None)
         for i, lp in enumerate(tile.loops):
             if not lp.spatial:
                 steps = steps * r.n[c.slot_of[(path, i)]]
-        kids = [leaf(k.op) if isinstance(k, Op) else node(f"{path}.{i}", k, steps)
+        kids = [leaf(k.op) if isinstance(k, Op) else node(child_path(path, i), k, steps)
                 for i, k in enumerate(tile.children)]
         if tile.semantics.serial:
             inner = sum(kids[1:], kids[0])

@@ -11,6 +11,7 @@ from tileflow.analysis.movement import AxisRec
 from tileflow.evaluator import sums
 from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.lattice import I64, VDim
+from tileflow.tree import is_below, node_depth
 
 RESCALE = ("sub", "exp", "mul")  # the rescaling's functions, in `carried.rescaling` order
 
@@ -22,7 +23,7 @@ def _carried_ops(r):
     for op in c.workload.ops:
         t = op.output.tensor
         if op.carried and t in c.lca:
-            yield op, t, c.lca[t].count(".")
+            yield op, t, node_depth(c.lca[t])
 
 
 def _inside(path: Path, lca: str) -> bool:
@@ -58,7 +59,7 @@ def check(r, violations) -> None:
             if not _inside(c.paths[name], lca):
                 continue
             y = w.op_by_name[name].output.tensor
-            leaves = y not in c.lca or not (c.lca[y] == lca or c.lca[y].startswith(lca + "."))
+            leaves = y not in c.lca or not (c.lca[y] == lca or is_below(c.lca[y], lca))
             if leaves and name not in rescaled:
                 violations.flag("dependency", carrying, 1.0, ("carried-leaves", op.name, name))
 

@@ -21,7 +21,7 @@ from tileflow.analysis.shape import node_key, shape_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.expressions import Access, Axis
 from tileflow.specs.workload import Operator, Workload
-from tileflow.tree import Dataflow, Tile, walk
+from tileflow.tree import Dataflow, Tile, node_depth, walk
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class Compiled:
             drops = self.shape.drops[(op.name, t)]
             no_reuse = {k for k, p in enumerate(chain) if t in self.tiles[p].no_reuse}
             if t in self.lca:
-                depth = self.lca[t].count(".")
+                depth = node_depth(self.lca[t])
                 # a loop that carries the running value is inside its epoch, not a new one
                 epoch = [lp.node <= depth and not self._carrying(t, lp) for lp in loops]
             else:
@@ -204,7 +204,7 @@ class Compiled:
                    for t in info}
         out = op.output.tensor
         if out in self.lca:
-            depth = self.lca[out].count(".")
+            depth = node_depth(self.lca[out])
             epoch = tuple((lp.node <= depth and not self._carrying(out, lp)) or lp.spatial
                           for lp in loops)
         else:
@@ -221,7 +221,7 @@ class Compiled:
             return False
         d = w.op_by_name[producer].carried
         return bool(d) and lp.dim == d and not lp.spatial and \
-            lp.node <= self.lca[tensor].count(".")
+            lp.node <= node_depth(self.lca[tensor])
 
     def carries(self, tensor: str) -> tuple[int, ...]:
         """The loops (indices into its producer's path) that carry `tensor`'s running value."""
@@ -248,7 +248,7 @@ class Compiled:
         out: dict[str, list] = {}
         for t in w.intermediates:
             producer = w.op_by_name[w.producer[t]]
-            depth = self.lca[t].count(".")
+            depth = node_depth(self.lca[t])
             path = self.paths[producer.name]
             for consumer in w.consumers[t]:
                 access = w.op_by_name[consumer].access(t)
@@ -273,7 +273,7 @@ class Compiled:
                 continue
             producer = w.op_by_name[w.producer[t]]
             path = self.paths[producer.name]
-            depth = where.count(".")
+            depth = node_depth(where)
             windowed = {out_axis.terms[0][0]
                         for consumer in w.consumers[t]
                         for out_axis, axis in zip(producer.output.axes,
@@ -295,7 +295,7 @@ class Compiled:
         out = []
         for t, lca in self.lca.items():
             producer = w.op_by_name[w.producer[t]]
-            depth = lca.count(".")
+            depth = node_depth(lca)
             path = self.paths[producer.name]
             for consumer in w.consumers[t]:
                 for out_axis, axis in zip(producer.output.axes,
@@ -347,7 +347,7 @@ class Compiled:
         for node_path, node in self.tiles.items():
             if not node.semantics.at_once or len(node.children) < 2:
                 continue
-            depth = node_path.count(".")
+            depth = node_depth(node_path)
             level = arch.level_index[node.level]
             first = self.ops_below[node_path][0]
             spread = (first, tuple(k for k, lp in enumerate(self.paths[first].loops)

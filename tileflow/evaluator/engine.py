@@ -14,7 +14,7 @@ from tileflow.analysis.movement import DimRec, LoopRec, first_touches, resident_
 from tileflow.evaluator import sums, timeloop_deltas
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
 from tileflow.evaluator.lattice import I64, VDim, VLoop, distinct_tuples
-from tileflow.tree import Op, Tile
+from tileflow.tree import Op, Tile, child_path
 
 FILL, READ, UPDATE = 0, 1, 2
 
@@ -51,7 +51,7 @@ class Rows:
             if isinstance(child, Op):
                 extents[child.op] = dict.fromkeys(w.op_by_name[child.op].dims, self._one)
             else:
-                extents.update(self._strides(child, f"{path}.{i}"))
+                extents.update(self._strides(child, child_path(path, i)))
         for i in reversed(range(len(node.loops))):
             dim = node.loops[i].dim
             slot = self.c.slot_of[(path, i)]

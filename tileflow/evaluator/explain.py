@@ -30,7 +30,7 @@ from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import Dataflow, Op, Tile, label
+from tileflow.tree import Dataflow, Op, Tile, child_path, label, node_depth
 
 # What gives a row's violation records: (structure, one factor row) -> records.
 ViolationSource = Callable[[Structure, np.ndarray], Sequence[Violation]]
@@ -194,8 +194,8 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         for lp in tile.loops:
             if not lp.spatial:
                 steps *= lp.factor
-        kids = [leaf(k.op, f"{path}.{i}") if isinstance(k, Op)
-                else node(f"{path}.{i}", k, steps) for i, k in enumerate(tile.children)]
+        kids = [leaf(k.op, child_path(path, i)) if isinstance(k, Op)
+                else node(child_path(path, i), k, steps) for i, k in enumerate(tile.children)]
         phases = trace.nodes[path]
         load, inner, store = _at(phases.load), _at(phases.inner), _at(phases.store)
         serial, extra = _at(phases.serial), _at(phases.extra)
@@ -209,7 +209,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
                         (load, ("read", load_level, None, path, tile)),
                         (store, ("write", store_level, None, path, tile)),
                         key=lambda x: x[0])
-        breakdown.append(NodeLatency(path, label(path, tile), path.count("."), load, inner,
+        breakdown.append(NodeLatency(path, label(path, tile), node_depth(path), load, inner,
                                      store, extra, serial_cycles=serial))
         return own + extra, what
 

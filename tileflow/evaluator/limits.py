@@ -17,7 +17,7 @@ from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.lattice import Grid, clamp, interval, on_grid, positions, progression
 from tileflow.evaluator.sums import closed_or_grid
-from tileflow.tree import Op, Tile
+from tileflow.tree import Op, Tile, child_path, node_depth
 
 Words = dict[str, np.ndarray]
 
@@ -71,7 +71,7 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
     own = _own(r, path, level) if at_level else None
     if at_level and not group:
         return own
-    kids = [_fp(r, f"{path}.{i}", k, level) for i, k in enumerate(node.children)]
+    kids = [_fp(r, child_path(path, i), k, level) for i, k in enumerate(node.children)]
     combined: Words = {}
     kind = node.semantics
     if kind.serial and not kind.shares_inputs:  # Seq: one child's data at a time
@@ -122,7 +122,7 @@ def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
     spatial loop of its own of more than one iteration (a factor-1 loop spreads over
     nothing): `resources._disjoint_instances`."""
     c = r.c
-    depth = path.count(".")
+    depth = node_depth(path)
     out = np.ones(r.count, dtype=bool)
     for o in c.ops_below[path]:
         op_path = c.paths[o]
@@ -221,13 +221,13 @@ def _own(r: Rows, path: str, level: int) -> Words:
     c = r.c
     w = c.workload
     own: Words = {}
-    depth = path.count(".")
+    depth = node_depth(path)
     node = c.tiles[path]
     for o in c.ops_below[path]:
         op_path = c.paths[o]
         for t in w.op_by_name[o].tensors:
             if t in c.homes:
-                home, lca_depth = c.homes[t], c.lca[t].count(".")
+                home, lca_depth = c.homes[t], node_depth(c.lca[t])
                 if home > level or (home == level and lca_depth < depth):
                     continue
             if not c.holds(o, depth, t):  # bypassed: not held at this level
@@ -240,7 +240,7 @@ def _own(r: Rows, path: str, level: int) -> Words:
 
 def _lca_extent(r: Rows, tensor: str, lca: str) -> np.ndarray:
     w = r.c.workload
-    depth = lca.count(".")
+    depth = node_depth(lca)
     ops = (w.producer[tensor], *w.consumers[tensor])
     out = None
     for o in ops:  # the kept halo rows stay in the home: the producer's whole region
@@ -350,7 +350,7 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
     for t, lca in c.lca.items():
         producer = w.op_by_name[w.producer[t]]
         path = c.paths[producer.name]
-        depth = lca.count(".")
+        depth = node_depth(lca)
         carried = c.carries(t)
         for i, lp in enumerate(path.loops):
             if lp.node <= depth and lp.dim in producer.reduction_dims and i not in carried:

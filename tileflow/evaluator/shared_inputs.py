@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tileflow.tree import child_path, node_depth
+
 
 def served_masks(r) -> dict[tuple[str, int, str], np.ndarray]:
     """(operator, path position of the sharing tile, input tensor) -> the rows in which an
@@ -20,10 +22,10 @@ def served_masks(r) -> dict[tuple[str, int, str], np.ndarray]:
     for node_path, node in c.tiles.items():
         if not node.semantics.shares_inputs or len(node.children) < 2:
             continue
-        j = node_path.count(".")
+        j = node_depth(node_path)
         earlier: list[tuple[tuple, list]] = []
         for index in range(len(node.children)):
-            mine = list(_signatures(r, c, sizes, f"{node_path}.{index}", j))
+            mine = list(_signatures(r, c, sizes, child_path(node_path, index), j))
             for o, t, static, box in mine:
                 hit = np.zeros(r.count, dtype=bool)
                 for other, other_box in earlier:

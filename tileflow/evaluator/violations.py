@@ -22,7 +22,7 @@ from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.limits import Site, Violations, check, footprints, words_by_tensor
 from tileflow.evaluator.structure import Structure
-from tileflow.tree import label
+from tileflow.tree import label, node_depth
 
 
 def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:
@@ -236,7 +236,7 @@ class Records:
         peak = sum(by_tensor.values())
         node = "root"
         for path, tile in c.tiles.items():
-            if c.arch.level_index[tile.level] <= level and path.count(".") > node.count("."):
+            if c.arch.level_index[tile.level] <= level and node_depth(path) > node_depth(node):
                 held = sum(float(np.asarray(v).reshape(-1)[0])
                            for v in words_by_tensor(r, path, level).values())
                 if held >= peak:

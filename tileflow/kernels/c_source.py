@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from tileflow.kernels.nest import Nest
 from tileflow.specs.expressions import Access
 from tileflow.specs.workload import Operator
-from tileflow.tree import Op, Tile
+from tileflow.tree import Op, Tile, child_path, node_depth
 
 ENTRY = "tf_kernel"
 STYLES = ("plain", "registers")
@@ -271,7 +271,7 @@ class CGenerator:
             if isinstance(child, Op):
                 self.leaf(self.w.op_by_name[child.op], scope, depth)
             else:
-                self.tile(f"{path}.{i}", child, scope, depth)
+                self.tile(child_path(path, i), child, scope, depth)
         for closer in reversed(closers):
             depth -= 1
             self.emit("}", depth)
@@ -444,7 +444,7 @@ class CGenerator:
         index = []
         shape = self.w.shapes[t]
         path = self.nest.plan.paths[producer.name]
-        lca_depth = b.lca.count(".")
+        lca_depth = node_depth(b.lca)
         for axis, (d, o) in enumerate(zip(b.origin_dims, origins, strict=True)):
             v = self.fresh("z")
             ext = path.extent_below(lca_depth, d)

@@ -22,7 +22,7 @@ from tileflow.cost.model import Result, evaluate
 from tileflow.kernels.boundary import crossing, inbound_words
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Op, Tile, walk
+from tileflow.tree import Dataflow, Op, Tile, child_path, is_below, walk
 
 
 def split_loops(node: Tile, register: str) -> Tile:
@@ -71,7 +71,7 @@ def working_set_words(w: Workload, arch: Architecture, flow: Dataflow) -> dict[s
             if at is None:
                 continue
             for t in op_path.op.tensors:
-                if t in plan.lca and (plan.lca[t] + ".").startswith(path + "."):
+                if t in plan.lca and (plan.lca[t] == path or is_below(plan.lca[t], path)):
                     need[t] = buffers[t]
                 else:
                     need[t] = max(need.get(t, 0.0), tile_words(plan, op_path, t, at))
@@ -95,7 +95,7 @@ def cache_tree(w: Workload, arch: Architecture, flow: Dataflow,
         fits = [i for i in range(max(floor, 1), len(levels))
                 if capacities[levels[i]] >= sizes[path]]
         index = max(fits, default=floor)
-        kids = tuple(c if isinstance(c, Op) else place(c, f"{path}.{k}", index)
+        kids = tuple(c if isinstance(c, Op) else place(c, child_path(path, k), index)
                      for k, c in enumerate(node.children))
         return replace(node, level=levels[index], children=kids)
 

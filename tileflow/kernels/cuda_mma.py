@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from tileflow.kernels.c_source import CScope, pitched, plain_indices
 from tileflow.specs.workload import Access, Operator
-from tileflow.tree import Tile
+from tileflow.tree import Tile, node_depth
 
 M, N, K = 16, 16, 8
 WARP = 32
@@ -108,7 +108,7 @@ def mma_plan(gen, path: str, tile: Tile, scope: CScope) -> MmaPlan | None:
         return None
     if any(nest.shift(op.name, d) or gen.loose(op, d, scope) for d in op.dims):
         return None
-    extent_of = nest.plan.paths[op.name].extents_from[path.count(".")]
+    extent_of = nest.plan.paths[op.name].extents_from[node_depth(path)]
     stepping = [d for d in op.dims if extent_of.get(d, 1) > 1]
     reductions = [d for d in stepping if d in op.reduction_dims]
     outputs = [d for d in stepping if d not in op.reduction_dims]

@@ -26,7 +26,7 @@ from tileflow.kernels.c_source import (
 from tileflow.kernels.cuda_mma import WARP, emit_mma, mma_plan
 from tileflow.kernels.nest import Nest
 from tileflow.specs.workload import Operator
-from tileflow.tree import Op, Tile, ops_under
+from tileflow.tree import Op, Tile, child_path, node_depth, ops_under
 
 SHARED_LIMIT_BYTES = 48 * 1024  # static shared memory per block
 MAX_THREADS = 1024
@@ -239,7 +239,7 @@ class CudaGenerator(CGenerator):
             if isinstance(child, Op):
                 self.leaf(self.w.op_by_name[child.op], scope, depth)
             else:
-                self.tile(f"{path}.{i}", child, scope, depth, covers)
+                self.tile(child_path(path, i), child, scope, depth, covers)
             if several:
                 self.emit("__syncthreads();", depth)
         self._parent_level = parent_level
@@ -288,7 +288,7 @@ class CudaGenerator(CGenerator):
         op = self.block_tile_op(tile, scope)
         if not self.stage_inputs or not self.grid or op is None:
             return []
-        position = path.count(".")
+        position = node_depth(path)
         extent_of = self.nest.plan.paths[op.name].extents_from[position]
         staged = []
         for a in op.inputs:

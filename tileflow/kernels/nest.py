@@ -12,7 +12,7 @@ from tileflow.analysis.prepare import Plan, loop_strides, prepare
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Tile
+from tileflow.tree import Dataflow, Tile, node_depth
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Nest:
             producer = w.op_by_name[w.producer[t]]
             path = plan.paths[producer.name]
             lca = plan.lca[t]
-            depth = lca.count(".")
+            depth = node_depth(lca)
             dims = tuple(axis.terms[0][0] for axis in producer.output.axes)
             local = plan.homes[t] > 0
             if local:

@@ -7,7 +7,7 @@ from pathlib import Path
 from tileflow.errors import InputError
 from tileflow.specs import keys
 from tileflow.specs.yamlfile import MAX_COUNT, Field, given, load_mapping, shown
-from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, parse_loop, walk
+from tileflow.tree import PRIMITIVES, Dataflow, Loop, Node, Op, Tile, child_path, parse_loop, walk
 
 
 def parse_dataflow(data: Field) -> Dataflow:
@@ -86,7 +86,7 @@ def _node(f: Field, path: str, lines: dict[str, int]) -> Node:
             loops.append(_loop(item))
             if item.line is not None:
                 lines[f"{path}.loops[{i}]"] = item.line + 1
-    children = tuple(_node(c, f"{path}.{i}", lines)
+    children = tuple(_node(c, child_path(path, i), lines)
                      for i, c in enumerate(f.child("children").elements()))
     if not children:
         raise f.error("a tile needs at least one child", "children")

@@ -27,7 +27,7 @@ import numpy as np
 from tileflow.errors import InputError
 from tileflow.evaluator.batch import footprint_words
 from tileflow.explore.factors.space import UNDECIDED, Limits, Space, evaluate_rows
-from tileflow.tree import Op, Tile, ops_under, walk
+from tileflow.tree import Op, Tile, node_depth, ops_under, path_prefixes, walk
 
 
 class Bounds:
@@ -54,11 +54,10 @@ class Bounds:
         for path, tile in tiles.items():
             if not tile.semantics.at_once or len(tile.children) < 2:
                 continue
-            depth = path.count(".")
+            depth = node_depth(path)
             per_op = []
             for op in ops_under(tile):
-                parts = leaves[op].split(".")
-                below = [".".join(parts[:k]) for k in range(depth + 2, len(parts))]
+                below = path_prefixes(leaves[op])[depth + 1:-1]
                 per_op.append([(*loop(p, j), self.level_index[tiles[p].level])
                                for p in below for j, lp in enumerate(tiles[p].loops)
                                if lp.spatial])

@@ -25,7 +25,7 @@ import numpy as np
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.factors.space import UNDECIDED, Space, divisor_blocks, divisor_products
-from tileflow.tree import Op, Tile, walk
+from tileflow.tree import Op, Tile, child_path, walk
 
 # a row is skipped only when its floor exceeds the incumbent by more than float rounding
 FLOOR_TOLERANCE = 1e-9
@@ -102,7 +102,7 @@ class Floor:
                              math.prod(w.sizes[d] for d in o.dims),
                              arch.unit(o.unit).cycles(o.function), per_op))
             else:
-                kids.append(self._plan(k, f"{path}.{i}", temporal, spatial))
+                kids.append(self._plan(k, child_path(path, i), temporal, spatial))
         return ("tile", tile.semantics, self._mask(temporal), kids)
 
     def bounds(self, groups, options) -> tuple[np.ndarray, np.ndarray]:

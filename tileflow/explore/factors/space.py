@@ -19,7 +19,7 @@ from tileflow.arith import divisors
 from tileflow.errors import InputError
 from tileflow.evaluator.batch import BatchResult, evaluate_batch
 from tileflow.evaluator.structure import Structure
-from tileflow.tree import Op, walk
+from tileflow.tree import Op, is_below, node_depth, path_prefixes, walk
 
 OBJECTIVES = ("latency", "energy", "edp", "dram")
 COLUMNS = {"latency": "cycles", "energy": "energy_pj", "edp": "edp", "dram": "dram_words",
@@ -87,7 +87,7 @@ class Space:
                 continue
             for d in op.dims:
                 on_path = tuple(i for i, s in enumerate(slots)
-                                if s.dim == d and leaf.startswith(s.path + "."))
+                                if s.dim == d and is_below(leaf, s.path))
                 chains.append(Chain(op.name, d, w.sizes[d], on_path))
         self.chains = tuple(c for c in chains if c.slots)
         self.uncovered = tuple(c for c in chains if not c.slots and c.size > 1)
@@ -99,7 +99,7 @@ class Space:
         self.levels = tuple(lv.name for lv in arch.levels)
         outer = arch.levels[0].name
         self.outer_masks = [np.array([not sl.spatial and tiles[sl.path].level == outer
-                                      and leaf.startswith(sl.path + ".") for sl in slots])
+                                      and is_below(leaf, sl.path) for sl in slots])
                             for leaf in leaves.values()]
         # a slot shared by several operators' chains: the loops below it must cover the same
         # extent for each of them, so it is decided before them and takes divisors only
@@ -154,11 +154,10 @@ class Space:
         level = tiles[slot.path].level
         limit = 1
         for op, leaf in leaves.items():
-            if not leaf.startswith(slot.path + "."):
+            if not is_below(leaf, slot.path):
                 continue
-            parts = leaf.split(".")
-            below = [tiles[".".join(parts[:k])] for k in range(slot.path.count(".") + 2,
-                                                               len(parts))]
+            # the tiles below the slot's tile on the way to the leaf
+            below = [tiles[p] for p in path_prefixes(leaf)[node_depth(slot.path) + 1:-1]]
             inner = next((t.level for t in below if t.level != level), None)
             if inner is not None:
                 limit = max(limit, arch.fanout_between(level, inner))

@@ -30,7 +30,7 @@ from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Op, Tile, ops_under
+from tileflow.tree import Op, Tile, child_path, ops_under
 
 CHUNK_ROWS = 32_768
 
@@ -142,7 +142,7 @@ def _dim_assignments(structure: Structure, d: str,
         if isinstance(node, Op):
             return [{}] if r == 1 else []
         ks = [slot_at[(path, i)] for i, lp in enumerate(node.loops) if lp.dim == d]
-        kids = [(f"{path}.{i}", c) for i, c in enumerate(node.children)
+        kids = [(child_path(path, i), c) for i, c in enumerate(node.children)
                 if d in {x for o in ops_under(c) for x in w.op_by_name[o].dims}]
         out = []
         options = [[x for x in divisors(r) if x <= _slot_limit(structure, k, r)] for k in ks]
@@ -179,7 +179,7 @@ def _tiles(structure: Structure) -> dict[str, Tile]:
         out[path] = node
         for i, c in enumerate(node.children):
             if isinstance(c, Tile):
-                go(c, f"{path}.{i}")
+                go(c, child_path(path, i))
 
     go(structure.template.root, "root")
     return out

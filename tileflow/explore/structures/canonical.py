@@ -17,7 +17,7 @@ from tileflow.explore.structures.encoding import (
     leaf_chains,
 )
 from tileflow.specs.arch import Architecture
-from tileflow.tree import PRIMITIVES, Dataflow, Node, Op, Tile, ops_under, walk
+from tileflow.tree import PRIMITIVES, Dataflow, Node, Op, Tile, child_path, ops_under, walk
 
 
 def canonical_edges(share: list[list[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -62,7 +62,7 @@ def _tree_key(node: Node, path: str, free: set[tuple[str, int]]) -> tuple:
             tuple(sorted(node.buffering)), tuple(sorted(node.halo)),
             tuple((lp.dim, lp.spatial, "" if (path, i) in free else lp.axis)
                   for i, lp in enumerate(node.loops)),
-            tuple(_tree_key(c, f"{path}.{k}", free) for k, c in enumerate(node.children)))
+            tuple(_tree_key(c, child_path(path, k), free) for k, c in enumerate(node.children)))
 
 
 def square_arrays(arch: Architecture) -> bool:

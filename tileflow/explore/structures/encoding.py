@@ -23,7 +23,17 @@ from functools import cached_property
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import PRIMITIVE, PRIMITIVES, Dataflow, Loop, Node, Op, Tile, ops_under
+from tileflow.tree import (
+    PRIMITIVE,
+    PRIMITIVES,
+    Dataflow,
+    Loop,
+    Node,
+    Op,
+    Tile,
+    child_path,
+    ops_under,
+)
 
 LoopSpec = tuple[tuple[str, bool], ...]  # (dim, spatial), outermost first
 
@@ -408,7 +418,7 @@ def leaf_chains(root: Tile) -> dict[str, list[tuple[str, Tile]]]:
             if isinstance(child, Op):
                 out[child.op] = chain
             else:
-                go(child, f"{path}.{i}", chain)
+                go(child, child_path(path, i), chain)
 
     go(root, "root", [])
     return out

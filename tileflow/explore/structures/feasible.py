@@ -17,7 +17,7 @@ import numpy as np
 from tileflow.arith import smallest_prime
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.structures.fitness import measure
-from tileflow.tree import Tile, ops_under, walk
+from tileflow.tree import Tile, is_below, node_depth, ops_under, walk
 
 
 def moves(structure: Structure) -> list[tuple[tuple[int, ...], int]]:
@@ -33,7 +33,7 @@ def moves(structure: Structure) -> list[tuple[tuple[int, ...], int]]:
              for p, t in tiles.items() for d in w.sizes}
 
     def below(inner: str, outer: str) -> bool:
-        return inner.startswith(outer + ".")
+        return is_below(inner, outer)
 
     out = []
     for j, dst in enumerate(slots):
@@ -53,7 +53,7 @@ def moves(structure: Structure) -> list[tuple[tuple[int, ...], int]]:
                         and below(s.path, dst.path) and users[(s.path, s.dim)] == {o}]
                 if not mine:
                     break
-                own.append(max(mine, key=lambda k: (slots[k].path.count("."), slots[k].index)))
+                own.append(max(mine, key=lambda k: (node_depth(slots[k].path), slots[k].index)))
             else:
                 out.append((tuple(own), j))
     return out
@@ -111,7 +111,7 @@ def fit_to_levels(structure: Structure, factors: np.ndarray, rounds: int = 8) ->
     if m.valid[0]:
         return current
     pairs = moves(structure)
-    depth = [s.path.count(".") for s in structure.slots]
+    depth = [node_depth(s.path) for s in structure.slots]
     excess = float(m.excess[0])
     for _ in range(rounds):
         steps, rows = [], []

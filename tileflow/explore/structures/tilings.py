@@ -17,7 +17,17 @@ from tileflow.arith import divisors
 from tileflow.evaluator.structure import Slot, Structure, structure_of
 from tileflow.explore.structures.encoding import Encoding, Frame, leaf_chains
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Op, Tile, ops_under, walk, with_factors
+from tileflow.tree import (
+    Dataflow,
+    Op,
+    Tile,
+    child_index,
+    child_path,
+    ops_under,
+    path_prefixes,
+    walk,
+    with_factors,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,7 +146,7 @@ class Tilings:
 
     def _parts(self, node: Tile, path: str, d: str):
         ks = [self.slot_at[(path, i)] for i, lp in enumerate(node.loops) if lp.dim == d]
-        kids = [(f"{path}.{i}", c) for i, c in enumerate(node.children)
+        kids = [(child_path(path, i), c) for i, c in enumerate(node.children)
                 if d in {x for o in ops_under(c) for x in self.w.op_by_name[o].dims}]
         return ks, kids
 
@@ -163,8 +173,8 @@ class Tilings:
 
     def _node(self, path: str):
         node = self.structure.template.root
-        for part in path.split(".")[1:]:
-            node = node.children[int(part)]
+        for prefix in path_prefixes(path)[1:]:
+            node = node.children[child_index(prefix)]
         return node
 
     def count_dim(self, d: str) -> int:

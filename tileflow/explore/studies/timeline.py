@@ -32,7 +32,7 @@ from tileflow.analysis.traffic import Transfer, count
 from tileflow.cost.model import NodeLatency, Result
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Op, Tile
+from tileflow.tree import Dataflow, Op, Tile, child_path, node_depth
 
 MAX_EVENTS = 20_000  # beyond this, runs are drawn as one bar per track
 
@@ -114,13 +114,13 @@ def layout(w: Workload, arch: Architecture, flow: Dataflow, result: Result,
 
     def walk(path: str, tile: Tile, above: int) -> None:
         own = math.prod(lp.factor for lp in tile.loops if not lp.spatial)
-        line = lines.get(path) or NodeLatency(path, path, path.count("."), 0.0, 0.0, 0.0)
+        line = lines.get(path) or NodeLatency(path, path, node_depth(path), 0.0, 0.0, 0.0)
         times[path] = _TileTime(line, above * own, own,
                                 _links(arch, counts.loads.get(path, [])),
                                 _links(arch, counts.stores.get(path, [])))
         for i, child in enumerate(tile.children):
             if isinstance(child, Tile):
-                walk(f"{path}.{i}", child, above * own)
+                walk(child_path(path, i), child, above * own)
 
     walk("root", flow.root, 1)
     weights = {name: leaf.steps * arch.unit(leaf.unit).cycles(leaf.function)
@@ -157,7 +157,7 @@ class _Drawer:
         together)."""
         inner = self.times[path].latency.inner_cycles
         totals: list[float | None] = [
-            self.times[f"{path}.{i}"].latency.cycles if isinstance(c, Tile) else None
+            self.times[child_path(path, i)].latency.cycles if isinstance(c, Tile) else None
             for i, c in enumerate(tile.children)]
         ops = [(i, c.op) for i, c in enumerate(tile.children) if isinstance(c, Op)]
         if ops:
@@ -190,9 +190,9 @@ class _Drawer:
             if isinstance(child, Op):
                 unit = self.unit_of(child.op)
                 self.add(Event(child.op, f"{unit} unit: {child.op}", at, share, "compute",
-                               unit, path=f"{path}.{i}"), clip)
+                               unit, path=child_path(path, i)), clip)
             else:
-                self.run(f"{path}.{i}", child, at, share, clip)
+                self.run(child_path(path, i), child, at, share, clip)
 
     def aggregate(self, path: str, tile: Tile, start: float, end: float,
                   clip: tuple[float, float], steps: int, own: bool = True) -> None:
@@ -209,10 +209,10 @@ class _Drawer:
             if isinstance(child, Op):
                 unit = self.unit_of(child.op)
                 self.add(Event(child.op, f"{unit} unit: {child.op}", start, end - start,
-                               "compute", unit, steps, f"{path}.{i}"), clip)
+                               "compute", unit, steps, child_path(path, i)), clip)
             else:
-                inner = self.times[f"{path}.{i}"].own
-                self.aggregate(f"{path}.{i}", child, start, end, clip, steps * inner)
+                inner = self.times[child_path(path, i)].own
+                self.aggregate(child_path(path, i), child, start, end, clip, steps * inner)
 
     def run(self, path: str, tile: Tile, t0: float, length: float,
             clip: tuple[float, float]) -> None:
@@ -255,7 +255,7 @@ class _Drawer:
             shown = k
         for j in range(shown):
             step = t0 + lead + j * period
-            if len(self.frames) == path.count(".") and j == 0:
+            if len(self.frames) == node_depth(path) and j == 0:
                 self.frames.append((step, step + inner))
             self.transfers(t, path, name, step, j, (load_at, store_at), (load, store), lead,
                            clip)
