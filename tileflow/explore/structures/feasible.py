@@ -31,10 +31,6 @@ def moves(structure: Structure) -> list[tuple[tuple[int, ...], int]]:
     tiles = {p: n for p, n in walk(structure.template.root) if isinstance(n, Tile)}
     users = {(p, d): frozenset(o for o in ops_under(t) if d in w.op_by_name[o].dims)
              for p, t in tiles.items() for d in w.sizes}
-
-    def below(inner: str, outer: str) -> bool:
-        return is_below(inner, outer)
-
     out = []
     for j, dst in enumerate(slots):
         if dst.spatial:
@@ -43,14 +39,14 @@ def moves(structure: Structure) -> list[tuple[tuple[int, ...], int]]:
         for k, src in enumerate(slots):  # one source covering every user
             if k == j or src.dim != dst.dim or users[(src.path, src.dim)] != need:
                 continue
-            if below(src.path, dst.path) or (src.path == dst.path and
-                                              (src.spatial or src.index > dst.index)):
+            if is_below(src.path, dst.path) or (src.path == dst.path and
+                                                 (src.spatial or src.index > dst.index)):
                 out.append(((k,), j))
         if len(need) > 1:  # each user's own innermost loop below the destination
             own = []
             for o in sorted(need):
                 mine = [k for k, s in enumerate(slots) if s.dim == dst.dim and not s.spatial
-                        and below(s.path, dst.path) and users[(s.path, s.dim)] == {o}]
+                        and is_below(s.path, dst.path) and users[(s.path, s.dim)] == {o}]
                 if not mine:
                     break
                 own.append(max(mine, key=lambda k: (node_depth(slots[k].path), slots[k].index)))
