@@ -11,6 +11,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import NamedTuple
 
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale, serialised
@@ -76,6 +77,62 @@ class Path:
     # reads it from (and writes a result to): the innermost one unless it is bypassed
 
 
+class EnumeratedAxis(NamedTuple):
+    """A tensor axis of an operator with loops along it, whose counts are sums over those
+    loops' steps where the tiles do not cover it exactly (`analysis.workbound`)."""
+
+    op: str
+    dims: tuple[str, ...]
+    moving: tuple[int, ...]  # the path's loops along them
+    plain: bool  # the axis is one dimension as it is
+
+
+class Halo(NamedTuple):
+    """A consumer reads a producer's output through a window or an offset along `dim`."""
+
+    dim: str
+    offset: int
+    tiling: tuple[int, ...]  # the producer's loops over `dim` in the common ancestor or above
+
+
+class HaloCut(NamedTuple):
+    """An intermediate that keeps its halo (`halo: cache` on the common ancestor)."""
+
+    depth: int  # of the common ancestor
+    slides: dict[str, tuple[int, ...]]  # per windowed dim, its temporal loops at or above it
+    marked: frozenset[int]  # the loops that place the ancestor's step (`OpPath.marks`)
+
+
+class WindowedRead(NamedTuple):
+    """A consumer reading an intermediate through a window (an axis summing dims)."""
+
+    tensor: str
+    producer: str
+    consumer: str
+    dim: str  # the producer's dim the window slides along
+    window: int  # how far the window reaches beyond one element
+    depth: int  # of the common ancestor
+    tiling: tuple[int, ...]  # the producer's loops over `dim` in the ancestor or above
+
+
+class FanoutLimit(NamedTuple):
+    """At a level change of a path (or its leaf): its spatial loops there and their limit."""
+
+    used: tuple[int, ...]
+    limit: float
+
+
+class SplitLimit(NamedTuple):
+    """A Para/Pipe tile: how its operators' units combine, per operator its unit kind and
+    spatial loops below the tile, the loops that spread every child, and per unit kind the
+    units the tile has and the fan-out its own spatial loops share out."""
+
+    demand: Demand
+    ops: dict[str, tuple[str, tuple[int, ...]]]
+    spread: tuple[str, tuple[int, ...]]
+    limits: dict[str, tuple[int, int]]
+
+
 def _axes(w: Workload, access: Access) -> tuple[AxisRec, ...]:
     return tuple(AxisRec(a.terms, a.offset, size)
                  for a, size in zip(access.axes, w.shapes[access.tensor], strict=True))
@@ -119,12 +176,8 @@ class Compiled:
         self.cuts = self._cuts()
 
     @cached_property
-    def enumerated_axes(self) -> tuple[tuple[str, tuple[str, ...], tuple[int, ...], bool],
-                                       ...]:
-        """Per operator, each distinct tensor axis with loops along it: (operator, its dims,
-        the path's loops along them, whether the axis is a plain dim). Where the tiles do
-        not cover such an axis exactly, its counts are sums over those loops' steps
-        (`analysis.workbound`)."""
+    def enumerated_axes(self) -> tuple[EnumeratedAxis, ...]:
+        """Per operator, each distinct tensor axis with loops along it."""
         found = {}
         for name, path in self.paths.items():
             for access in (path.op.output, *path.op.inputs):
@@ -132,7 +185,7 @@ class Compiled:
                     dims = tuple(sorted(set(axis.dims)))
                     moving = tuple(i for i, lp in enumerate(path.loops) if lp.dim in dims)
                     if moving:
-                        found[(name, dims, moving, axis.is_plain)] = None
+                        found[EnumeratedAxis(name, dims, moving, axis.is_plain)] = None
         return tuple(found)
 
     # -- paths and boundaries --------------------------------------------------------------
@@ -241,9 +294,9 @@ class Compiled:
         return found
 
     # -- halos and windows -----------------------------------------------------------------
-    def _halos(self) -> dict[str, list[tuple[str, int, tuple[int, ...]]]]:
-        """Per producer: (dim, offset, loops that tile it in the common ancestor) for each
-        consumer reading it through a window or an offset (`prepare._halo_shifts`)."""
+    def _halos(self) -> dict[str, list[Halo]]:
+        """Per producer, each consumer's read through a window or an offset
+        (`prepare._halo_shifts`)."""
         w = self.workload
         out: dict[str, list] = {}
         for t in w.intermediates:
@@ -257,15 +310,14 @@ class Compiled:
                     if len(axis.terms) > 1 or axis.offset:
                         tiling = tuple(i for i, lp in enumerate(path.loops)
                                        if lp.dim == d and lp.node <= depth)
-                        out.setdefault(producer.name, []).append((d, axis.offset, tiling))
+                        out.setdefault(producer.name, []).append(Halo(d, axis.offset, tiling))
         return out
 
-    def _cuts(self) -> dict[str, tuple[int, dict[str, tuple[int, ...]], frozenset[int]]]:
-        """Per producer whose intermediate keeps its halo (`halo: cache` on the common
-        ancestor, `prepare._halo_cuts`): the ancestor's depth; per dim a windowed consumer
-        reads through, the temporal loops over it at or above the ancestor (per row the
-        innermost of more than one iteration is the slide); the loops that place the
-        ancestor's step (over such a dim, at or above it: `OpPath.marks`)."""
+    def _cuts(self) -> dict[str, HaloCut]:
+        """Per producer whose intermediate keeps its halo (`prepare._halo_cuts`): per dim a
+        windowed consumer reads through, the temporal loops over it at or above the
+        ancestor (per row the innermost of more than one iteration is the slide), and the
+        loops that place the ancestor's step (over such a dim, at or above it)."""
         w = self.workload
         out = {}
         for t, where in self.lca.items():
@@ -286,11 +338,11 @@ class Compiled:
             if slides:
                 marked = frozenset(i for i, lp in enumerate(path.loops)
                                    if lp.dim in slides and lp.node <= depth)
-                out[producer.name] = (depth, slides, marked)
+                out[producer.name] = HaloCut(depth, slides, marked)
         return out
 
-    def _windows(self) -> list[tuple[str, str, str, str, int, int, tuple[int, ...]]]:
-        """(tensor, producer, consumer, dim, window, depth, tiling loops) per windowed read."""
+    def _windows(self) -> list[WindowedRead]:
+        """Every read of an intermediate through a window."""
         w = self.workload
         out = []
         for t, lca in self.lca.items():
@@ -306,12 +358,14 @@ class Compiled:
                     window = sum(c * (w.sizes[x] - 1) for x, c in axis.terms if x != d)
                     tiling = tuple(i for i, lp in enumerate(path.loops)
                                    if lp.dim == d and lp.node <= depth)
-                    out.append((t, producer.name, consumer, d, window, depth, tiling))
+                    out.append(WindowedRead(t, producer.name, consumer, d, window, depth,
+                                            tiling))
         return out
 
     # -- resources -------------------------------------------------------------------------
-    def fanout_limits(self, path: Path) -> list[tuple[tuple[int, ...], float]]:
-        """(spatial loops used, limit) at each level change of the path and at its leaf."""
+    def fanout_limits(self, path: Path) -> list[FanoutLimit]:
+        """The spatial loops and their limit at each level change of the path and at its
+        leaf."""
         arch = self.arch
         out = []
         levels = path.levels
@@ -331,17 +385,13 @@ class Compiled:
             else:
                 limit = arch.fanout_between(self.tiles[p].level,
                                             arch.levels[levels[j + 1]].name)
-            out.append((used, limit))
+            out.append(FanoutLimit(used, limit))
         return out
 
-    def split_limits(self) -> list[tuple[Demand, dict[str, tuple[str, tuple[int, ...]]],
-                                         tuple[str, tuple[int, ...]],
-                                         dict[str, tuple[int, int]]]]:
-        """Para/Pipe tiles: how their operators' units combine (`resources.unit_demand`);
-        per operator its unit kind and spatial loops below the tile; the (op, spatial loops
-        of the tile and its same-level ancestors) that spread every child; and per kind the
-        units the tile has and the fan-out its own spatial loops share out
-        (`resources._split_violations`)."""
+    def split_limits(self) -> list[SplitLimit]:
+        """Every Para/Pipe tile's (`resources.unit_demand`, `resources._split_violations`);
+        the loops that spread every child: the first operator's spatial loops of the tile
+        and its same-level ancestors."""
         arch = self.arch
         out = []
         for node_path, node in self.tiles.items():
@@ -367,7 +417,7 @@ class Compiled:
                 fanout = (split_fanout(arch, self.paths[first], depth, level, feed)
                           if start < feed else 1)
                 limits[kind] = (limit, fanout)
-            out.append((unit_demand(node), ops, spread, limits))
+            out.append(SplitLimit(unit_demand(node), ops, spread, limits))
         return out
 
     def words_per_element(self, tensor: str, level: int, tiles: tuple[Tile, ...]) -> float:

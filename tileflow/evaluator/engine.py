@@ -127,7 +127,7 @@ class Rows:
             return VLoop(lp.dim, self.n[slot], self.stride[slot], drop)
         slide = slides[lp.dim] == i
         return VLoop(lp.dim, self.n[slot], self.stride[slot], drop,
-                     i in self.c.cuts[path.op.name][2], slide if slide.any() else None)
+                     i in self.c.cuts[path.op.name].marked, slide if slide.any() else None)
 
     def dims(self, path: Path, position: int, extent: int | None = None) -> dict[str, VDim]:
         w = self.c.workload

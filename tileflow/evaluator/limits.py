@@ -260,7 +260,7 @@ def _kept_rows(r: Rows, tensor: str) -> np.ndarray | float:
         return 0.0
     w = c.workload
     path = c.paths[producer]
-    depth = c.cuts[producer][0]
+    depth = c.cuts[producer].depth
     step = r.extents[producer][depth + 1]
     dims = [a.terms[0][0] for a in path.op.output.axes]
     extra = np.zeros(r.count)
