@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from tileflow.analysis.prepare import Plan, prepare
 from tileflow.analysis.records import Bottleneck, Violation
@@ -169,6 +170,18 @@ class Result:
                                            "energy_pj"])
 
 
+class Bound(NamedTuple):
+    """What bounds a tile's (or a leaf's) cycles, made a `Bottleneck` record once, at the
+    end (`bottleneck_record`)."""
+
+    kind: str  # 'compute', 'read', 'write'; the whole tree: 'tree-read', 'tree-write', ...
+    level: int | None  # the level index whose port it is
+    unit: str | None  # the compute unit's kind
+    node: str  # the path of the tile or leaf
+    where: Tile | str  # the tile, or the leaf's operator
+    note: str = ""  # what the message adds (transfers in series, a bypass)
+
+
 def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
              double_buffer: bool = False, fill_drain: bool | None = None,
              overlap: str | None = None) -> Result:
@@ -310,8 +323,7 @@ def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
 
 def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
              convention: str = "fill-drain") -> tuple[float, Bottleneck]:
-    """Cycles of the tree and what bounds them. Each tile's bound is carried as a tuple
-    (kind, level index, unit, node path, tile) and made a record once, at the end."""
+    """Cycles of the tree and what bounds them."""
     arch = plan.arch
     fill_drain = convention != "perfect"
     dims = tensor_dims(plan.workload) if convention == "lockstep" else {}
@@ -321,7 +333,7 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
             if isinstance(c, Op):
                 leaf_paths[c.op] = child_path(path, i)
 
-    def leaf(op: str) -> tuple[float, tuple]:
+    def leaf(op: str) -> tuple[float, Bound]:
         lf = counts.leaves[op]
         unit = arch.unit(lf.unit)
         compute = lf.steps * unit.cycles(lf.function)
@@ -335,17 +347,17 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         if lv.ports == "shared":  # one port: the unit's reads and writes take turns
             reads = writes = reads + writes
         where = leaf_paths[op]
-        best = max((compute, ("compute", None, unit.kind, where, op)),
-                   (reads, ("read", lf.level, None, where, op)),
-                   (writes, ("write", lf.level, None, where, op)), key=lambda x: x[0])
+        best = max((compute, Bound("compute", None, unit.kind, where, op)),
+                   (reads, Bound("read", lf.level, None, where, op)),
+                   (writes, Bound("write", lf.level, None, where, op)), key=lambda x: x[0])
         if lf.fed:  # tensors that bypass the innermost level, straight from a level above
             fed, fed_level, _ = _transfer_time(arch, list(lf.fed), 0)
             kind = next((tr.kind for tr in lf.fed if tr.level == fed_level), "read")
-            best = max(best, (fed, (kind, fed_level, None, where, op, " (bypass)")),
+            best = max(best, (fed, Bound(kind, fed_level, None, where, op, " (bypass)")),
                        key=lambda x: x[0])
         return best
 
-    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, tuple]:
+    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, Bound]:
         steps = steps_above * math.prod(lp.factor for lp in tile.loops if not lp.spatial)
         kids = [leaf(c.op) if isinstance(c, Op) else node(child_path(path, i), c, steps)
                 for i, c in enumerate(tile.children)]
@@ -363,10 +375,10 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
         serial = _serial_time(arch, loads, stores, steps)
         if serial:
             note = f" with single-buffered transfers of {label(path, tile)} in series"
-            slowest = (*slowest[:5], note)
+            slowest = slowest._replace(note=note)
         cycles, what = max((inner + serial, slowest),
-                           (load, ("read", load_level, None, path, tile)),
-                           (store, ("write", store_level, None, path, tile)),
+                           (load, Bound("read", load_level, None, path, tile)),
+                           (store, Bound("write", store_level, None, path, tile)),
                            key=lambda x: x[0])
         extra = 0.0
         if convention == "lockstep" and (load or store):
@@ -391,7 +403,8 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
     if words_time > cycles:
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
-        cycles, what = words_time, (f"tree-{port[1]}", port[0], None, "root", plan.flow.root)
+        cycles, what = words_time, Bound(f"tree-{port[1]}", port[0], None, "root",
+                                         plan.flow.root)
     return cycles, bottleneck_record(arch, *what)
 
 

@@ -16,6 +16,7 @@ from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import Footprint
 from tileflow.cost.components import component_costs
 from tileflow.cost.model import (
+    Bound,
     Movement,
     NodeLatency,
     Result,
@@ -173,23 +174,24 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
     arch = c.arch
     breakdown: list[NodeLatency] = []
 
-    def leaf(op: str, where: str) -> tuple[float, tuple]:
+    def leaf(op: str, where: str) -> tuple[float, Bound]:
         times = trace.leaf_times[op]
         path = c.paths[op]
         level = path.leaf_level
         unit = arch.unit(path.op.unit)
-        best = max((_at(times.compute), ("compute", None, unit.kind, where, op)),
-                   (_at(times.read), ("read", level, None, where, op)),
-                   (_at(times.write), ("write", level, None, where, op)),
+        best = max((_at(times.compute), Bound("compute", None, unit.kind, where, op)),
+                   (_at(times.read), Bound("read", level, None, where, op)),
+                   (_at(times.write), Bound("write", level, None, where, op)),
                    key=lambda x: x[0])
         if times.fed is not None:
             fed_level = _port_level(arch, trace.leaves[op].fed_ports, 0)
             kind = "read" if fed_level in _read_feeds(c, op) else "write"
-            best = max(best, (_at(times.fed), (kind, fed_level, None, where, op, " (bypass)")),
+            best = max(best, (_at(times.fed),
+                              Bound(kind, fed_level, None, where, op, " (bypass)")),
                        key=lambda x: x[0])
         return best
 
-    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, tuple]:
+    def node(path: str, tile: Tile, steps_above: int) -> tuple[float, Bound]:
         steps = steps_above
         for lp in tile.loops:
             if not lp.spatial:
@@ -202,12 +204,12 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         slowest = max(kids, key=lambda k: k[0])[1]
         if serial:
             note = f" with single-buffered transfers of {label(path, tile)} in series"
-            slowest = (*slowest[:5], note)
+            slowest = slowest._replace(note=note)
         load_level = _port_level(arch, tally.loads.get(path), steps)
         store_level = _port_level(arch, tally.stores.get(path), steps)
         own, what = max((inner + serial, slowest),
-                        (load, ("read", load_level, None, path, tile)),
-                        (store, ("write", store_level, None, path, tile)),
+                        (load, Bound("read", load_level, None, path, tile)),
+                        (store, Bound("write", store_level, None, path, tile)),
                         key=lambda x: x[0])
         breakdown.append(NodeLatency(path, label(path, tile), node_depth(path), load, inner,
                                      store, extra, serial_cycles=serial))
@@ -226,7 +228,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=_at(tally.shared[busiest])
                                 - root_cycles)
-        what = (f"tree-{busiest[1]}", busiest[0], None, "root", flow.root)
+        what = Bound(f"tree-{busiest[1]}", busiest[0], None, "root", flow.root)
     return tuple(sorted(breakdown, key=lambda n: n.path)), bottleneck_record(arch, *what)
 
 
