@@ -8,7 +8,7 @@ learn from; evaluated with the step's rollouts and mutations, in one batch), and
 that no completion can make valid are pruned with the sound bounds of
 `tileflow.explore.factors.bounds` (fan-out, capacity and footprint limits, where they are
 monotone in the undecided slots): the nodes a step opens are checked together at its end
-(the bounds cost mostly per call), so a child may be picked once, in the step that opens it,
+(the bounds cost mostly per call), so a child may be picked in the step that opens it,
 before its check. New leaves are completed by random rollouts; a share of every batch
 mutates the best points found so far (one decision re-drawn, or a factor moved between loops
 of one dimension: a *transfer*, `tileflow.explore.factors.moves`), which refines what the
