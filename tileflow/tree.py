@@ -155,7 +155,7 @@ def tile(level: str, spec: str = "", *children: Node | str, primitive: str = "Se
 
 # A node's path names it in its tree: ROOT, then a child's index after a dot per level
 # ('root.0.1': the second child of the root's first child). Only the functions below take
-# a path apart or build a child's.
+# a path apart or build a child's ("root" elsewhere is the YAML key or a place in a file).
 ROOT = "root"
 
 

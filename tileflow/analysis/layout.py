@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tileflow.specs.workload import Workload
-from tileflow.tree import Tile, child_path, node_depth
+from tileflow.tree import ROOT, Tile, child_path, node_depth
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def loop_layout(w: Workload, root: Tile, chains: Mapping[str, tuple[str, ...]],
             if isinstance(child, Tile):
                 number(child, child_path(path, i))
 
-    number(root, "root")
+    number(root, ROOT)
     index = {key: g for g, key in enumerate(loops)}
     slot: dict[tuple[str, str], int] = {}
     for op in w.ops:
@@ -79,7 +79,7 @@ def loop_layout(w: Workload, root: Tile, chains: Mapping[str, tuple[str, ...]],
                           tuple(slot[(o, d)] for o in below if (o, d) in slot)))
         return below
 
-    post(root, "root")
+    post(root, ROOT)
     op_loops = {}
     for op in w.ops:
         op_loops[op.name] = tuple(

@@ -15,7 +15,7 @@ from tileflow.analysis.shape import Shape, scan, shape_of
 from tileflow.analysis.tree_checks import InvalidDataflow, ops_below
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
-from tileflow.tree import Dataflow, Op, Tile, child_path, label, node_depth, walk
+from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_depth, walk
 
 
 class PathLoop(NamedTuple):
@@ -232,7 +232,7 @@ def loop_strides(w: Workload, root: Tile) -> dict[tuple[str, int], int]:
                     e[lp.dim] += (lp.factor - 1) * stride
         return extents
 
-    go(root, "root")
+    go(root, ROOT)
     return strides
 
 

@@ -14,7 +14,7 @@ from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, largest_slice
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
-from tileflow.tree import Op, Tile, child_path, is_below, label, node_depth, ops_under
+from tileflow.tree import ROOT, Op, Tile, child_path, is_below, label, node_depth, ops_under
 
 if TYPE_CHECKING:
     from tileflow.specs.arch import Architecture
@@ -103,7 +103,7 @@ def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:
     for index, level in enumerate(plan.arch.levels):
         if index == 0 and math.isinf(level.capacity_words):
             continue
-        by_tensor = _fp(plan, "root", plan.flow.root, index, double_buffer)
+        by_tensor = _fp(plan, ROOT, plan.flow.root, index, double_buffer)
         words = sum(by_tensor.values())
         out.append(Footprint(level.name, words, level.capacity_words, by_tensor))
     return out
@@ -280,8 +280,8 @@ def capacity_violations(plan: Plan, fps: list[Footprint]) -> list[Violation]:
 
 def _peak_node(plan: Plan, level: int) -> str:
     """The deepest tile whose subtree alone holds the level's peak (where an overrun shows)."""
-    peak = sum(_fp(plan, "root", plan.flow.root, level).values())
-    best = "root"
+    peak = sum(_fp(plan, ROOT, plan.flow.root, level).values())
+    best = ROOT
     for path, tile in plan.tiles.items():
         if plan.arch.level_index[tile.level] <= level and node_depth(path) > node_depth(best) \
                 and sum(_fp(plan, path, tile, level).values()) >= peak:

@@ -20,7 +20,18 @@ from tileflow.analysis.tree_checks import (
 )
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Node, Op, Tile, child_index, child_path, label, node_depth, walk
+from tileflow.tree import (
+    ROOT,
+    Dataflow,
+    Node,
+    Op,
+    Tile,
+    child_index,
+    child_path,
+    label,
+    node_depth,
+    walk,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +73,7 @@ def scan(root: Tile) -> tuple[tuple, dict[str, Tile]]:
                 node.buffering, node.halo,
                 tuple((lp.dim, lp.spatial, lp.axis) for lp in node.loops), kids)
 
-    return go(root, "root"), tiles
+    return go(root, ROOT), tiles
 
 
 _CACHE: OrderedDict = OrderedDict()

@@ -13,6 +13,7 @@ from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import (
     PRIMITIVES,
+    ROOT,
     Dataflow,
     Op,
     Tile,
@@ -141,7 +142,7 @@ def leaf_paths(root: Tile) -> dict[str, tuple[str, ...]]:
             else:
                 go(child, child_path(path, i), chain)
 
-    go(root, "root", ())
+    go(root, ROOT, ())
     return out
 
 

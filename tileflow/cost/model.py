@@ -23,7 +23,7 @@ from tileflow.cost.static_energy import leakage_pj, spread_over, used_instances,
 from tileflow.cost.step_pipeline import lockstep_cycles, tensor_dims
 from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import Dataflow, Op, Tile, child_path, label, node_depth
+from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_depth
 
 
 @dataclass(frozen=True)
@@ -396,14 +396,14 @@ def _latency(plan: Plan, counts: Counts, breakdown: list[NodeLatency],
                                      store, extra, serial_cycles=serial))
         return cycles + extra, what
 
-    cycles, what = node("root", plan.flow.root, 1)
+    cycles, what = node(ROOT, plan.flow.root, 1)
     # children that run at once (Para, Pipe) each take a single-instance level's port at
     # its full bandwidth above; together they can move no more than the port allows
     port, words_time = _busiest_shared_port(arch, counts)
     if words_time > cycles:
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=words_time - cycles)
-        cycles, what = words_time, Bound(f"tree-{port[1]}", port[0], None, "root",
+        cycles, what = words_time, Bound(f"tree-{port[1]}", port[0], None, ROOT,
                                          plan.flow.root)
     return cycles, bottleneck_record(arch, *what)
 

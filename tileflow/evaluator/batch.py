@@ -25,7 +25,7 @@ from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
 from tileflow.evaluator.structure import Structure
 from tileflow.evaluator.violations import Records
-from tileflow.tree import Op, Tile, child_path
+from tileflow.tree import ROOT, Op, Tile, child_path
 
 
 @dataclass(frozen=True)
@@ -333,7 +333,7 @@ def _latency(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None)
     def record(path: str, *phases) -> None:
         trace.nodes[path] = NodeTimes(*phases)
 
-    cycles = node("root", c.flow.root, np.ones(r.count, dtype=np.int64))
+    cycles = node(ROOT, c.flow.root, np.ones(r.count, dtype=np.int64))
     # children running at once share a one-instance level's port: its total bounds the cycles
     for busy in tally.shared.values():
         cycles = np.maximum(cycles, busy)

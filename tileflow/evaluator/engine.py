@@ -14,7 +14,7 @@ from tileflow.analysis.movement import DimRec, LoopRec, first_touches, resident_
 from tileflow.evaluator import sums, timeloop_deltas
 from tileflow.evaluator.compiled import Boundary, Compiled, Crossing, Path
 from tileflow.evaluator.lattice import I64, VDim, VLoop, distinct_tuples
-from tileflow.tree import Op, Tile, child_path
+from tileflow.tree import ROOT, Op, Tile, child_path
 
 FILL, READ, UPDATE = 0, 1, 2
 
@@ -31,7 +31,7 @@ class Rows:
         # one array of ones for every extent that starts at 1 (never written in place: the
         # extents grow into new arrays), instead of one per operator, dim and path
         self._one = np.ones(self.count, dtype=I64)
-        self._strides(c.flow.root, "root")
+        self._strides(c.flow.root, ROOT)
         self.extents = {o: self._extents(p) for o, p in c.paths.items()}
         self.shift = {o: self._shift(o) for o in c.paths}
         # halo caching: per producer and dim, the rows kept and the sliding loop's index

@@ -31,7 +31,7 @@ from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import Dataflow, Op, Tile, child_path, label, node_depth
+from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_depth
 
 # What gives a row's violation records: (structure, one factor row) -> records.
 ViolationSource = Callable[[Structure, np.ndarray], Sequence[Violation]]
@@ -215,7 +215,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
                                      store, extra, serial_cycles=serial))
         return own + extra, what
 
-    root_cycles, what = node("root", flow.root, 1)
+    root_cycles, what = node(ROOT, flow.root, 1)
     # the ports in `cost.model._busiest_shared_port`'s order: the tiles' loads, their
     # stores, then what only the units move (bypassed tensors, a one-instance unit level)
     ports = [key for table in (*tally.loads.values(), *tally.stores.values())
@@ -228,7 +228,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         root = breakdown[-1]
         breakdown[-1] = replace(root, shared_port_cycles=_at(tally.shared[busiest])
                                 - root_cycles)
-        what = Bound(f"tree-{busiest[1]}", busiest[0], None, "root", flow.root)
+        what = Bound(f"tree-{busiest[1]}", busiest[0], None, ROOT, flow.root)
     return tuple(sorted(breakdown, key=lambda n: n.path)), bottleneck_record(arch, *what)
 
 

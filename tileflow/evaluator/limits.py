@@ -17,7 +17,7 @@ from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.lattice import Grid, clamp, interval, on_grid, positions, progression
 from tileflow.evaluator.sums import closed_or_grid
-from tileflow.tree import Op, Tile, child_path, node_depth
+from tileflow.tree import ROOT, Op, Tile, child_path, node_depth
 
 Words = dict[str, np.ndarray]
 
@@ -32,7 +32,7 @@ def footprints(r: Rows) -> dict[str, np.ndarray]:
 def footprints_by_tensor(r: Rows) -> dict[str, Words]:
     """`footprints` per tensor: level name -> tensor -> words held at the peak."""
     c = r.c
-    return {c.arch.levels[level].name: _fp(r, "root", c.flow.root, level)
+    return {c.arch.levels[level].name: _fp(r, ROOT, c.flow.root, level)
             for level in c.footprint_levels}
 
 

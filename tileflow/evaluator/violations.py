@@ -22,7 +22,7 @@ from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.limits import Site, Violations, check, footprints, words_by_tensor
 from tileflow.evaluator.structure import Structure
-from tileflow.tree import label, node_depth
+from tileflow.tree import ROOT, label, node_depth
 
 
 def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:
@@ -228,13 +228,13 @@ class Records:
         c, r = self.c, self.r
         level = c.arch.level_index[name]
         by_tensor = {t: float(np.asarray(v).reshape(-1)[0])
-                     for t, v in words_by_tensor(r, "root", level).items()}
+                     for t, v in words_by_tensor(r, ROOT, level).items()}
         # a tensor the row holds nothing of at this level is no entry of the model's
         by_tensor = {t: v for t, v in by_tensor.items() if v}
         worst = sorted(by_tensor.items(), key=lambda kv: -kv[1])[:3]
         detail = ", ".join(f"{t} {v:,.0f}" for t, v in worst)
         peak = sum(by_tensor.values())
-        node = "root"
+        node = ROOT
         for path, tile in c.tiles.items():
             if c.arch.level_index[tile.level] <= level and node_depth(path) > node_depth(node):
                 held = sum(float(np.asarray(v).reshape(-1)[0])

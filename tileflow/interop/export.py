@@ -14,7 +14,7 @@ from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload, parse_workload
 from tileflow.specs.yamlfile import Field
-from tileflow.tree import Dataflow, Op, Tile, label, ops_under
+from tileflow.tree import ROOT, Dataflow, Op, Tile, label, ops_under
 
 
 def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> dict:
@@ -22,7 +22,7 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
     if flow.homes:
         raise InputError("'homes' has no Timeloop equivalent", flow.source or None, "homes")
     chain: list[tuple[str, Tile]] = []
-    node, path = flow.root, "root"
+    node, path = flow.root, ROOT
     while isinstance(node, Tile):
         if len(node.children) != 1:
             raise InputError(f"{label(path, node)} has {len(node.children)} children: only a "

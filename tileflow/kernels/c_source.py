@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from tileflow.kernels.nest import Nest
 from tileflow.specs.expressions import Access
 from tileflow.specs.workload import Operator
-from tileflow.tree import Op, Tile, child_path, node_depth
+from tileflow.tree import ROOT, Op, Tile, child_path, node_depth
 
 ENTRY = "tf_kernel"
 STYLES = ("plain", "registers")
@@ -201,7 +201,7 @@ class CGenerator:
             if op.accumulates and t not in self.buffers:
                 self.emit(_fill(t, w.shapes[t], INIT[op.update]), 1)
                 scope.init_depth[t] = 0
-        self.tile("root", self.nest.plan.flow.root, scope, 1)
+        self.tile(ROOT, self.nest.plan.flow.root, scope, 1)
         body = self.lines[body_start:]
         head = [f"void {ENTRY}(float **args, int nthreads) {{",
                 "    omp_set_num_threads(nthreads > 0 ? nthreads : 1);"]

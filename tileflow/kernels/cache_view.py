@@ -22,7 +22,7 @@ from tileflow.cost.model import Result, evaluate
 from tileflow.kernels.boundary import crossing, inbound_words
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Op, Tile, child_path, is_below, walk
+from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, is_below, walk
 
 
 def split_loops(node: Tile, register: str) -> Tile:
@@ -100,7 +100,7 @@ def cache_tree(w: Workload, arch: Architecture, flow: Dataflow,
         return replace(node, level=levels[index], children=kids)
 
     root = split.root
-    first = place(root, "root", 0)
+    first = place(root, ROOT, 0)
     top = Tile(arch.levels[0].name, (), (first,), "Seq", "memory")
     return Dataflow(top, f"{flow.name} (cache view)")
 

@@ -26,7 +26,7 @@ from tileflow.kernels.c_source import (
 from tileflow.kernels.cuda_mma import WARP, emit_mma, mma_plan
 from tileflow.kernels.nest import Nest
 from tileflow.specs.workload import Operator
-from tileflow.tree import Op, Tile, child_path, node_depth, ops_under
+from tileflow.tree import ROOT, Op, Tile, child_path, node_depth, ops_under
 
 SHARED_LIMIT_BYTES = 48 * 1024  # static shared memory per block
 MAX_THREADS = 1024
@@ -107,7 +107,7 @@ class CudaGenerator(CGenerator):
         w = self.w
         tensors = tuple(t for t in w.tensors if t not in self.local)
         root = self.nest.plan.flow.root
-        stages: list[tuple[str, Tile]] = [("root", root)]
+        stages: list[tuple[str, Tile]] = [(ROOT, root)]
         if not root.loops and len(root.children) > 1 and all(
                 isinstance(c, Tile) for c in root.children):
             stages = [(f"root.{i}", c) for i, c in enumerate(root.children)]

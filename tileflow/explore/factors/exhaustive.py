@@ -25,7 +25,7 @@ import numpy as np
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.factors.space import UNDECIDED, Space, divisor_blocks, divisor_products
-from tileflow.tree import Op, Tile, child_path, walk
+from tileflow.tree import ROOT, Op, Tile, child_path, walk
 
 # a row is skipped only when its floor exceeds the incumbent by more than float rounding
 FLOOR_TOLERANCE = 1e-9
@@ -79,7 +79,7 @@ class Floor:
         self.masks: list[np.ndarray] = []  # loop columns of each path's steps or spread
         loops = len(structure.loop_columns[1])
         none = np.zeros(loops, dtype=bool)
-        self.plan = self._plan(structure.compiled.flow.root, "root", none, none)
+        self.plan = self._plan(structure.compiled.flow.root, ROOT, none, none)
 
     def _mask(self, mask: np.ndarray) -> int:
         self.masks.append(mask.copy())

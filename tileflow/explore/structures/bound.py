@@ -30,7 +30,7 @@ from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Op, Tile, child_path, ops_under
+from tileflow.tree import ROOT, Op, Tile, child_path, ops_under
 
 CHUNK_ROWS = 32_768
 
@@ -160,7 +160,7 @@ def _dim_assignments(structure: Structure, d: str,
                     raise TooManyTilings(d)
         return out
 
-    return go(structure.template.root, "root", w.sizes[d])
+    return go(structure.template.root, ROOT, w.sizes[d])
 
 
 def outer_slots(structure: Structure, level: str) -> np.ndarray:
@@ -181,7 +181,7 @@ def _tiles(structure: Structure) -> dict[str, Tile]:
             if isinstance(c, Tile):
                 go(c, child_path(path, i))
 
-    go(structure.template.root, "root")
+    go(structure.template.root, ROOT)
     return out
 
 

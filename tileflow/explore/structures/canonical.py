@@ -17,7 +17,7 @@ from tileflow.explore.structures.encoding import (
     leaf_chains,
 )
 from tileflow.specs.arch import Architecture
-from tileflow.tree import PRIMITIVES, Dataflow, Node, Op, Tile, child_path, ops_under, walk
+from tileflow.tree import PRIMITIVES, ROOT, Dataflow, Node, Op, Tile, child_path, ops_under, walk
 
 
 def canonical_edges(share: list[list[int]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -51,7 +51,7 @@ def structure_key(flow: Dataflow, arch: Architecture | None = None) -> tuple:
     `arch`, axis marks that cannot change a result on its arrays are left out
     (`free_axis_marks`)."""
     free = free_axis_marks(flow, arch) if arch is not None else set()
-    return (_tree_key(flow.root, "root", free), tuple(sorted(flow.homes.items())))
+    return (_tree_key(flow.root, ROOT, free), tuple(sorted(flow.homes.items())))
 
 
 def _tree_key(node: Node, path: str, free: set[tuple[str, int]]) -> tuple:
@@ -116,7 +116,7 @@ def encode(frame: Frame, flow: Dataflow, share: tuple[int, ...] | None = None) -
     primitive = ["Seq"] * n
     loops = {}
     for path, node in walk(root):
-        if not isinstance(node, Tile) or (path == "root" and container):
+        if not isinstance(node, Tile) or (path == ROOT and container):
             continue
         members = sorted(frame.index[o] for o in ops_under(node))
         lv = index[node.level]

@@ -26,6 +26,7 @@ from tileflow.specs.workload import Workload
 from tileflow.tree import (
     PRIMITIVE,
     PRIMITIVES,
+    ROOT,
     Dataflow,
     Loop,
     Node,
@@ -420,7 +421,7 @@ def leaf_chains(root: Tile) -> dict[str, list[tuple[str, Tile]]]:
             else:
                 go(child, child_path(path, i), chain)
 
-    go(root, "root", [])
+    go(root, ROOT, [])
     return out
 
 

@@ -18,6 +18,7 @@ from tileflow.evaluator.structure import Slot, Structure, structure_of
 from tileflow.explore.structures.encoding import Encoding, Frame, leaf_chains
 from tileflow.specs.workload import Workload
 from tileflow.tree import (
+    ROOT,
     Dataflow,
     Op,
     Tile,
@@ -178,7 +179,7 @@ class Tilings:
         return node
 
     def count_dim(self, d: str) -> int:
-        return self._count("root", d, self.w.sizes[d])
+        return self._count(ROOT, d, self.w.sizes[d])
 
     @property
     def count(self) -> int:
@@ -201,7 +202,7 @@ class Tilings:
 
     def all(self) -> np.ndarray:
         """Every tiling, one row each (use `count` first: it can be large)."""
-        per_dim = [self._list_dim("root", d, self.w.sizes[d]) for d in self.dims]
+        per_dim = [self._list_dim(ROOT, d, self.w.sizes[d]) for d in self.dims]
         rows = []
         for parts in itertools.product(*per_dim):
             row = np.ones(len(self.structure.slots), dtype=np.int64)
@@ -233,5 +234,5 @@ class Tilings:
             return rows[:0]
         for i in range(k):
             for d in self.dims:
-                self._sample_dim(rng, "root", d, self.w.sizes[d], rows[i])
+                self._sample_dim(rng, ROOT, d, self.w.sizes[d], rows[i])
         return rows

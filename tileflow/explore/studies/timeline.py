@@ -32,7 +32,7 @@ from tileflow.analysis.traffic import Transfer, count
 from tileflow.cost.model import NodeLatency, Result
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import Dataflow, Op, Tile, child_path, node_depth
+from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, node_depth
 
 MAX_EVENTS = 20_000  # beyond this, runs are drawn as one bar per track
 
@@ -122,12 +122,12 @@ def layout(w: Workload, arch: Architecture, flow: Dataflow, result: Result,
             if isinstance(child, Tile):
                 walk(child_path(path, i), child, above * own)
 
-    walk("root", flow.root, 1)
+    walk(ROOT, flow.root, 1)
     weights = {name: leaf.steps * arch.unit(leaf.unit).cycles(leaf.function)
                for name, leaf in counts.leaves.items()}
     drawer = _Drawer(w, arch, convention, times, weights, detail_steps)
-    total = times["root"].latency.cycles
-    drawer.run("root", flow.root, 0.0, total, (0.0, total))
+    total = times[ROOT].latency.cycles
+    drawer.run(ROOT, flow.root, 0.0, total, (0.0, total))
     return Timeline(drawer.out, total, convention, drawer.frames)
 
 
