@@ -107,7 +107,8 @@ def _on_steps(axes, dims: dict[str, VDim], loops: list[VLoop], rows: np.ndarray,
     weight = np.ones((count, steps), dtype=I64)
     for k, lp in enumerate(loops):
         weight = weight * np.where(bit[k][None, :] == 1, lp.n[:, None] - 1, 1)
-    weight[:, s < first] = 0  # the chunk before's steps
+    if first:
+        weight[:, s < first] = 0  # the chunk before's steps
     # offsets per dim; under halo caching also the common ancestor's step and the slide
     pos = positions([(lp, bit[k][None, :]) for k, lp in enumerate(loops)], count)
     boxes = [interval(axis, dims, pos) for axis in axes]
