@@ -90,6 +90,27 @@ def test_the_documented_example_is_drawn_as_the_docs_time_it():
     assert min(e.start for e in inner) == 32.0 and max(e.end for e in inner) == 55.125
 
 
+def test_a_tree_the_model_cannot_enumerate_at_once_is_drawn_without_link_names(monkeypatch):
+    """Where the model's pass refuses a tree (a grid of more combinations than it takes at
+    once), the timeline still spans the cycles, each tile's transfers on one track of its
+    loads and one of its stores."""
+    import numpy as np
+
+    from tileflow.evaluator.lattice import GridTooLarge
+
+    def refuse(*_args, **_kwargs):
+        raise GridTooLarge(np.array([1 << 30]))
+
+    monkeypatch.setattr(timeline, "traced", refuse)
+    w = load_workload(str(EXAMPLES / "gemm.yaml"))
+    arch = load_arch(str(EXAMPLES / "tiny-npu.yaml"))
+    flow = load_dataflow_file(EXAMPLES / "gemm-spatial.yaml")
+    evs = _spans_the_cycles(w, arch, flow, "fill-drain")
+    root = [(e.kind, e.track, e.start, e.end) for e in evs if e.path == "root"]
+    assert root == [("load", "loads", 0.0, 32.0), ("store", "stores", 55.125, 63.125)]
+    assert {e.track for e in evs if e.kind == "compute"}  # the operators still drawn
+
+
 @pytest.mark.parametrize("overlap", CONVENTIONS)
 def test_swiglu_loads_registers_beside_the_compute_and_adds_up(overlap):
     """The issue's SwiGLU tree on soc-l2: the gate tile's loads fill the registers from L1

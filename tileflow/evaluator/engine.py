@@ -218,6 +218,10 @@ class Tally:
         # per (level, port) of a one-instance level, the time all of the tree's transfers
         # through it need (`cost._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
+        # per tile, the links (level above, level below) its loads and its stores move
+        # words over, in the order first booked: the timeline's tracks (explain pass only)
+        self.links: dict[bool, dict[str, dict[tuple[int, int], np.ndarray]]] | None = \
+            {False: defaultdict(dict), True: defaultdict(dict)} if per_tensor else None
 
     def count(self, level: int, kind: int, elements, width: float, tensor: str) -> None:
         """Book `elements` of `tensor` moved at `level` (FILL, READ or UPDATE), `width`
@@ -230,6 +234,18 @@ class Tally:
         if level in self.blocks:
             self.tensor_words[(level, tensor, kind)] += \
                 elements * width if width != 1.0 else elements
+
+    def link(self, store: bool, owner: str, upper: int, lower: int, words) -> None:
+        """Book `words` moved between two levels by a load (or a store) of tile `owner`,
+        where the records are kept."""
+        if self.links is None:
+            return
+        mine = self.links[store][owner]
+        key = (upper, lower)
+        if key in mine:
+            mine[key] = mine[key] + words
+        elif np.any(words):  # a link joins the order when it first moves a word
+            mine[key] = words
 
     def transfer(self, store: bool, owner: str, tensor: str, level: int, words, instances,
                  kind: str, serial: bool = False) -> None:
@@ -527,8 +543,11 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
         if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
             tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
+        tally.link(False, owner, x, y, refill_x + refill_y)
+        tally.link(True, owner, x, y, moved_x + moved_y)
     else:
         tally.count(y, FILL, moved_y, width, t)
         tally.count(x, READ, moved_x, width, t)
         tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write", serial)
+        tally.link(False, owner, x, y, moved_x + moved_y)

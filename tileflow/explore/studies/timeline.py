@@ -27,12 +27,15 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from tileflow.analysis.prepare import prepare
-from tileflow.analysis.traffic import Transfer, count
+import numpy as np
+
 from tileflow.cost.model import NodeLatency, Result
+from tileflow.evaluator.batch import traced
+from tileflow.evaluator.lattice import GridTooLarge
+from tileflow.evaluator.structure import structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
-from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, node_depth
+from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, node_depth, walk
 
 MAX_EVENTS = 20_000  # beyond this, runs are drawn as one bar per track
 
@@ -87,14 +90,30 @@ class _TileTime:
         return self.steps // self.own
 
 
-def _links(arch: Architecture, transfers: list[Transfer]) -> tuple[str, ...]:
-    """Tracks of a tile's transfers: the model books each tensor's move as a pair (the level
-    above, then the level below)."""
-    out: dict[str, None] = {}
-    for upper, lower in zip(transfers[0::2], transfers[1::2], strict=False):
-        if upper.words or lower.words:
-            out[f"{arch.levels[upper.level].name} <-> {arch.levels[lower.level].name}"] = None
-    return tuple(out)
+def _tracks(arch: Architecture, links: dict[tuple[int, int], object]) -> tuple[str, ...]:
+    """Tracks of a tile's loads (or stores): one per pair of levels they move words
+    between, in the order the model first books them."""
+    return tuple(f"{arch.levels[upper].name} <-> {arch.levels[lower].name}"
+                 for (upper, lower), words in links.items() if np.any(words))
+
+
+def _links_and_weights(w: Workload, arch: Architecture, flow: Dataflow):
+    """Per tile path its load tracks and its store tracks, and per operator its compute
+    cycles (temporal steps x cycles per operation), from the model's pass over the tree. A
+    tree whose sums enumerate more than the model takes at once (a search never picks one)
+    gets one track of loads and one of stores per tile, its operators weighed alike."""
+    structure = structure_of(w, arch, flow)
+    try:
+        trace = traced(structure, structure.default_factors.reshape(1, -1))
+    except GridTooLarge:
+        tiles = [path for path, node in walk(flow.root) if isinstance(node, Tile)]
+        return dict.fromkeys(tiles, ("loads",)), dict.fromkeys(tiles, ("stores",)), {}
+    links = trace.tally.links
+    loads = {path: _tracks(arch, mine) for path, mine in links[False].items()}
+    stores = {path: _tracks(arch, mine) for path, mine in links[True].items()}
+    weights = {name: float(leaf.steps[0]) * arch.unit(w.op_by_name[name].unit).cycles(
+        w.op_by_name[name].function) for name, leaf in trace.leaves.items()}
+    return loads, stores, weights
 
 
 def events(w: Workload, arch: Architecture, flow: Dataflow, result: Result,
@@ -108,23 +127,20 @@ def layout(w: Workload, arch: Architecture, flow: Dataflow, result: Result,
     """The timeline of `flow` as `result` (evaluated under `overlap`, by default the
     accelerator's convention) times it."""
     convention = overlap or arch.overlap
-    counts = count(prepare(w, arch, flow))
+    loads, stores, weights = _links_and_weights(w, arch, flow)
     lines = {n.path: n for n in result.latency_breakdown}
     times: dict[str, _TileTime] = {}
 
-    def walk(path: str, tile: Tile, above: int) -> None:
+    def visit(path: str, tile: Tile, above: int) -> None:
         own = math.prod(lp.factor for lp in tile.loops if not lp.spatial)
         line = lines.get(path) or NodeLatency(path, path, node_depth(path), 0.0, 0.0, 0.0)
-        times[path] = _TileTime(line, above * own, own,
-                                _links(arch, counts.loads.get(path, [])),
-                                _links(arch, counts.stores.get(path, [])))
+        times[path] = _TileTime(line, above * own, own, loads.get(path, ()),
+                                stores.get(path, ()))
         for i, child in enumerate(tile.children):
             if isinstance(child, Tile):
-                walk(child_path(path, i), child, above * own)
+                visit(child_path(path, i), child, above * own)
 
-    walk(ROOT, flow.root, 1)
-    weights = {name: leaf.steps * arch.unit(leaf.unit).cycles(leaf.function)
-               for name, leaf in counts.leaves.items()}
+    visit(ROOT, flow.root, 1)
     drawer = _Drawer(w, arch, convention, times, weights, detail_steps)
     total = times[ROOT].latency.cycles
     drawer.run(ROOT, flow.root, 0.0, total, (0.0, total))
