@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from helpers import workload
 from hypothesis import HealthCheck, given, settings
-from trees import keep_halos, trees
+from reference_sim import Oracle
+from trees import ARCH, keep_halos, trees
 
 from tests.explore.test_batch import (
     CASES,
@@ -36,10 +37,11 @@ from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
-from tileflow.evaluator.explain import explain, explain_dataflow
+from tileflow.evaluator.explain import explain, explain_dataflow, leaf_work
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.evaluator.violations import violation_records
 from tileflow.specs.arch import load_arch
+from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
 from tileflow.tree import render
 
@@ -412,3 +414,39 @@ def test_a_port_only_the_units_use_bounds_the_tree_in_the_records_too(overlap: s
     w, arch, tree = one_register_file_for_two_units()
     assert_same(evaluate(w, arch, tree, overlap=overlap),
                 explain_dataflow(w, arch, tree, overlap=overlap), overlap)
+
+
+def test_the_work_of_each_leaf_in_the_counting_example() -> None:
+    """gemm-spatial (docs/examples): every one of the m x n x k = 4 x 4 x 8 = 128
+    multiply-accumulates once, over the L1 tile's temporal loops n:4 x k:4 = 16 steps (the
+    spatial loops add instances, not steps)."""
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    w = load_workload(str(examples / "gemm.yaml"))
+    arch = load_arch(str(examples / "tiny-npu.yaml"))
+    flow = load_dataflow_file(examples / "gemm-spatial.yaml")
+    assert leaf_work(w, arch, flow) == {"mm": (128, 16)}
+
+
+@pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo", "strided"])
+def test_the_work_of_each_leaf_is_the_oracle_s(case: str) -> None:
+    """On random trees, each operator's operations (recomputation included) and leaf steps
+    equal those the enumerating oracle counts by running every loop."""
+    w = workload(CASES[case])
+    names = [lv.name for lv in ARCH.levels]
+    seen = [0]
+
+    @settings(max_examples=25, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(trees(w))
+    def check(flow) -> None:
+        try:
+            work = leaf_work(w, ARCH, flow)
+        except InvalidDataflow:
+            return
+        oracle = Oracle(w, names, flow)
+        assert {op: tuple(v) for op, v in work.items()} == \
+            {op: (oracle.ops[op], oracle.leaf[op]["steps"]) for op in oracle.ops}
+        seen[0] += 1
+
+    check()
+    assert seen[0] >= 15

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tileflow.analysis.traffic import count
 from tileflow.calibrate.parameters import Parameter, ParameterSet
+from tileflow.evaluator.explain import leaf_work
 from tileflow.kernels.cuda_mma import mma_instructions
 from tileflow.kernels.cuda_source import CudaGenerator
 from tileflow.kernels.nest import Nest, analyse
@@ -104,7 +104,7 @@ def kernel_features(nest: Nest, stage_inputs: bool = True,
         for op in ops_under(stage):
             launch_of[op] = la
     shared = {t for t, b in gen.buffers.items() if b.local and t not in gen.scratch}
-    counts = count(nest.plan)
+    leaves = leaf_work(w, arch, nest.plan.flow)
     threads = op_threads(nest)
     out = dict.fromkeys((*COLUMNS, *TRAFFIC_COLUMNS, STAGED), 0.0)
     out[STAGED] = float(gen.staged_count)
@@ -120,7 +120,7 @@ def kernel_features(nest: Nest, stage_inputs: bool = True,
                 la.blocks / sms)
             out["global_access_bytes"] += WORD_BYTES * staging
             continue
-        ops = counts.leaves[op.name].ops
+        ops = leaves[op.name].ops
         weight = 1.0 if op.unit == "matrix" else arch.unit(op.unit).cycles(op.function)
         n = max(threads[op.name], 1)
         smem_bytes = 4 * sum(math.prod(gen.buffers[t].extents) for t in shared)

@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
 from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import Footprint
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost.components import component_costs
 from tileflow.cost.model import (
     Bound,
@@ -71,6 +73,28 @@ def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
         return replace(result, valid=not records, violations=records)
     records = trace.records if violations is None else tuple(violations(structure, row[0]))
     return _result(trace, structure, flow, records)
+
+
+class LeafWork(NamedTuple):
+    """What one operator's leaf computes: its operations (recomputation included, a carried
+    operator's rescaling apart) and its temporal steps."""
+
+    ops: int | float
+    steps: int | float
+
+
+def leaf_work(workload: Workload, arch: Architecture, flow: Dataflow) -> dict[str, LeafWork]:
+    """Per operator, the work of its leaf in a concrete dataflow, from the model's pass.
+    Raises InvalidDataflow for a tree whose sums enumerate more than the model takes at
+    once."""
+    structure = structure_of(workload, arch, flow)
+    try:
+        trace = traced(structure, structure.default_factors.reshape(1, -1))
+    except GridTooLarge as exc:
+        raise InvalidDataflow(f"{flow.name}: the model enumerates {exc}, more than it takes "
+                              "at once") from None
+    return {name: LeafWork(_count(leaf.ops), _count(leaf.steps))
+            for name, leaf in trace.leaves.items()}
 
 
 def _with_options(structure: Structure, convention: str, double_buffer: bool) -> Structure:

@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 
 from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.analysis.traffic import count
 from tileflow.cost.model import Result, evaluate, evaluate_plan
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
+from tileflow.evaluator.explain import leaf_work
 from tileflow.kernels.blas import time_numpy
 from tileflow.kernels.boundary import boundary_words, inbound_words
 from tileflow.kernels.build import BuildError, compile_shared
@@ -123,15 +123,14 @@ def model_row(w: Workload, arch: Architecture, flow: Dataflow,
 def model_terms(w: Workload, arch: Architecture, flow: Dataflow) -> tuple[dict, Result]:
     """The model's latency, bottleneck, work and words across each boundary of one dataflow
     (the columns every campaign, CPU or GPU, calibrates on), with the model's result."""
-    plan = prepare(w, arch, flow)
-    counts = count(plan)
-    result = evaluate_plan(plan)
-    vector_work = sum(leaf.ops * arch.unit(leaf.unit).cycles(leaf.function)
-                      for leaf in counts.leaves.values() if leaf.unit != "matrix")
+    result = evaluate(w, arch, flow)
+    leaves = leaf_work(w, arch, flow)
+    vector_work = sum(leaves[op.name].ops * arch.unit(op.unit).cycles(op.function)
+                      for op in w.ops if op.unit != "matrix")
     row = {"model_valid": result.valid, "model_s": result.cycles / (arch.clock_ghz * 1e9),
            "model_bottleneck": result.bottleneck, "macs": result.macs,
            "vector_work": vector_work,
-           "leaf_steps": sum(leaf.steps for leaf in counts.leaves.values())}
+           "leaf_steps": sum(leaf.steps for leaf in leaves.values())}
     for outer, inner in boundaries(arch):
         row[words_column(outer, inner)] = boundary_words(result, inner)
     return row, result

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tileflow.analysis.prepare import Plan
-from tileflow.analysis.traffic import count
+from tileflow.evaluator.explain import leaf_work
 
 KINDS = ("simd", "scalar", "chain")
 COLUMNS = (*(f"{k}_work" for k in KINDS), "loop_starts")
@@ -54,11 +54,11 @@ class InnerLoop:
 def inner_loops(plan: Plan, simd: Mapping[str, tuple[int, int]]) -> list[InnerLoop]:
     """The innermost loop of every operator of an analysed dataflow; `simd`: per operator
     whose statement is in a vectorised loop, (that loop's trip count, its vector's words)."""
-    counts = count(plan)
     arch, w = plan.arch, plan.workload
+    leaves = leaf_work(w, arch, plan.flow)
     out = []
     for op in w.ops:
-        leaf = counts.leaves[op.name]
+        leaf = leaves[op.name]
         weight = 1.0 if op.unit == "matrix" else arch.unit(op.unit).cycles(op.function)
         loops = [lp for lp in plan.paths[op.name].loops if lp.n > 1]
         dim, trip = (loops[-1].dim, loops[-1].n) if loops else ("", 1)
