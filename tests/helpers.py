@@ -6,9 +6,22 @@ import math
 
 from ruamel.yaml import YAML
 
+from tileflow.analysis.prepare import prepare
+from tileflow.cost.model import Result, evaluate_plan
 from tileflow.specs.arch import Architecture, ComputeUnit, Level
 from tileflow.specs.workload import Workload, parse_workload
 from tileflow.specs.yamlfile import Field
+from tileflow.tree import Dataflow, Tile
+
+
+def scalar_evaluate(w: Workload, arch: Architecture, flow: Dataflow | Tile,
+                    **options) -> Result:
+    """The scalar rules' `Result` (`cost.model.evaluate_plan`, with `evaluate()`'s options): a
+    second copy of the model, written separately, that the differential tests hold the
+    evaluator to field by field until the enumerating oracle covers what they check."""
+    if isinstance(flow, Tile):
+        flow = Dataflow(flow, flow.name or "dataflow")
+    return evaluate_plan(prepare(w, arch, flow), **options)
 
 
 def workload(text: str, **sizes: int) -> Workload:

@@ -22,10 +22,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tileflow.output_checks",),  # output folders and storage URLs checked before work
     ("tileflow.tree",),  # the tile tree
     ("tileflow.specs",),  # input files: workloads, accelerators, dataflows
-    ("tileflow.analysis",),  # counts, footprints, checks of one tree
-    ("tileflow.cost",),  # latency and energy of one dataflow
+    ("tileflow.analysis",),  # the structure of one tree, its checks; the scalar counts
+    ("tileflow.evaluator",),  # the model: many factor rows of one structure at once
+    ("tileflow.cost",),  # one dataflow's Result, read from the evaluator's pass
     ("tileflow.dataflows",),  # the named baselines
-    ("tileflow.evaluator",),  # many factor rows of one structure at once
     ("tileflow.interop",),  # other tools' files
     ("tileflow.explore", "tileflow.explore.factors"),  # the factor space of one structure
     ("tileflow.explore.tilesearch",),  # the tile-factor search

@@ -296,7 +296,7 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
 def _evaluate(flow, workload, arch, **kw):
     from tileflow.analysis.prepare import InvalidDataflow, prepare
     from tileflow.analysis.workbound import check_enumeration
-    from tileflow.cost.model import evaluate
+    from tileflow.cost import evaluate
     from tileflow.specs.dataflow import locate
 
     try:
@@ -496,7 +496,7 @@ def cmd_bench(args) -> int:
         _print_json(rows)
     else:
         for row in rows:
-            print(f"{row['dataflow']:<14} scalar {row['scalar_evals_per_s']:>9,.0f} evaluations/s "
+            print(f"{row['dataflow']:<14} evaluate() {row['scalar_evals_per_s']:>9,.0f}/s "
                   f"(median {row['median_us']:.0f} us); batched "
                   f"{row['batched_evals_per_s']:>10,.0f}/s exactly tiled, "
                   f"{row['batched_clipped_evals_per_s']:>10,.0f}/s with clipped tiles "

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tileflow.cost import evaluate
-from tileflow.cost.static_energy import whole_block_words
 from tileflow.errors import InputError
+from tileflow.evaluator.static_energy import whole_block_words
 from tileflow.interop.files import load_arch_any, load_dataflow_any, load_workload_any
 from tileflow.interop.report import collecting
 

@@ -20,7 +20,6 @@ from trees import ARCH, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
-from tileflow.evaluator.explain import explain_dataflow
 from tileflow.specs.arch import Architecture
 from tileflow.specs.dataflow import load_dataflow_file
 from tileflow.specs.workload import load_workload
@@ -187,7 +186,7 @@ def static_arches(draw) -> Architecture:
 @pytest.mark.parametrize("case", ["gemm", "chain", "softmax", "conv-halo"])
 def test_whole_accesses_and_leakage_match_the_oracle(case: str) -> None:
     """Energy with whole-block accesses, and leakage over the oracle's own cycles, equal
-    the oracle's per level, tensor and component (the model's, and the engine's total)."""
+    the oracle's per level, tensor and component (the model is the engine at one row)."""
     w = workload(CASES[case])
     checked = []
 
@@ -205,9 +204,6 @@ def test_whole_accesses_and_leakage_match_the_oracle(case: str) -> None:
         _assert_close(_nonzero(result.energy_by_level_pj), _nonzero(by_level), render(flow.root))
         _assert_close(result.leakage_pj, static, render(flow.root))
         assert math.isclose(result.energy_pj, total + sum(static.values()), rel_tol=1e-9)
-        explained = explain_dataflow(w, arch, flow)  # the engine's records at one row
-        assert math.isclose(explained.energy_pj, result.energy_pj, rel_tol=1e-9)
-        assert explained.leakage_pj.keys() == static.keys()
         checked.append(bool(static) and any(lv.block_words not in (None, 1)
                                             for lv in arch.levels))
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tileflow.cli import main
-from tileflow.cost.static_energy import whole_block_words
+from tileflow.evaluator.static_energy import whole_block_words
 
 ARCH = """
 name: blocks

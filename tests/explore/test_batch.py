@@ -13,13 +13,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, workload
+from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.commands.bench import exact_assignments
-from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.evaluator.batch import evaluate_batch, footprint_words
@@ -81,7 +80,7 @@ def assert_rows_equal(structure: Structure, factors: np.ndarray) -> tuple[int, i
         flow = structure.dataflow(row)
         where = f"row {list(row)}\n{render(flow.root)}"
         try:
-            ref = evaluate(structure.workload, structure.arch, flow)
+            ref = scalar_evaluate(structure.workload, structure.arch, flow)
         except InvalidDataflow:
             ref = None
         amounts = model_amounts(ref) if ref is not None else {"dependency": math.inf}
@@ -127,7 +126,7 @@ def test_random_trees(case: str) -> None:
     @given(trees(w).map(lambda flow: keep_halos(w, flow) if kept else flow))
     def check(flow) -> None:
         try:
-            evaluate(w, TIMED, flow)
+            scalar_evaluate(w, TIMED, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, TIMED, flow)
@@ -157,7 +156,7 @@ def test_random_trees_with_shared_ports_and_free_write_backs(case: str) -> None:
     @given(trees(w))
     def check(flow) -> None:
         try:
-            evaluate(w, PORTED, flow)
+            scalar_evaluate(w, PORTED, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, PORTED, flow)
@@ -186,7 +185,7 @@ def test_random_trees_with_leakage(case: str) -> None:
     @given(trees(w))
     def check(flow) -> None:
         try:
-            ref = evaluate(w, LEAKY, flow)
+            ref = scalar_evaluate(w, LEAKY, flow)
         except InvalidDataflow:
             return
         totals[1] += sum(ref.leakage_pj.values())
@@ -325,7 +324,7 @@ def test_first_touch_fills_in_the_batch(case: str) -> None:
     @given(trees(w))
     def check(flow) -> None:
         try:
-            evaluate(w, FILLING, flow)
+            scalar_evaluate(w, FILLING, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, FILLING, flow)
@@ -403,7 +402,7 @@ def _overlap_trees(arch, case: str, examples: int, rows: int) -> tuple[int, int]
     @given(trees(w))
     def check(flow) -> None:
         try:
-            evaluate(w, arch, flow)
+            scalar_evaluate(w, arch, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, arch, flow)

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import CONV, workload
+from helpers import CONV, scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from trees import keep_halos, trees
 
@@ -27,7 +27,6 @@ from tests.explore.test_batch_mechanisms import (
     with_bypass,
 )
 from tileflow.analysis.prepare import InvalidDataflow
-from tileflow.cost import evaluate
 from tileflow.evaluator.batch import evaluate_batch, footprint_words
 from tileflow.evaluator.structure import structure_of
 from tileflow.specs.workload import Workload
@@ -115,7 +114,7 @@ def test_footprints_alone_under_a_kept_halo(case: str) -> None:
     def check(original: Dataflow) -> None:
         flow = keep_halos(w, original)
         try:
-            evaluate(w, TIMED, flow)
+            scalar_evaluate(w, TIMED, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, TIMED, flow)

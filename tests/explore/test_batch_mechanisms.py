@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import workload
+from helpers import scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from trees import ARCH, trees
 
@@ -27,7 +27,6 @@ from tests.explore.test_batch import (
     random_rows,
 )
 from tileflow.analysis.prepare import InvalidDataflow
-from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.evaluator.batch import evaluate_batch
@@ -56,7 +55,7 @@ def _agree(w: Workload, arch, mechanism: Callable[[Dataflow, random.Random], Dat
     def check(original) -> None:
         flow = mechanism(original, pick)
         try:
-            evaluate(w, arch, flow)
+            scalar_evaluate(w, arch, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, arch, flow)
@@ -323,7 +322,7 @@ def test_revisited_epochs_and_overlapping_instances_in_the_batch(case: int, firs
                                       for lv in ARCH.levels))
     structure = structure_of(w, arch, flow)
     if not first:
-        assert evaluate(w, arch, flow).dram_words == dram
+        assert scalar_evaluate(w, arch, flow).dram_words == dram
         assert evaluate_batch(structure, structure.default_factors[None, :]).dram_words[0] \
             == dram
     rows = random_rows(structure, 24, np.random.default_rng(case))

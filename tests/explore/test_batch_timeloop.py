@@ -18,7 +18,7 @@ from unittest.mock import patch
 
 import numpy as np
 import pytest
-from helpers import workload
+from helpers import scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trees import keep_halos, trees
@@ -33,7 +33,6 @@ from tests.explore.test_batch import (
 from tests.explore.test_batch_mechanisms import with_bypass
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, timeloop_words_moved
 from tileflow.analysis.prepare import InvalidDataflow
-from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.evaluator import timeloop_deltas
 from tileflow.evaluator.batch import evaluate_batch
@@ -65,7 +64,7 @@ def _agree(w: Workload, arch: Architecture, plain: Architecture, seed: int,
         if change is not None:
             flow = change(flow, pick)
         try:
-            evaluate(w, arch, flow)
+            scalar_evaluate(w, arch, flow)
         except InvalidDataflow:
             return
         structure = structure_of(w, arch, flow)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.explore.structures.fitness import measure
 from tileflow.explore.structures.structure_space import StructureSpace

@@ -1,10 +1,10 @@
-"""The explain pass (`evaluator.explain`: the cost model's full `Result` from the batched
-engine at one row) equals the scalar model's `evaluate()` field by field: traffic per level
+"""The explain pass (`cost.explain`: the cost model's full `Result` from the batched
+engine at one row) equals the scalar model's `scalar_evaluate()` field by field: traffic per level
 and tensor, footprints per tensor, energy per level and tensor, per-tile latency, the
 bottleneck, utilization, components and leakage (floats to 1e-9 relative, records equal).
 On every shipped baseline structure of every shipped workload and accelerator (the RTL chips
 with lock step and first-touch fills, the search-quality suite's imported Timeloop chip),
-on random trees under each overlap convention and mechanism, and with `evaluate()`'s
+on random trees under each overlap convention and mechanism, and with `scalar_evaluate()`'s
 options (`double_buffer`, `overlap`, `fill_drain`)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import workload
+from helpers import scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from reference_sim import Oracle
 from trees import ARCH, keep_halos, trees
@@ -35,9 +35,9 @@ from tests.explore.test_batch_mechanisms import with_buffering, with_bypass
 from tests.explore.test_violation_records import shrunk
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
+from tileflow.cost.explain import explain, explain_dataflow, leaf_work
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
-from tileflow.evaluator.explain import explain, explain_dataflow, leaf_work
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.evaluator.violations import violation_records
 from tileflow.specs.arch import load_arch
@@ -114,7 +114,7 @@ def agree(structure: Structure, rows: np.ndarray, **options) -> int:
         flow = structure.dataflow(row)
         where = f"row {list(row)} {options}\n{render(flow.root)}"
         try:
-            ref = evaluate(structure.workload, structure.arch, flow, **options)
+            ref = scalar_evaluate(structure.workload, structure.arch, flow, **options)
         except InvalidDataflow:
             with pytest.raises(InvalidDataflow):
                 explain(structure, row, **options)
@@ -167,7 +167,7 @@ def test_full_size_g1_on_edge() -> None:
     w, a = load_workload("G1"), load_arch("edge")
     for name in baselines_for(w):
         flow = build(name, w, a)
-        assert_same(evaluate(w, a, flow), explain_dataflow(w, a, flow), name)
+        assert_same(scalar_evaluate(w, a, flow), explain_dataflow(w, a, flow), name)
 
 
 MECHANISMS = {"plain": lambda w: (lambda flow, _: flow), "buffering": with_buffering,
@@ -231,7 +231,7 @@ OPTIONS = [{"double_buffer": True}, {"overlap": "perfect"}, {"overlap": "lockste
 
 @pytest.mark.parametrize("options", OPTIONS, ids=str)
 def test_the_options_of_evaluate(options) -> None:
-    """`double_buffer`, `overlap` and `fill_drain` as `evaluate()` takes them, on shipped
+    """`double_buffer`, `overlap` and `fill_drain` as `scalar_evaluate()` takes them, on shipped
     baselines (one a chip whose own convention is lock step) and random trees."""
     for wl, arch in (("gemm-chain", "edge"), ("gemm-chain", "rtl-systolic-chain"),
                      ("conv-chain", "cloud")):
@@ -258,7 +258,7 @@ def test_a_malformed_tree_raises_as_evaluate_does() -> None:
     w = workload(CASES["gemm"])
     flow = Dataflow(tile("DRAM", "", tile("L1", "m:2 n:2 k:4", "nope")))
     with pytest.raises(InvalidDataflow):
-        evaluate(w, TIMED, flow)
+        scalar_evaluate(w, TIMED, flow)
     with pytest.raises(InvalidDataflow):
         explain_dataflow(w, TIMED, flow)
 
@@ -288,7 +288,7 @@ def test_a_leaf_bound_by_its_bypassing_tensors() -> None:
         structure = structure_of(w, SLOW, flow)
         for row in random_rows(structure, 2, rng):
             try:
-                ref = evaluate(w, SLOW, structure.dataflow(row))
+                ref = scalar_evaluate(w, SLOW, structure.dataflow(row))
             except InvalidDataflow:
                 continue
             original(ref, explain(structure, row), render(flow.root))
@@ -315,19 +315,18 @@ def test_a_root_bound_by_the_shared_dram_port() -> None:
     flow = Dataflow(tile("DRAM", "", tile("DRAM", "m:2", tile("L1", "m:2 k:3 n:3", "g1")),
                          tile("DRAM", "m:2", tile("L1", "m:2 k:3 j:2", "g2")),
                          primitive="Para"))
-    ref = evaluate(w, SLOW_DRAM, flow)
+    ref = scalar_evaluate(w, SLOW_DRAM, flow)
     root = next(n for n in ref.latency_breakdown if n.path == "root")
     assert root.shared_port_cycles > 0 and ref.bottleneck.level == "DRAM"
     assert ref.bottleneck.node == "root"
     assert_same(ref, explain_dataflow(w, SLOW_DRAM, flow), "twins")
 
 
-def test_a_constant_index_and_a_kept_halo_under_the_delta_rule(monkeypatch) -> None:
-    """Two cases the engine once left to the scalar rules, now explained from its own arrays
-    (the scalar model is not called), equal to `evaluate()`: a constant index (read through
-    a dimension of one iteration) and a kept halo under Timeloop's delta rule."""
+def test_a_constant_index_and_a_kept_halo_under_the_delta_rule() -> None:
+    """Two cases the engine once left to the scalar rules, explained from its own arrays,
+    equal to `scalar_evaluate()`: a constant index (read through a dimension of one
+    iteration) and a kept halo under Timeloop's delta rule."""
     from tests.explore.test_batch_timeloop import _levels
-    from tileflow.evaluator import explain as module
     from tileflow.tree import Dataflow, tile
 
     w = workload("""
@@ -337,7 +336,7 @@ ops:
   - {name: mm, expr: "Y[m] += X[m, 0] * W[k]"}
 """)
     flow = Dataflow(tile("DRAM", "m:2", tile("L1", "m:2 k:3", "mm")))
-    reference = evaluate(w, TIMED, flow)
+    reference = scalar_evaluate(w, TIMED, flow)
     w_halo = workload(CASES["conv-halo"])
     arch = _levels(TIMED, deltas=("timeloop",) * 3)
     flow_halo = keep_halos(w_halo, Dataflow(tile("DRAM", "p:3",
@@ -345,12 +344,7 @@ ops:
                                                       tile("Reg", "c1:2 p:2 c0:2 r:3", "conv1")),
                                                  tile("L1", "", tile("Reg", "c2:2 p:2 c1:2 t:3",
                                                                      "conv2")))))
-    reference_halo = evaluate(w_halo, arch, flow_halo)
-
-    def no_scalar(*args, **kwargs):
-        raise AssertionError("explain fell back to the scalar model")
-
-    monkeypatch.setattr(module, "evaluate", no_scalar)
+    reference_halo = scalar_evaluate(w_halo, arch, flow_halo)
     assert_same(reference, explain_dataflow(w, TIMED, flow), "constant")
     assert_same(reference_halo, explain_dataflow(w_halo, arch, flow_halo), "kept halo")
 
@@ -369,7 +363,7 @@ def test_with_the_engine_s_own_violation_records(wl: str, arch: str) -> None:
         for row in np.concatenate([structure.default_factors[None, :],
                                    covering_rows(structure, 2, rng)]):
             flow = structure.dataflow(row)
-            ref = evaluate(w, a, flow)
+            ref = scalar_evaluate(w, a, flow)
             assert_same(ref, explain(structure, row, violations=violation_records),
                         f"{name} row {list(row)}\n{render(flow.root)}")
             invalid += not ref.valid
@@ -380,8 +374,9 @@ def test_a_row_past_the_search_s_grid_is_explained_by_the_engine(monkeypatch) ->
     """A window slid over 9,000 clipped steps: more combinations than the search lets one
     row enumerate (8,192; its rows are refused there, as the command line refuses the
     tree), but one row alone is summed on a grid of up to 4 M cells: explained from the
-    engine's arrays, equal to `evaluate()`, the scalar model not called."""
-    from tileflow.evaluator import explain as module
+    engine's arrays, equal to `scalar_evaluate()`. Past the grid's cells, `evaluate()`
+    refuses the tree, naming it and what to change, rather than give a number."""
+    from tileflow.evaluator import batch
     from tileflow.evaluator.lattice import MAX_GRID_PER_ROW
     from tileflow.tree import Dataflow, tile
 
@@ -395,24 +390,23 @@ shapes:
 """)
     assert 9000 > MAX_GRID_PER_ROW
     flow = Dataflow(tile("DRAM", "p:9000", tile("L1", "r:3", "c")))
-    reference = evaluate(w, TIMED, flow)
-
-    def no_scalar(*args, **kwargs):
-        raise AssertionError("explain fell back to the scalar model")
-
-    monkeypatch.setattr(module, "evaluate", no_scalar)
+    reference = scalar_evaluate(w, TIMED, flow)
     assert_same(reference, explain_dataflow(w, TIMED, flow), "9,000 steps")
+    monkeypatch.setattr(batch, "MAX_GRID_CELLS", 1000)
+    with pytest.raises(InvalidDataflow, match="enumerate up to .* combinations per row, more "
+                       "than the model takes at once"):
+        evaluate(w, TIMED, flow)
 
 
 @pytest.mark.parametrize("overlap", ["perfect", "fill-drain", "lockstep"])
 def test_a_port_only_the_units_use_bounds_the_tree_in_the_records_too(overlap: str) -> None:
     """The one-port bound of a register file that no tile's transfer reads, only the two
     units at once (`test_bypass.one_register_file_for_two_units`): the same cycles, root
-    record and bottleneck as `evaluate()`."""
+    record and bottleneck as `scalar_evaluate()`."""
     from tests.analysis.test_bypass import one_register_file_for_two_units
 
     w, arch, tree = one_register_file_for_two_units()
-    assert_same(evaluate(w, arch, tree, overlap=overlap),
+    assert_same(scalar_evaluate(w, arch, tree, overlap=overlap),
                 explain_dataflow(w, arch, tree, overlap=overlap), overlap)
 
 

@@ -1,6 +1,6 @@
 """The engine's violation records at one row (`evaluator.violations.violation_records`) equal
-the scalar model's (`evaluate(...).violations`): node, level, tensor, amounts, unit, message and
-order, on every shipped baseline structure on every shipped accelerator (and on the same
+the scalar model's (`scalar_evaluate(...).violations`): node, level, tensor, amounts, unit,
+message and order, on every shipped baseline structure on every shipped accelerator (and on the same
 accelerators with their buffers shrunk, so that capacities overflow), and on random trees.
 Each kind is also proven on a tree small enough to derive its amount by hand, in the records
 and in the batch's amounts."""
@@ -12,14 +12,23 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, small_arch, workload
+from helpers import (
+    CHAIN,
+    CONV,
+    GEMM,
+    SOFTMAX,
+    STRIDED,
+    TWINS,
+    scalar_evaluate,
+    small_arch,
+    workload,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trees import ARCH, trees
 
 from tests.explore.test_batch import SMALL, random_rows
 from tileflow.analysis.tree_checks import InvalidDataflow
-from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.evaluator.batch import evaluate_batch
@@ -47,7 +56,8 @@ def records_or_error(structure: Structure, row: np.ndarray):
 
 def model_or_error(structure: Structure, row: np.ndarray):
     try:
-        return evaluate(structure.workload, structure.arch, structure.dataflow(row)).violations
+        return scalar_evaluate(structure.workload, structure.arch,
+                               structure.dataflow(row)).violations
     except InvalidDataflow as exc:
         return f"InvalidDataflow: {exc}"
 
@@ -124,7 +134,7 @@ def one(w, arch, root: Tile, kind: str):
     structure = structure_of(w, arch, flow)
     row = structure.default_factors
     records = violation_records(structure, row)
-    assert records == evaluate(w, arch, flow).violations
+    assert records == scalar_evaluate(w, arch, flow).violations
     found = [v for v in records if v.kind == kind]
     assert len(found) == 1, records
     v = found[0]
@@ -290,7 +300,7 @@ def test_carried_state_rules() -> None:
         structure = structure_of(w, SMALL, flow)
         row = structure.default_factors
         records = violation_records(structure, row)
-        assert records == evaluate(w, SMALL, flow).violations
+        assert records == scalar_evaluate(w, SMALL, flow).violations
         assert any(v.kind == "dependency" and v.tensor == tensor and text in v.message
                    for v in records), records
         assert_records_equal(structure, random_rows(structure, 6, np.random.default_rng(5)))

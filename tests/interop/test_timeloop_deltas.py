@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from helpers import scalar_evaluate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,9 +147,9 @@ def test_the_batched_evaluator_models_the_rule(tmp_path):
     flow = load_dataflow_any(write(tmp_path, "map.yaml", CONV_CP_MAPPING), w, arch)
     structure = structure_of(w, arch, flow)
     batch = evaluate_batch(structure, np.array([structure.default_factors]))
-    ref = evaluate(w, arch, flow)
+    ref = scalar_evaluate(w, arch, flow)
     assert ref.traffic["Reg"]["Inputs"].fill == 18_432
-    exact = evaluate(w, _with_deltas(arch, "exact"), flow)
+    exact = scalar_evaluate(w, _with_deltas(arch, "exact"), flow)
     assert batch.energy_pj[0] == pytest.approx(ref.energy_pj)
     assert batch.energy_pj[0] != pytest.approx(exact.energy_pj)  # the rule is in it
     assert batch.cycles[0] == pytest.approx(ref.cycles)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.errors import InputError
 from tileflow.kernels import campaign
 from tileflow.kernels.campaign import CampaignConfig, load_config, run_campaign

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.analysis.prepare import InvalidDataflow, prepare
+from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.calibrate import gpu_inputs, gpu_latency, gpu_vendor
 from tileflow.calibrate.gpu_inputs import hashed_inputs, recipe
 from tileflow.calibrate.gpu_latency import op_threads
 from tileflow.calibrate.latency import words_column
-from tileflow.cost.model import evaluate_plan
+from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
@@ -93,7 +93,7 @@ def choose(w: Workload, arch: Architecture, points: int, seed: int,
     for name in baselines_for(w):
         try:
             flow = build(name, w, arch)
-            if evaluate_plan(prepare(w, arch, flow)).valid:
+            if evaluate(w, arch, flow).valid:
                 chosen.append(("baseline", flow))
         except (InputError, InvalidDataflow):
             continue

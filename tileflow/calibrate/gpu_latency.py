@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from tileflow.calibrate.parameters import Parameter, ParameterSet
-from tileflow.evaluator.explain import leaf_work
+from tileflow.cost.explain import leaf_work
 from tileflow.kernels.cuda_mma import mma_instructions
 from tileflow.kernels.cuda_source import CudaGenerator
 from tileflow.kernels.nest import Nest, analyse

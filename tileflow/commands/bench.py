@@ -1,5 +1,6 @@
-"""How many evaluations per second the analysis sustains, single process: the scalar model
-(`evaluate`, one dataflow per call, its structure analysis cached), the batched evaluator
+"""How many evaluations per second the model sustains, single process: one dataflow at a
+time (`evaluate`, the evaluator at one row with its records, the structure cached;
+`scalar_evals_per_s`), the batched evaluator
 (`evaluate_batch`, many factor assignments of one structure per call) and a real search
 (the tile-factor phase of a one-worker study: sampler, evaluator and storage together)."""
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure, structure_of
@@ -105,7 +106,7 @@ def search_rate(workload: Workload, arch: Architecture, flow: Dataflow, evaluati
 def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
               seconds: float = 3.0, batch_rows: int = 8192, seed: int = 0,
               search_evaluations: int = 2000) -> list[dict]:
-    """Time each named dataflow: scalar evaluations of the built dataflow (structure cache
+    """Time each named dataflow: `evaluate()` of the built dataflow (structure cache
     warm), batches of exactly tiled factor assignments, batches with clipped tiles, and
     (`search_evaluations` > 0) the points per second of a real search on its structure."""
     rng = np.random.default_rng(seed)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import pandas as pd
 from tqdm import tqdm
 
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for
 from tileflow.explore.tilesearch.fit import fit_baseline
 from tileflow.outputs import save_figure, write_text_atomic

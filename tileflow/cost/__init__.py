@@ -1,7 +1,11 @@
-"""The cost model: latency and energy of one dataflow from the analysis' counts, under the
-accelerator's overlap convention (`model`), per-component energy and area (`components`),
-per-step pipelines (`step_pipeline`)."""
+"""One dataflow's cost: `evaluate` reads the whole `Result` (traffic, footprints, energy,
+every tile's latency and the bottleneck, violations) from the evaluator's pass at the
+dataflow's own factors (`explain`), the same rules the search runs; the records' types and
+the scalar rules they were first written as (`model`, `step_pipeline`: kept for the RTL
+study's re-timing and as the tests' second copy), per-component energy and area
+(`components`)."""
 
+from tileflow.cost.explain import evaluate
 from tileflow.cost.model import (
     ComponentCost,
     Movement,
@@ -9,7 +13,6 @@ from tileflow.cost.model import (
     Result,
     charged_stores,
     component_costs,
-    evaluate,
     evaluate_plan,
     latency,
     lockstep_cycles,

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from tileflow.analysis.prepare import Plan, prepare
+from tileflow.analysis.prepare import Plan
 from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import (
     Footprint,
@@ -19,11 +19,16 @@ from tileflow.analysis.resources import (
 )
 from tileflow.analysis.traffic import Counts, Transfer, count
 from tileflow.cost.components import ComponentCost, component_costs
-from tileflow.cost.static_energy import leakage_pj, spread_over, used_instances, whole_block_words
 from tileflow.cost.step_pipeline import lockstep_cycles, tensor_dims
+from tileflow.evaluator.static_energy import (
+    leakage_pj,
+    spread_over,
+    used_instances,
+    whole_block_words,
+)
 from tileflow.specs.arch import OVERLAPS, Architecture
-from tileflow.specs.workload import MATRIX, Workload
-from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_depth
+from tileflow.specs.workload import MATRIX
+from tileflow.tree import ROOT, Op, Tile, child_path, label, node_depth
 
 
 @dataclass(frozen=True)
@@ -180,23 +185,6 @@ class Bound(NamedTuple):
     node: str  # the path of the tile or leaf
     where: Tile | str  # the tile, or the leaf's operator
     note: str = ""  # what the message adds (transfers in series, a bypass)
-
-
-def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
-             double_buffer: bool = False, fill_drain: bool | None = None,
-             overlap: str | None = None) -> Result:
-    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Malformed
-    trees (unknown operators, levels, tensors) raise InvalidDataflow; whatever is a property
-    of the dataflow (capacity, fan-out, array shape, coverage, dependences, windows) comes
-    back as `valid=False` with Violation records. `overlap` ('perfect', 'fill-drain' or
-    'lockstep') overrides the accelerator's convention; `fill_drain=False` is the older
-    spelling of `overlap='perfect'` (the published model's perfect overlap)."""
-    if isinstance(flow, Tile):
-        flow = Dataflow(flow, flow.name or "dataflow")
-    elif not isinstance(flow, Dataflow):
-        raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
-    return evaluate_plan(prepare(workload, arch, flow), double_buffer=double_buffer,
-                         fill_drain=fill_drain, overlap=overlap)
 
 
 def overlap_convention(arch: Architecture, overlap: str | None = None,

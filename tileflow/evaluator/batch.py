@@ -2,7 +2,7 @@
 
 `evaluate_batch` is the contract the searches use. The structure's analysis is done once
 (`Structure.compiled`); each batch computes the factor part with NumPy, equal to the scalar
-model (`tileflow.cost.model.evaluate`, the reference) row by row; every structure is
+model (`tileflow.cost.model.evaluate_plan`, the reference) row by row; every structure is
 modelled here (none falls back to the scalar rules)."""
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS
-from tileflow.cost.static_energy import BLOCK_SLACK
-from tileflow.cost.step_pipeline import tensor_dims
 from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, exact_dims
@@ -22,7 +20,8 @@ from tileflow.evaluator.lattice import GRID_PER_ROW, MAX_GRID_CELLS, GridTooLarg
 from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints, footprints_by_tensor
 from tileflow.evaluator.shared_inputs import served_masks
-from tileflow.evaluator.step_pipeline import lockstep_cycles, transfer_time
+from tileflow.evaluator.static_energy import BLOCK_SLACK
+from tileflow.evaluator.step_pipeline import lockstep_cycles, tensor_dims, transfer_time
 from tileflow.evaluator.structure import Structure
 from tileflow.evaluator.violations import Records
 from tileflow.tree import ROOT, Op, Tile, child_path
@@ -188,7 +187,7 @@ def _per_word(lv, kind: int) -> float:
 def _whole_block_energy(r: Rows, tally: Tally) -> np.ndarray:
     """Energy of the levels that charge whole blocks (`block_words`): per tensor and kind,
     the words of each instance in use rounded up to whole blocks
-    (`cost.static_energy.whole_block_words`, the instances those of `used_instances`)."""
+    (`evaluator.static_energy.whole_block_words`, the instances those of `used_instances`)."""
     c = r.c
     energy = np.zeros(r.count)
     used = {level: instances_in_use(r, [p for p in c.paths.values() if p.leaf_level >= level],
@@ -221,7 +220,7 @@ def _enumerated_steps(r: Rows) -> np.ndarray:
 
 def instances_in_use(r: Rows, paths, level: int) -> np.ndarray:
     """Per row, the most instances of `level` the operators of `paths` spread over
-    (`cost.static_energy.used_instances`, powered): their spatial factors above it."""
+    (`evaluator.static_energy.used_instances`, powered): their spatial factors above it."""
     cap = r.c.arch.levels[level].instances
     used = np.zeros(r.count, dtype=np.int64)
     for path in paths:
@@ -233,7 +232,7 @@ def instances_in_use(r: Rows, paths, level: int) -> np.ndarray:
 
 def _leakage(r: Rows) -> np.ndarray:
     """Leakage per cycle of each row: pJ per cycle x instances in use, per level and unit
-    (`cost.static_energy.leakage_pj` over the cycles)."""
+    (`evaluator.static_energy.leakage_pj` over the cycles)."""
     c = r.c
     arch = c.arch
     per_cycle = np.zeros(r.count)

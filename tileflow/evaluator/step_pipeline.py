@@ -17,7 +17,17 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from tileflow.evaluator.engine import Busy
+from tileflow.specs.workload import Workload
 from tileflow.tree import Tile
+
+
+def tensor_dims(workload: Workload) -> dict[str, frozenset[str]]:
+    """The loop dimensions each tensor's indices use, over every operator that touches it."""
+    out: dict[str, set[str]] = {}
+    for op in workload.ops:
+        for access in (op.output, *op.inputs):
+            out.setdefault(access.tensor, set()).update(access.dims)
+    return {t: frozenset(d) for t, d in out.items()}
 
 
 def transfer_time(arch, table: Busy | None, steps) -> tuple:

@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.cost.model import Result, evaluate, evaluate_plan
+from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.cost import evaluate
+from tileflow.cost.explain import leaf_work
+from tileflow.cost.model import Result
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError
-from tileflow.evaluator.explain import leaf_work
 from tileflow.kernels.blas import time_numpy
 from tileflow.kernels.boundary import boundary_words, inbound_words
 from tileflow.kernels.build import BuildError, compile_shared
@@ -82,7 +83,7 @@ def choose_dataflows(w: Workload, arch: Architecture, points: int, seed: int,
     for name in baselines_for(w):
         try:
             flow = lanes_on_row(w, arch, build(name, w, arch))
-            if evaluate_plan(prepare(w, arch, flow)).valid:
+            if evaluate(w, arch, flow).valid:
                 chosen.append(("baseline", flow))
         except (InputError, InvalidDataflow):
             continue

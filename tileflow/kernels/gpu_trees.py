@@ -11,7 +11,7 @@ import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.arith import divisors
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.dataflows.chain import Roles
 from tileflow.kernels.trees import shuffled_loops
 from tileflow.specs.arch import Architecture

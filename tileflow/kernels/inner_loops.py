@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tileflow.analysis.prepare import Plan
-from tileflow.evaluator.explain import leaf_work
+from tileflow.cost.explain import leaf_work
 
 KINDS = ("simd", "scalar", "chain")
 COLUMNS = (*(f"{k}_work" for k in KINDS), "loop_starts")

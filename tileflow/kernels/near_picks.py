@@ -12,7 +12,7 @@ import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.arith import smallest_prime
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Loop, Tile

@@ -9,7 +9,7 @@ import numpy as np
 
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.arith import divisors
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.dataflows.chain import Roles
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.cost.model import Result, evaluate
+from tileflow.cost import evaluate
+from tileflow.cost.model import Result
 from tileflow.explore.factors.space import COLUMNS, Space
 from tileflow.explore.studies import study as studies
 from tileflow.explore.studies.config import (

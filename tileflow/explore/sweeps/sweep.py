@@ -294,7 +294,7 @@ def warm_starts(config: SweepConfig, w, arch: Architecture, rows: list[dict],
     record each (the neighbour, whether its tree is valid here, its cycles, DRAM words and
     energy here); a valid one is copied to `folder`/warm-LABEL.yaml (`file`), the tree the
     point's study searches. A neighbour without a valid best gives none."""
-    from tileflow.cost.model import evaluate
+    from tileflow.cost import evaluate
     from tileflow.specs.dataflow import load_dataflow_file
 
     found = []

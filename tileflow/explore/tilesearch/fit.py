@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from tileflow.cost.model import evaluate
+from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.dataflows.chain import Roles
 from tileflow.dataflows.common import Hardware, held_at_middle

@@ -23,13 +23,12 @@ from tileflow.cost.model import (
     NodeLatency,
     Result,
     bottleneck_record,
-    evaluate,
     overlap_convention,
 )
-from tileflow.cost.static_energy import leakage_pj, whole_block_words
 from tileflow.evaluator.batch import Trace, instances_in_use, traced
 from tileflow.evaluator.engine import FILL, READ, UPDATE
 from tileflow.evaluator.lattice import GridTooLarge
+from tileflow.evaluator.static_energy import leakage_pj, whole_block_words
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
@@ -37,6 +36,22 @@ from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_dept
 
 # What gives a row's violation records: (structure, one factor row) -> records.
 ViolationSource = Callable[[Structure, np.ndarray], Sequence[Violation]]
+
+
+def evaluate(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
+             double_buffer: bool = False, fill_drain: bool | None = None,
+             overlap: str | None = None) -> Result:
+    """Analyse a dataflow (or a bare root tile: a dataflow with default homes). Malformed
+    trees (unknown operators, levels, tensors) raise InvalidDataflow; whatever is a property
+    of the dataflow (capacity, fan-out, array shape, coverage, dependences, windows) comes
+    back as `valid=False` with Violation records. `overlap` ('perfect', 'fill-drain' or
+    'lockstep') overrides the accelerator's convention; `fill_drain=False` is the older
+    spelling of `overlap='perfect'` (the published model's perfect overlap). The search's
+    evaluator at the dataflow's own factors, its records read from the same pass."""
+    if not isinstance(flow, (Dataflow, Tile)):
+        raise TypeError(f"evaluate() takes a Dataflow or a root Tile, not {type(flow).__name__}")
+    return explain_dataflow(workload, arch, flow, double_buffer=double_buffer,
+                            fill_drain=fill_drain, overlap=overlap)
 
 
 def explain_dataflow(workload: Workload, arch: Architecture, flow: Dataflow | Tile, *,
@@ -47,8 +62,8 @@ def explain_dataflow(workload: Workload, arch: Architecture, flow: Dataflow | Ti
     if isinstance(flow, Tile):
         flow = Dataflow(flow, flow.name or "dataflow")
     structure = structure_of(workload, arch, flow)
-    return explain(structure, structure.default_factors, double_buffer=double_buffer,
-                   fill_drain=fill_drain, overlap=overlap, violations=violations)
+    return _explained(structure, structure.default_factors, flow, double_buffer=double_buffer,
+                      fill_drain=fill_drain, overlap=overlap, violations=violations)
 
 
 def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
@@ -59,18 +74,25 @@ def explain(structure: Structure, factors: Sequence[int] | np.ndarray, *,
     accelerator's convention, `double_buffer` holds every tensor with no depth set twice.
     `violations` gives the row's violation records (default: the engine's own, from the
     checks of the same pass)."""
+    return _explained(structure, factors, None, double_buffer=double_buffer,
+                      fill_drain=fill_drain, overlap=overlap, violations=violations)
+
+
+def _explained(structure: Structure, factors: Sequence[int] | np.ndarray,
+               flow: Dataflow | None, *, double_buffer: bool, fill_drain: bool | None,
+               overlap: str | None, violations: ViolationSource | None) -> Result:
+    """`explain`, given the row's dataflow where the caller has it (else rebuilt)."""
     row = np.asarray(factors, dtype=np.int64).reshape(1, -1)
     structure = _with_options(structure, overlap_convention(structure.arch, overlap,
                                                             fill_drain), double_buffer)
-    flow = structure.dataflow(row[0])
+    flow = flow or structure.dataflow(row[0])
     try:
         trace = traced(structure, row, records=violations is None)
-    except GridTooLarge:  # a row whose sums enumerate more than a grid's 4 M cells
-        result = evaluate(structure.workload, structure.arch, flow)
-        if violations is None:
-            return result
-        records = tuple(violations(structure, row[0]))
-        return replace(result, valid=not records, violations=records)
+    except GridTooLarge as exc:  # a row whose sums enumerate more than a grid's 4 M cells
+        raise InvalidDataflow(f"{flow.name}: its sums over clipped or windowed tiles "
+                              f"enumerate {exc}, more than the model takes at once (split "
+                              "the loops that clip into tiles that divide their dimension)"
+                              ) from None
     records = trace.records if violations is None else tuple(violations(structure, row[0]))
     return _result(trace, structure, flow, records)
 
