@@ -1,8 +1,8 @@
 """One dataflow's cost: `evaluate` reads the whole `Result` (traffic, footprints, energy,
 every tile's latency and the bottleneck, violations) from the evaluator's pass at the
 dataflow's own factors (`explain`), the same rules the search runs; the records' types and
-the scalar rules they were first written as (`model`, `step_pipeline`: kept for the RTL
-study's re-timing and as the tests' second copy), per-component energy and area
+the scalar rules they were first written as (`model`, `step_pipeline`: kept as the tests'
+second copy), per-component energy and area
 (`components`)."""
 
 from tileflow.cost.explain import evaluate

@@ -24,6 +24,7 @@ from tileflow.evaluator.static_energy import BLOCK_SLACK
 from tileflow.evaluator.step_pipeline import lockstep_cycles, tensor_dims, transfer_time
 from tileflow.evaluator.structure import Structure
 from tileflow.evaluator.violations import Records
+from tileflow.specs.arch import Architecture
 from tileflow.tree import ROOT, Op, Tile, child_path
 
 
@@ -86,6 +87,7 @@ class Trace:
     leaf_times: dict[str, LeafTimes] = field(default_factory=dict)  # operator -> its leaf
     records: tuple | None = None  # the row's `Violation` records, from the same checks
     result: BatchResult | None = None
+    booked: tuple | None = None  # a one-row trace's bookings, flat, once `retime` asked
 
 
 def traced(structure: Structure, factors: np.ndarray, records: bool = False) -> Trace:
@@ -170,7 +172,7 @@ def _evaluate(c: Compiled, full: np.ndarray, trace: Trace | None = None) -> Batc
             ops = ops + n
             energy = energy + n * arch.unit("vector").energy_pj_per_op
     dram = tally.traffic[(0, FILL)] + tally.traffic[(0, READ)] + tally.traffic[(0, UPDATE)]
-    cycles = _latency(r, tally, leaves, rescale, trace)
+    cycles = tree_cycles(r, tally, leaves, rescale, trace)
     if trace is not None:
         trace.rows, trace.tally, trace.leaves, trace.rescale = r, tally, leaves, rescale
     energy = energy + _leakage(r) * cycles
@@ -252,14 +254,16 @@ def _leakage(r: Rows) -> np.ndarray:
     return per_cycle
 
 
-def _latency(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None) -> np.ndarray:
+def tree_cycles(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None,
+                arch: Architecture | None = None) -> np.ndarray:
     """`cost.model._latency` for every row, under the accelerator's overlap convention:
     `fill-drain` adds each tile's first load and last store (one step's worth) to its
     slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
     the tile's steps slot by slot, each transfer on the steps where its slice changes
-    (`tileflow.evaluator.step_pipeline`)."""
+    (`tileflow.evaluator.step_pipeline`). `arch`: the structure's, or one of other timings
+    (`retime`). `r` needs only `c`, `n` and `count`."""
     c = r.c
-    arch = c.arch
+    arch = arch or c.arch
     fill_drain = arch.overlap == "fill-drain"
     dims = tensor_dims(c.workload) if arch.overlap == "lockstep" else {}
 

@@ -222,6 +222,12 @@ class Tally:
         # words over, in the order first booked: the timeline's tracks (explain pass only)
         self.links: dict[bool, dict[str, dict[tuple[int, int], np.ndarray]]] | None = \
             {False: defaultdict(dict), True: defaultdict(dict)} if per_tensor else None
+        # per operator, the time the tensors that bypass its innermost level keep each
+        # (level, port) busy on their way to and from the unit (`feed`)
+        self.fed: dict[str, Busy] = defaultdict(dict)
+        # every booking that reads the accelerator's timing, in order, kept with the
+        # records: `batch.retimed` books them again on a chip of other timings
+        self.journal: list[tuple[str, tuple]] | None = [] if per_tensor else None
 
     def count(self, level: int, kind: int, elements, width: float, tensor: str) -> None:
         """Book `elements` of `tensor` moved at `level` (FILL, READ or UPDATE), `width`
@@ -251,17 +257,38 @@ class Tally:
                  kind: str, serial: bool = False) -> None:
         """Book one transfer of `tensor` by tile `owner`: a load, or a store (`store`);
         `serial`: a single-buffered tensor's, which does not overlap the compute."""
-        lv = self.arch.levels[level]
-        rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
-        time = words / (np.maximum(instances, 1) * rate)
-        key = (level, lv.port(kind))
+        if self.journal is not None:
+            self.journal.append(("transfer", (store, owner, tensor, level, words, instances,
+                                              kind, serial)))
+        key, time = self._time(level, kind, words, instances)
         for mine in self._tables(store, owner, tensor, serial):
             mine[key] = mine[key] + time if key in mine else time
-        self.one_port(level, kind, words)
+        self._one_port(level, kind, words)
+
+    def feed(self, op: str, level: int, words, instances, kind: str) -> None:
+        """Book a transfer between operator `op`'s unit and a level above its innermost one
+        (a bypass); through a one-instance level's port, shared with the whole tree."""
+        if self.journal is not None:
+            self.journal.append(("feed", (op, level, words, instances, kind)))
+        key, time = self._time(level, kind, words, instances)
+        mine = self.fed[op]
+        mine[key] = mine[key] + time if key in mine else time
+        self._one_port(level, kind, words)
 
     def one_port(self, level: int, kind: str, words) -> None:
         """Book `words` through the `kind` ('read' or 'write') port of a level with one
         instance, which every transfer of the tree shares (nothing for other levels)."""
+        if self.journal is not None:
+            self.journal.append(("one_port", (level, kind, words)))
+        self._one_port(level, kind, words)
+
+    def _time(self, level: int, kind: str, words, instances) -> tuple[tuple[int, str], object]:
+        """The (level, port) a transfer of `kind` uses, and the cycles it keeps it busy."""
+        lv = self.arch.levels[level]
+        rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
+        return (level, lv.port(kind)), words / (np.maximum(instances, 1) * rate)
+
+    def _one_port(self, level: int, kind: str, words) -> None:
         lv = self.arch.levels[level]
         if lv.instances != 1:
             return

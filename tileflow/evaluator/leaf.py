@@ -50,7 +50,6 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
     x = path.leaf_level
     width = r.c.width
     sources = path.leaf_sources
-    fed: Busy = {}  # what bypassing tensors move straight to and from the unit
     reads = 0.0  # in accelerator words (`precision_bits`), as the transfers
     for access in op.inputs:
         t = access.tensor
@@ -65,8 +64,8 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
             sent = sent.astype(float)
             sent[todo] = _multicast_sent(r, path, sources[t], access, todo, dims1)
         tally.count(source, READ, sent, width[t], t)
-        _feed(r, tally, fed, source, sent * width[t],
-              r.prod(path, _spread_above(path, sources[t])), "read")
+        tally.feed(op.name, source, sent * width[t],
+                   r.prod(path, _spread_above(path, sources[t])), "read")
     out = op.output.tensor
     out_width = width[out]
     home = path.levels[sources[out]]
@@ -92,20 +91,26 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
         if home == x:
             reads = reads + ((ops - starts) * out_width if out_width != 1.0 else ops - starts)
         else:
-            _feed(r, tally, fed, home, (ops - starts) * out_width, out_instances, "read")
+            tally.feed(op.name, home, (ops - starts) * out_width, out_instances, "read")
     updates = ops * out_width if out_width != 1.0 else ops
     if home != x:
-        _feed(r, tally, fed, home, ops * out_width, out_instances, "write")
+        tally.feed(op.name, home, ops * out_width, out_instances, "write")
         updates = np.zeros(r.count)
     tally.one_port(x, "read", reads)  # the unit's own traffic at a one-instance level
     tally.one_port(x, "write", updates)
     steps = r.prod(path, [i for i, lp in enumerate(path.loops) if not lp.spatial])
     steps = _kept_halo_steps(r, path, steps, ops)
+    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst),
+                *fed_times(tally.fed.get(op.name)))
+
+
+def fed_times(fed: Busy | None) -> tuple[np.ndarray | None, Busy | None]:
+    """`Leaf.fed` and `Leaf.fed_ports` of what an operator's bypassing tensors keep busy:
+    the busiest (level, port), as `cost._transfer_time` takes it, and the table."""
     fed_time = None
-    for busy in fed.values():  # `cost._transfer_time` of the fed transfers: the busiest port
+    for busy in (fed or {}).values():
         fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
-    return Leaf(ops, steps, reads, updates, r.prod(path, path.leaf_inst), fed_time,
-                fed or None)
+    return fed_time, fed or None
 
 
 def _multicast_sent(r: Rows, path: Path, position: int, access, todo: np.ndarray,
@@ -159,17 +164,6 @@ def _kept_halo_steps(r: Rows, path: Path, steps: np.ndarray, ops: np.ndarray) ->
 def _spread_above(path: Path, position: int) -> tuple[int, ...]:
     """The spatial loops above path `position` (their product: the instances there)."""
     return tuple(i for i, lp in enumerate(path.loops) if lp.spatial and lp.node < position)
-
-
-def _feed(r: Rows, tally: Tally, fed: Busy, level: int, words, instances, kind: str) -> None:
-    """Book a transfer between the unit and a level above its innermost one (a bypass);
-    through a one-instance level's port, shared with the whole tree."""
-    tally.one_port(level, kind, words)
-    lv = r.c.arch.levels[level]
-    rate = lv.read_words_per_cycle if kind == "read" else lv.write_words_per_cycle
-    time = words / (np.maximum(instances, 1) * rate)
-    key = (level, lv.port(kind))
-    fed[key] = fed[key] + time if key in fed else time
 
 
 def multicast_share(r: Rows, path: Path, position: int, access) -> np.ndarray:

@@ -11,17 +11,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.analysis.prepare import Plan, prepare
-from tileflow.analysis.traffic import Counts, count
 from tileflow.calibrate import metrics
 from tileflow.calibrate.fit import fit, halves
 from tileflow.calibrate.parameters import Parameter, ParameterSet
-from tileflow.cost.model import evaluate_plan, latency
+from tileflow.cost import evaluate
 from tileflow.errors import InputError
+from tileflow.evaluator.batch import Trace, traced
+from tileflow.evaluator.retime import retimed_many
+from tileflow.evaluator.structure import structure_of
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
 from tileflow.specs.arch import OVERLAPS, Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
 from tileflow.tables import Column, read_table
+from tileflow.tree import Dataflow
 
 DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "rtl-systolic"
 FILES = {"gemm": "gemm_1152.csv", "fused": "gemm_chain_131.csv"}
@@ -102,10 +104,12 @@ def _chain_workload(m: int, l: int, k: int, n: int) -> Workload:  # noqa: E741
 
 @dataclass(frozen=True)
 class Row:
-    """One dataset row, analysed: its plan and counts, ready for latency under any timing."""
+    """One dataset row, analysed: the model's pass over it, ready for its cycles under any
+    timing (`evaluator.retime`)."""
 
-    plan: Plan
-    counts: Counts
+    workload: Workload
+    flow: Dataflow
+    trace: Trace
     measured_cycles: float
 
 
@@ -118,8 +122,9 @@ def analyse(kind: str, frame: pd.DataFrame, arch: Architecture) -> list[Row]:
         else:
             w = _chain_workload(r.M, r.L, r.K, r.N)
             flow = chain_mapping(r.M, r.L, r.K, r.N, r.tile_M, r.tile_K, r.tile_L)
-        plan = prepare(w, arch, flow)
-        rows.append(Row(plan, count(plan), float(r.rtl_cycles)))
+        structure = structure_of(w, arch, flow)
+        trace = traced(structure, structure.default_factors.reshape(1, -1))
+        rows.append(Row(w, flow, trace, float(r.rtl_cycles)))
     return rows
 
 
@@ -130,7 +135,7 @@ def with_dram(arch: Architecture, values: Sequence[float]) -> Architecture:
 
 
 def predict(rows: Sequence[Row], arch: Architecture) -> np.ndarray:
-    return np.array([latency(replace(row.plan, arch=arch), row.counts) for row in rows])
+    return retimed_many([row.trace for row in rows], arch)
 
 
 def dram_values(arch: Architecture) -> list[float]:
@@ -170,7 +175,7 @@ def transfers(rows: Sequence[Row], arch: Architecture) -> pd.DataFrame:
     """The model's words for each of the four measured transfers of the fused set."""
     out = []
     for row in rows:
-        r = evaluate_plan(replace(row.plan, arch=arch))
+        r = evaluate(row.workload, arch, row.flow)
         buffer = r.traffic.get("Buffer", {})
         out.append({
             "dram_to_buffer": r.level_reads("DRAM"),
@@ -207,7 +212,7 @@ def study(kind: str, frame: pd.DataFrame, arch: Architecture, seed: int = 0) -> 
         if other != arch.overlap:
             frame[f"predicted_{other.replace('-', '_')}"] = predict(
                 rows, replace(arch, overlap=other))
-    bounds = [evaluate_plan(row.plan).bottleneck for row in rows]
+    bounds = [evaluate(row.workload, arch, row.flow).bottleneck for row in rows]
     frame["bottleneck"] = [b.message.split(" (")[0] for b in bounds]
     frame["bottleneck_kind"] = [b.kind for b in bounds]
     frame["bottleneck_level"] = [b.level or "" for b in bounds]
