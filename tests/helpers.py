@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 from ruamel.yaml import YAML
+from scalar_model import evaluate_plan
 
 from tileflow.analysis.prepare import prepare
-from tileflow.cost.model import Result, evaluate_plan
+from tileflow.cost.result import Result
 from tileflow.specs.arch import Architecture, ComputeUnit, Level
 from tileflow.specs.workload import Workload, parse_workload
 from tileflow.specs.yamlfile import Field
@@ -16,7 +17,7 @@ from tileflow.tree import Dataflow, Tile
 
 def scalar_evaluate(w: Workload, arch: Architecture, flow: Dataflow | Tile,
                     **options) -> Result:
-    """The scalar rules' `Result` (`cost.model.evaluate_plan`, with `evaluate()`'s options): a
+    """The scalar rules' `Result` (`scalar_model.evaluate_plan`, with `evaluate()`'s options): a
     second copy of the model, written separately, that the differential tests hold the
     evaluator to field by field until the enumerating oracle covers what they check."""
     if isinstance(flow, Tile):

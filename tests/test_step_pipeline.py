@@ -9,9 +9,9 @@ from dataclasses import replace
 from helpers import GEMM, small_arch, workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scalar_step_pipeline import period, tensor_dims
 
 from tileflow.cost import evaluate
-from tileflow.cost.step_pipeline import period, tensor_dims
 from tileflow.tree import Dataflow, tile
 
 W = workload(GEMM, m=4, n=4, k=4)  # C[m,n] += A[m,k] * B[k,n], 64 MACs on one MAC unit

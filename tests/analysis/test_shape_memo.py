@@ -12,12 +12,13 @@ from dataclasses import replace
 from helpers import CHAIN, CONV, SOFTMAX, STRIDED, TWINS, level, small_arch, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scalar_model import evaluate_plan
 from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis import shape as shape_module
 from tileflow.analysis.prepare import InvalidDataflow, loop_strides, prepare
 from tileflow.analysis.shape import node_key, scan, shape_of
-from tileflow.cost import evaluate, evaluate_plan
+from tileflow.cost import evaluate
 from tileflow.tree import Dataflow, Tile, map_tiles, walk
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,

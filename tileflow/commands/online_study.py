@@ -13,7 +13,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from tileflow.commands.experiments import ATTENTION
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.outputs import write_text_atomic
 from tileflow.tree import Dataflow, Tile
 

@@ -6,7 +6,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.outputs import save_figure, write_atomic, write_csv  # noqa: F401 (re-export)
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload

@@ -17,7 +17,7 @@ from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import Footprint
 from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost.components import component_costs
-from tileflow.cost.model import (
+from tileflow.cost.result import (
     Bound,
     Movement,
     NodeLatency,
@@ -210,7 +210,7 @@ def _result(trace: Trace, structure: Structure, flow: Dataflow,
 
 
 def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
-    """One `NodeLatency` per tile and the `Bottleneck`, by `cost.model._latency`'s rule:
+    """One `NodeLatency` per tile and the `Bottleneck`, by `scalar_model._latency`'s rule:
     a tile is bound by its slowest child (the first of equals), unless its loads or its
     stores take longer; a leaf by its unit, its operand reads, its result updates or the
     bypassing tensors' transfers; the tree by a one-instance level's port when all of its
@@ -262,7 +262,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         return own + extra, what
 
     root_cycles, what = node(ROOT, flow.root, 1)
-    # the ports in `cost.model._busiest_shared_port`'s order: the tiles' loads, their
+    # the ports in `cost.result._busiest_shared_port`'s order: the tiles' loads, their
     # stores, then what only the units move (bypassed tensors, a one-instance unit level)
     ports = [key for table in (*tally.loads.values(), *tally.stores.values())
              for key in table if key in tally.shared]
@@ -280,7 +280,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
 
 def _port_level(arch: Architecture, table, steps: int) -> int:
     """The level of the busiest (level, port) of a tile's transfers at the row, with the
-    read (or shared) port's per-step overhead where it moves (`cost.model._transfer_time`):
+    read (or shared) port's per-step overhead where it moves (`scalar_model._transfer_time`):
     the first of equals; level 0 when the tile moves nothing."""
     best, most = 0, None
     for (index, port), busy in (table or {}).items():

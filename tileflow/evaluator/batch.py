@@ -2,7 +2,7 @@
 
 `evaluate_batch` is the contract the searches use. The structure's analysis is done once
 (`Structure.compiled`); each batch computes the factor part with NumPy, equal to the scalar
-model (`tileflow.cost.model.evaluate_plan`, the reference) row by row; every structure is
+model (`tests/scalar_model.evaluate_plan`, the reference) row by row; every structure is
 modelled here (none falls back to the scalar rules)."""
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def _leakage(r: Rows) -> np.ndarray:
 
 def tree_cycles(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None,
                 arch: Architecture | None = None) -> np.ndarray:
-    """`cost.model._latency` for every row, under the accelerator's overlap convention:
+    """`scalar_model._latency` for every row, under the accelerator's overlap convention:
     `fill-drain` adds each tile's first load and last store (one step's worth) to its
     slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
     the tile's steps slot by slot, each transfer on the steps where its slice changes
@@ -275,7 +275,7 @@ def tree_cycles(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = No
         inst = np.maximum(lf.instances, 1)
         read_time = lf.reads / (inst * lv.read_words_per_cycle)
         write_time = lf.updates / (inst * lv.write_words_per_cycle)
-        if lv.ports == "shared":  # `cost._latency`: one port, the reads and writes add
+        if lv.ports == "shared":  # `scalar_model._latency`: one port, the reads and writes add
             read_time = write_time = read_time + write_time
         compute = lf.steps * unit.cycles(o.function)
         if op in rescale:  # on the lanes the leaf uses: its operations per step

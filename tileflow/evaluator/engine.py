@@ -1,6 +1,6 @@
 """The factor part of the analysis for many rows at once: strides, extents, halos, words
 moved per boundary and tensor, operations, footprints, fan-out, latency and energy, each an
-array over rows. It mirrors `tileflow.analysis` and `tileflow.cost.model` step by step (the scalar
+array over rows. It mirrors `tileflow.analysis` and `tileflow.cost.result` step by step (the scalar
 model stays the reference and the tests hold the two equal); where the scalar model branches
 on a factor, both sides are computed and selected per row."""
 
@@ -216,7 +216,7 @@ class Tally:
         self.tensor_serial_stores: dict[str, dict[str, Busy]] | None = \
             defaultdict(lambda: defaultdict(dict)) if lockstep else None
         # per (level, port) of a one-instance level, the time all of the tree's transfers
-        # through it need (`cost._busiest_shared_port`)
+        # through it need (`scalar_model._busiest_shared_port`)
         self.shared: dict[tuple[int, str], np.ndarray] = {}
         # per tile, the links (level above, level below) its loads and its stores move
         # words over, in the order first booked: the timeline's tracks (explain pass only)
@@ -394,7 +394,7 @@ def _steps(r: Rows, path: Path, cross: Crossing, dims, fresh: bool) -> np.ndarra
 
 def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent_x,
                   inst_x, inst_y, first: bool = False, parent: bool = False):
-    """The closed forms of `traffic._ExactTiling` (valid where every dim is tiled exactly);
+    """The closed forms of `scalar_traffic._ExactTiling` (valid where every dim is tiled exactly);
     `first`: outputs are filled on their first touch too, `parent`: the level above is
     read for those fills (else its reads are those without them)."""
     dims = cross.plain_dims
@@ -413,7 +413,7 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
         return [moved_y, moved_x, 0, 0]
     restarts = _steps(r, path, cross, dims, fresh=True)
     kept, revisited = _kept_epochs(r, path, cross, dims)
-    if revisited.any():  # an epoch's steps not consecutive: `traffic._kept_epochs`
+    if revisited.any():  # an epoch's steps not consecutive: `scalar_traffic._kept_epochs`
         restarts = np.where(revisited, moved + kept, restarts)
     if first and parent:  # every entry is filled, first touches included
         return [moved_y, moved_x, moved_y, moved_x]
@@ -434,7 +434,7 @@ def _exact_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, ext, extent
 
 
 def _kept_epochs(r: Rows, path: Path, cross: Crossing, dims) -> tuple[np.ndarray, np.ndarray]:
-    """`traffic._kept_epochs` per row: the entries' multiplier, and the rows where it
+    """`scalar_traffic._kept_epochs` per row: the entries' multiplier, and the rows where it
     applies (an unmarked loop encloses a marked one, no marked loop moves the slice)."""
     count = r.count
     moves = np.zeros(count, dtype=bool)
@@ -473,7 +473,7 @@ def _kept_epochs(r: Rows, path: Path, cross: Crossing, dims) -> tuple[np.ndarray
 
 def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray,
                     first: bool = False, parent: bool = False):
-    """`traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`
+    """`scalar_traffic._general_counts` on the rows `rows`, by the per-axis sums of `sums`
     (`first`, `parent`: as `_exact_counts`)."""
     k = len(rows)
     dims = {d: v.take(rows) for d, v in r.dims(path, b.j + 1).items()}
@@ -492,7 +492,7 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
     epoch_x = [e for _, e in inst_x + temporal]
     refill_y = _refills(axes, dims, loops_y, epoch_y, (), moved_y, k, first)
     refill_x = _refills(axes, dims, loops_x, epoch_x, union, moved_x, k, parent)
-    # `traffic._general_counts`: at most what the instances are refilled with
+    # `scalar_traffic._general_counts`: at most what the instances are refilled with
     plain_y = refill_y if first == parent else _refills(axes, dims, loops_y, epoch_y, (),
                                                          moved_y, k, False)
     refill_x = np.minimum(refill_x, plain_y)
@@ -500,7 +500,7 @@ def _general_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.
 
 
 def _timeloop_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np.ndarray):
-    """`traffic._timeloop_counts` on the rows `rows`: an input's words under Timeloop's
+    """`scalar_traffic._timeloop_counts` on the rows `rows`: an input's words under Timeloop's
     delta rule (`deltas: timeloop`). Each instance below is filled by the rule on its own;
     the level above sends each fan-out stage's (a tile's spatial loops) different slices
     once, the product over the stages."""
@@ -521,7 +521,7 @@ def _timeloop_counts(r: Rows, path: Path, b: Boundary, cross: Crossing, rows: np
 
 def _refills(axes, dims, loops: list[VLoop], epoch: list[bool], union: list[VLoop],
              moved: np.ndarray, k: int, first: bool) -> np.ndarray:
-    """`traffic._refills` per row: the per-axis sums where each epoch's steps are
+    """`scalar_traffic._refills` per row: the per-axis sums where each epoch's steps are
     consecutive, `movement.resident_first_touches` row by row where they are not."""
     if first:  # every entry filled
         return moved
@@ -554,7 +554,7 @@ def _refills(axes, dims, loops: list[VLoop], epoch: list[bool], union: list[VLoo
 
 def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y, moved_x,
             refill_y, refill_x, width: float = 1.0) -> None:
-    """`traffic._record`: counts in elements, transfers (their time) in accelerator words,
+    """`scalar_traffic._record`: counts in elements, transfers (their time) in accelerator words,
     `width` per element (`precision_bits`)."""
     x, y, owner, t, serial = b.x, b.y, b.owner, cross.tensor, cross.serial
 
@@ -568,7 +568,7 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         tally.transfer(False, owner, t, x, words(refill_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(refill_y), inst_y, "write", serial)
         tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
-        if tally.arch.levels[y].writeback_on_read_port:  # `cost.charged_stores`
+        if tally.arch.levels[y].writeback_on_read_port:  # `scalar_model.charged_stores`
             tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
         tally.link(False, owner, x, y, refill_x + refill_y)
         tally.link(True, owner, x, y, moved_x + moved_y)

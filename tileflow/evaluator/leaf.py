@@ -1,4 +1,4 @@
-"""What each operator's leaf does, for many rows at once (`traffic._count_compute`):
+"""What each operator's leaf does, for many rows at once (`scalar_traffic._count_compute`):
 operations, the operand reads and result updates at its innermost level, and what tensors
 that bypass that level move straight between the unit and a level above (multicast over
 the spatial instances below it)."""
@@ -17,7 +17,7 @@ from tileflow.specs.workload import Workload
 
 
 class Leaf(NamedTuple):
-    """`traffic.Leaf` per row: operations, temporal steps, operand reads and result updates
+    """`scalar_traffic.Leaf` per row: operations, temporal steps, operand reads and result updates
     at the innermost level (in accelerator words), and that level's instances in use."""
 
     ops: np.ndarray
@@ -30,7 +30,7 @@ class Leaf(NamedTuple):
 
 
 def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
-    """`traffic._count_compute` for every row."""
+    """`scalar_traffic._count_compute` for every row."""
     op = path.op
     w: Workload = r.c.workload
     all_loops = list(range(len(path.loops)))
@@ -106,7 +106,7 @@ def leaf_counts(r: Rows, path: Path, tally: Tally) -> Leaf:
 
 def fed_times(fed: Busy | None) -> tuple[np.ndarray | None, Busy | None]:
     """`Leaf.fed` and `Leaf.fed_ports` of what an operator's bypassing tensors keep busy:
-    the busiest (level, port), as `cost._transfer_time` takes it, and the table."""
+    the busiest (level, port), as `scalar_model._transfer_time` takes it, and the table."""
     fed_time = None
     for busy in (fed or {}).values():
         fed_time = busy if fed_time is None else np.maximum(fed_time, busy)
@@ -115,7 +115,7 @@ def fed_times(fed: Busy | None) -> tuple[np.ndarray | None, Busy | None]:
 
 def _multicast_sent(r: Rows, path: Path, position: int, access, todo: np.ndarray,
                     dims1) -> np.ndarray:
-    """`traffic._multicast_sent` on the rows `todo`: the spatial loops below `position`
+    """`scalar_traffic._multicast_sent` on the rows `todo`: the spatial loops below `position`
     over dims the operand does not index count once (their first instance is real when
     any is), the others keep `multicast_share`'s distinct share."""
     used = {d for axis in access.axes for d, _ in axis.terms}
@@ -141,7 +141,7 @@ def _multicast_sent(r: Rows, path: Path, position: int, access, todo: np.ndarray
 def _kept_halo_steps(r: Rows, path: Path, steps: np.ndarray, ops: np.ndarray) -> np.ndarray:
     """A producer that keeps a halo: past the first iteration of a sweep its steps do fewer
     rows, so its steps scale by its operations over those recomputing every row
-    (`traffic._count_compute`)."""
+    (`scalar_traffic._count_compute`)."""
     cuts = r.cut.get(path.op.name)
     if not cuts:
         return steps
@@ -167,7 +167,7 @@ def _spread_above(path: Path, position: int) -> tuple[int, ...]:
 
 
 def multicast_share(r: Rows, path: Path, position: int, access) -> np.ndarray:
-    """`traffic.multicast_share` per row: the distinct elements of one step over the
+    """`scalar_traffic.multicast_share` per row: the distinct elements of one step over the
     spatial instances below path `position` (the index tuples the spatial loops there
     reach), over those instances. `access`: (tensor, its axes). Axes over disjoint dims
     count apart (the tuples are then their product), each on the grid of its own loops."""

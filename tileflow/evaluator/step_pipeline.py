@@ -1,5 +1,5 @@
 """The lock-step pipeline of a tile's steps (`overlap: lockstep`) for every row at once:
-`tileflow.cost.step_pipeline.lockstep_cycles` over arrays.
+`scalar_step_pipeline.lockstep_cycles` (tests/) over arrays.
 
 Each tensor of a tile moves at the first step of each of its periods (loads) and after the
 last (stores); periods are suffix products of the tile's temporal loops, so they divide one
@@ -31,7 +31,7 @@ def tensor_dims(workload: Workload) -> dict[str, frozenset[str]]:
 
 
 def transfer_time(arch, table: Busy | None, steps) -> tuple:
-    """`cost.model._transfer_time` per row: the busiest (level, port), with per-step
+    """`scalar_model._transfer_time` per row: the busiest (level, port), with per-step
     overheads on the read (or the one shared) port of a level that moves; and the latency
     before the first word."""
     if not table:
@@ -50,7 +50,7 @@ def transfer_time(arch, table: Busy | None, steps) -> tuple:
 
 def periods(tile: Tile, tensors: list[str], dims: Mapping[str, frozenset[str]],
             factor: Callable[[int], np.ndarray], rows: int) -> dict[str, np.ndarray]:
-    """`cost.step_pipeline.period` per row: the product of the innermost temporal loops
+    """`scalar_step_pipeline.period` per row: the product of the innermost temporal loops
     that do not index the tensor, up to the first that does and has more than one iteration
     (1 under `no_reuse`). `factor(i)` is the tile's loop i's factor per row."""
     out = {}

@@ -1,5 +1,5 @@
 """Timeloop's delta rule (`deltas: timeloop`) for many factor rows at once: the words an
-input moves over a boundary (`traffic._timeloop_counts`, `movement.timeloop_words_moved`).
+input moves over a boundary (`scalar_traffic._timeloop_counts`, `movement.timeloop_words_moved`).
 
 The scalar rule walks the two sampled iterations (first, second) of every loop of more than
 one iteration, in order, and keeps a little state from one sampled step to the next: the

@@ -2,7 +2,7 @@
 
 `limits.check` reports every constraint with its site to a recorder; at one row, `Records`
 turns each site that the row breaks into the `Violation` the scalar model
-(`tileflow.cost.model.evaluate_plan`) returns for it: the same node path, level, tensor, amounts,
+(`tests/scalar_model.evaluate_plan`) returns for it: the same node path, level, tensor, amounts,
 unit and message, in the model's order (the tree's structural violations, the dependences per
 intermediate with their windows, the carried-state rules, coverage, capacity per level, then
 fan-out and arrays per operator and the Para/Pipe splits). The amounts are the engine's

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 
 
 def boundary_words(result: Result, inner: str) -> float:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from tileflow.analysis.prepare import Plan, prepare
 from tileflow.analysis.resources import tile_words
 from tileflow.cost import evaluate
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.kernels.boundary import crossing, inbound_words
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload

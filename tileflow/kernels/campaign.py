@@ -19,7 +19,7 @@ import pandas as pd
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.cost.explain import leaf_work
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.errors import InputError

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.explore.studies import figures, pareto, timeline
 from tileflow.explore.studies.reload import inputs, load_study
 from tileflow.explore.studies.session import Outcome, objective_value

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tileflow.cost import evaluate
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.errors import InputError
 from tileflow.specs.arch import Architecture, load_arch, parse_arch
 from tileflow.specs.dataflow import found_for_file, load_dataflow_file

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tileflow.cost import evaluate
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.explore.factors.space import COLUMNS, Space
 from tileflow.explore.studies import study as studies
 from tileflow.explore.studies.config import (

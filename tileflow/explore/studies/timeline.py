@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tileflow.cost.model import NodeLatency, Result
+from tileflow.cost.result import NodeLatency, Result
 from tileflow.evaluator.batch import traced
 from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.structure import structure_of

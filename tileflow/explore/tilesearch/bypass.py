@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import replace
 
-from tileflow.cost.model import Result
+from tileflow.cost.result import Result
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Node, Op, Tile, ops_under

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from tileflow.analysis.traffic import Transfer
+from scalar_traffic import Transfer
+
 from tileflow.evaluator.step_pipeline import tensor_dims  # noqa: F401 - with the rules that read it
 from tileflow.tree import Tile
 
