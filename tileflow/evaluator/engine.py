@@ -1,8 +1,8 @@
 """The factor part of the analysis for many rows at once: strides, extents, halos, words
 moved per boundary and tensor, operations, footprints, fan-out, latency and energy, each an
-array over rows. It mirrors `tileflow.analysis` and `tileflow.cost.result` step by step (the scalar
-model stays the reference and the tests hold the two equal); where the scalar model branches
-on a factor, both sides are computed and selected per row."""
+array over rows. It mirrors the tests' scalar copy of the model (`tests/scalar_traffic.py`,
+`tests/scalar_model.py`) step by step, and the tests hold the two equal; where the scalar
+copy branches on a factor, both sides are computed and selected per row."""
 
 from __future__ import annotations
 
@@ -226,7 +226,7 @@ class Tally:
         # (level, port) busy on their way to and from the unit (`feed`)
         self.fed: dict[str, Busy] = defaultdict(dict)
         # every booking that reads the accelerator's timing, in order, kept with the
-        # records: `batch.retimed` books them again on a chip of other timings
+        # records: `retime.retimed` books them again on a chip of other timings
         self.journal: list[tuple[str, tuple]] | None = [] if per_tensor else None
 
     def count(self, level: int, kind: int, elements, width: float, tensor: str) -> None:
