@@ -140,8 +140,8 @@ def _serial_time(arch: Architecture, loads: list[Transfer], stores: list[Transfe
 
 def latency(plan: Plan, counts: Counts, fill_drain: bool | None = None,
             overlap: str | None = None) -> float:
-    """Cycles of an analysed dataflow: cheap to re-run with other accelerator timing
-    parameters (`dataclasses.replace(plan, arch=...)`), as calibration does."""
+    """Cycles of an analysed dataflow from its counts (`dataclasses.replace(plan, arch=...)`
+    re-times them under other timing parameters)."""
     return _latency(plan, counts, [], overlap_convention(plan.arch, overlap, fill_drain))[0]
 
 

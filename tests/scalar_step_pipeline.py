@@ -15,10 +15,20 @@ from collections.abc import Callable, Iterable, Mapping
 
 from scalar_traffic import Transfer
 
-from tileflow.evaluator.step_pipeline import tensor_dims  # noqa: F401 - with the rules that read it
+from tileflow.specs.workload import Workload
 from tileflow.tree import Tile
 
 TransferTime = Callable[[list[Transfer], int], tuple[float, int, float]]
+
+
+def tensor_dims(workload: Workload) -> dict[str, frozenset[str]]:
+    """The loop dimensions each tensor's indices use, over every operator that touches it
+    (this copy's own: the evaluator's is not shared with the reference)."""
+    out: dict[str, set[str]] = {}
+    for op in workload.ops:
+        for access in (op.output, *op.inputs):
+            out.setdefault(access.tensor, set()).update(access.dims)
+    return {t: frozenset(d) for t, d in out.items()}
 
 
 def period(tile: Tile, tensor: str, dims: frozenset[str]) -> int:

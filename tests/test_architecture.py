@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tileflow.output_checks",),  # output folders and storage URLs checked before work
     ("tileflow.tree",),  # the tile tree
     ("tileflow.specs",),  # input files: workloads, accelerators, dataflows
-    ("tileflow.analysis",),  # the structure of one tree, its checks; the scalar counts
+    ("tileflow.analysis",),  # the structure of one tree, its checks, one tree's footprints
     ("tileflow.evaluator",),  # the model: many factor rows of one structure at once
     ("tileflow.cost",),  # one dataflow's Result, read from the evaluator's pass
     ("tileflow.dataflows",),  # the named baselines

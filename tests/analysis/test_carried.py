@@ -6,7 +6,7 @@ tree rules of the construct; and the enumerating oracle agrees on random trees."
 from __future__ import annotations
 
 import pytest
-from helpers import small_arch, workload
+from helpers import scalar_evaluate, small_arch, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import Oracle
@@ -297,7 +297,7 @@ def test_model_matches_the_oracle_on_random_sweeps():
 def test_the_batched_evaluator_models_carried_state():
     """The vectorised engine models the epochs across a carried loop and the rescaling (no
     row by row): the flash tree's hand-derived operations (128 maxima + 48 + 48 + 240
-    rescaling operations besides the other operators') and the model's cycles."""
+    rescaling operations besides the other operators') and the scalar copy's cycles."""
     import numpy as np
 
     from tileflow.evaluator.batch import evaluate_batch
@@ -306,7 +306,7 @@ def test_the_batched_evaluator_models_carried_state():
     w = online()
     structure = structure_of(w, ARCH, flash_tree())
     batch = evaluate_batch(structure, structure.default_factors[None, :])
-    r = evaluate(w, ARCH, flash_tree())
+    r = scalar_evaluate(w, ARCH, flash_tree())
     assert batch.ops[0] == sum(r.ops.values())
     assert batch.ops[0] - sum(v for o, v in r.ops.items() if o != "max") == \
         128 + 48 + 48 + 240

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from helpers import GEMM, small_arch, workload
+from helpers import GEMM, scalar_evaluate, small_arch, workload
 
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
@@ -53,11 +53,11 @@ def test_transfers_take_time_by_their_words():
 
 
 def test_the_batched_evaluator_models_such_workloads():
-    """The batch (not row by row) gives the hand-derived footprints and the model's cycles
-    and energy; DRAM words stay in elements (A, B read once, C written once: 48)."""
+    """The batch (not row by row) gives the hand-derived footprints and the scalar copy's
+    cycles and energy; DRAM words stay in elements (A, B read once, C written once: 48)."""
     structure = structure_of(MIXED, small_arch(), FLOW)
     batch = evaluate_batch(structure, structure.default_factors[None, :])
-    ref = evaluate(MIXED, small_arch(), FLOW)
+    ref = scalar_evaluate(MIXED, small_arch(), FLOW)
     assert {lv: v[0] for lv, v in batch.footprint_words.items()} == \
         {"L1": 8 + 16 + 32, "Reg": 2 + 4 + 2}
     assert batch.dram_words[0] == 48

@@ -11,11 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from helpers import CHAIN, GEMM, small_arch, workload
+from helpers import CHAIN, GEMM, scalar_evaluate, small_arch, workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tileflow.cost import evaluate
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.explore.structures.bound import compulsory_words, data_movement_bound, lifted, pareto
 from tileflow.explore.sweeps.sweep import bound_structures
@@ -145,7 +144,7 @@ def test_gemm_bound_matches_the_scalar_model_over_every_tiling(gemm):
         best = math.inf
         for _, s in structures:
             for row in exact_rows(s):
-                result = evaluate(w, real, s.dataflow(row))
+                result = scalar_evaluate(w, real, s.dataflow(row))
                 if result.valid:
                     best = min(best, result.dram_words)
         assert bound.at(capacity) == best, capacity

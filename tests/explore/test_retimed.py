@@ -72,6 +72,24 @@ def test_retimed_cycles_equal_a_new_pass(case: str, chip: str) -> None:
     assert compared[0] >= 10
 
 
+def test_workloads_that_differ_in_a_tensor_s_indices_are_not_retimed_together() -> None:
+    """Lock step moves a tensor on the steps where its slice changes, which its indices
+    decide: B[k] and B[k,n] under the same tree, re-timed together, each equal a new pass."""
+    gemm = workload(CASES["gemm"])
+    vector = workload(CASES["gemm"].replace("B[k,n]", "B[k]"))
+    flow = Dataflow(tile("DRAM", "m:2 n:2", tile("L1", "n:2 k:4", tile("Reg", "", "mm"))))
+    chip = replace(TIMED, overlap="lockstep")
+    traces, want = [], []
+    for w in (gemm, vector):
+        structure = structure_of(w, chip, flow)
+        traces.append(traced(structure, structure.default_factors.reshape(1, -1)))
+        want.append(traces[-1].result.cycles[0])
+    assert want[0] != want[1]
+    for order in ([0, 1], [1, 0]):
+        got = retimed_many([traces[k] for k in order], chip)
+        assert list(got) == pytest.approx([want[k] for k in order], rel=1e-12)
+
+
 def test_a_change_beyond_the_timing_is_refused() -> None:
     """Capacities, energies, fan-outs or first-touch fills change what is counted: the
     counts must be made again, not re-timed."""

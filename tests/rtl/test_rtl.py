@@ -132,3 +132,24 @@ def test_missing_dataset_says_where_to_put_it(tmp_path):
     assert proc.returncode == 2
     assert "gemm_1152.csv" in proc.stderr and "gemm_chain_131.csv" in proc.stderr
     assert "--data" in proc.stderr
+
+
+def test_a_row_the_model_cannot_enumerate_names_its_file_and_row(monkeypatch):
+    """A dataset row whose sums would enumerate more than the model takes at once is an
+    input error that names the file and the row, not a traceback."""
+    import numpy as np
+    import pandas as pd
+
+    from tileflow.errors import InputError
+    from tileflow.evaluator.lattice import GridTooLarge
+    from tileflow.rtl import study
+
+    def refuse(*_args, **_kwargs):
+        raise GridTooLarge(np.array([5_000_000]))
+
+    frame = pd.DataFrame({"M": [64, 64], "N": [64, 64], "K": [64, 64], "tile_M": [16, 16],
+                          "tile_N": [16, 16], "tile_K": [16, 16], "rtl_cycles": [1, 1]})
+    assert len(study.analyse("gemm", frame.iloc[:1], load_arch("rtl-systolic-gemm"))) == 1
+    monkeypatch.setattr(study, "traced", refuse)
+    with pytest.raises(InputError, match=r"gemm_1152.csv, data row 1: .* 5,000,000 "):
+        study.analyse("gemm", frame, load_arch("rtl-systolic-gemm"))

@@ -262,7 +262,7 @@ def _latency_records(trace: Trace, flow: Dataflow) -> tuple[tuple, Bottleneck]:
         return own + extra, what
 
     root_cycles, what = node(ROOT, flow.root, 1)
-    # the ports in `cost.result._busiest_shared_port`'s order: the tiles' loads, their
+    # the ports in `scalar_model._busiest_shared_port`'s order: the tiles' loads, their
     # stores, then what only the units move (bypassed tensors, a one-instance unit level)
     ports = [key for table in (*tally.loads.values(), *tally.stores.values())
              for key in table if key in tally.shared]

@@ -206,9 +206,9 @@ def _whole_block_energy(r: Rows, tally: Tally) -> np.ndarray:
 
 def _enumerated_steps(r: Rows) -> np.ndarray:
     """Per row, the most steps of the loops along one tensor axis that the tiles do not
-    cover exactly (`analysis.workbound`): the scalar model sums such a count step by step,
-    so a row above MAX_ENUMERATED_STEPS is a tree the command line refuses, and the search
-    must not pick it."""
+    cover exactly (`analysis.workbound`): a row above MAX_ENUMERATED_STEPS is a tree the
+    command line refuses (`check_enumeration`, before evaluating), so the search must not
+    pick it."""
     most = np.zeros(r.count)
     for name, dims, moving, plain in r.c.enumerated_axes:
         path = r.c.paths[name]

@@ -21,6 +21,7 @@ from tileflow.evaluator.batch import Trace, tree_cycles
 from tileflow.evaluator.compiled import Compiled
 from tileflow.evaluator.engine import Tally
 from tileflow.evaluator.leaf import Leaf, fed_times
+from tileflow.evaluator.step_pipeline import tensor_dims
 from tileflow.specs.arch import Architecture
 
 # what an accelerator's levels may change: what only the timing reads
@@ -120,9 +121,11 @@ def _refed(leaves: dict[str, Leaf], tally: Tally) -> dict[str, Leaf]:
 
 def _bookings(trace: Trace) -> tuple:
     """What makes traces re-timeable together: the accelerator, the tree's shape, the
-    operators' units and functions, and the bookings but for their per-row values."""
+    operators' units and functions, the dimensions each tensor's indices use (what lock
+    step moves a tensor by), and the bookings but for their per-row values."""
     c = trace.rows.c
-    ops = tuple((op.name, op.unit, op.function) for op in c.workload.ops)
+    ops = (tuple((op.name, op.unit, op.function) for op in c.workload.ops),
+           tuple(sorted((t, tuple(sorted(d))) for t, d in tensor_dims(c.workload).items())))
     bookings = tuple((method, *(arg for a, arg in enumerate(args) if a not in PER_ROW[method]))
                      for method, args in trace.tally.journal)
     return (c.arch, node_key(c.flow.root), tuple(sorted(c.flow.homes.items())), ops, bookings,

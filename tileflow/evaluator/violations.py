@@ -9,8 +9,8 @@ fan-out and arrays per operator and the Para/Pipe splits). The amounts are the e
 arrays at that row; only the words around them are built here.
 
 One difference is kept on purpose: the engine's 'enumeration' amount (a tree whose counts
-would enumerate too many steps) is not a record; the scalar model counts such a tree, and
-the command line refuses it before evaluating (`analysis.workbound.check_enumeration`)."""
+would enumerate too many steps) is not a record: the command line refuses such a tree
+before evaluating (`analysis.workbound.check_enumeration`)."""
 
 from __future__ import annotations
 

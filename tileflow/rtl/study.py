@@ -17,6 +17,7 @@ from tileflow.calibrate.parameters import Parameter, ParameterSet
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
 from tileflow.evaluator.batch import Trace, traced
+from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.retime import retimed_many
 from tileflow.evaluator.structure import structure_of
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
@@ -123,7 +124,13 @@ def analyse(kind: str, frame: pd.DataFrame, arch: Architecture) -> list[Row]:
             w = _chain_workload(r.M, r.L, r.K, r.N)
             flow = chain_mapping(r.M, r.L, r.K, r.N, r.tile_M, r.tile_K, r.tile_L)
         structure = structure_of(w, arch, flow)
-        trace = traced(structure, structure.default_factors.reshape(1, -1))
+        try:
+            trace = traced(structure, structure.default_factors.reshape(1, -1))
+        except GridTooLarge as exc:
+            raise InputError(f"{FILES[kind]}, data row {r.Index + 1}: its tiles clip so that "
+                             f"the model's sums enumerate {exc}, more than it takes at once; "
+                             "tiles that divide their dimensions are counted in closed form"
+                             ) from None
         rows.append(Row(w, flow, trace, float(r.rtl_cycles)))
     return rows
 
