@@ -8,6 +8,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from scalar_movement import (
+    distinct_slices,
+    epochs_revisited,
+    iteration_count,
+    timeloop_words_moved,
+    words_moved,
+)
+
 from tileflow.analysis.buffering import depth, serialised
 from tileflow.analysis.bypass import bypassed, source_run
 from tileflow.analysis.carried import is_carried, rescaling
@@ -15,13 +23,8 @@ from tileflow.analysis.movement import (
     AxisRec,
     DimRec,
     LoopRec,
-    distinct_slices,
-    epochs_revisited,
     first_touches,
-    iteration_count,
     resident_first_touches,
-    timeloop_words_moved,
-    words_moved,
 )
 from tileflow.analysis.prepare import OpPath, PathLoop, Plan
 from tileflow.analysis.sharing import served_by_sibling

@@ -21,6 +21,7 @@ import pytest
 from helpers import scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scalar_movement import timeloop_words_moved
 from trees import keep_halos, trees
 
 from tests.explore.test_batch import (
@@ -31,7 +32,7 @@ from tests.explore.test_batch import (
     random_rows,
 )
 from tests.explore.test_batch_mechanisms import with_bypass
-from tileflow.analysis.movement import AxisRec, DimRec, LoopRec, timeloop_words_moved
+from tileflow.analysis.movement import AxisRec, DimRec, LoopRec
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.dataflows import build
 from tileflow.evaluator import timeloop_deltas

@@ -10,6 +10,7 @@ import pytest
 from helpers import scalar_evaluate
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scalar_movement import timeloop_words_moved, words_moved
 
 from tests.interop.samples import (
     ARCH_16_PES,
@@ -26,13 +27,7 @@ from tests.interop.samples import (
     MAPPING_TWO_STAGES,
     write,
 )
-from tileflow.analysis.movement import (
-    AxisRec,
-    DimRec,
-    LoopRec,
-    timeloop_words_moved,
-    words_moved,
-)
+from tileflow.analysis.movement import AxisRec, DimRec, LoopRec
 from tileflow.cli import main
 from tileflow.cost import evaluate
 from tileflow.errors import InputError

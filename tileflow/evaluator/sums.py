@@ -248,7 +248,7 @@ def iteration_count(axes: Sequence[AxisRec], dims, loops: Sequence[VLoop],
 def words_moved(axes: Sequence[AxisRec], dims, loops: Sequence[VLoop], rows: int,
                 fresh: Sequence[bool] | None = None,
                 union: Sequence[VLoop] = ()) -> np.ndarray:
-    """`movement.words_moved` for every row (same arguments, per-row arrays)."""
+    """`scalar_movement.words_moved` (tests/) for every row (same arguments, per-row arrays)."""
     tensor_dims = {d for a in axes for d, _ in a.terms}
     total = iteration_count(axes, dims, loops, union, rows)
     later_drop = np.zeros(rows, dtype=bool)

@@ -1,5 +1,6 @@
 """Timeloop's delta rule (`deltas: timeloop`) for many factor rows at once: the words an
-input moves over a boundary (`scalar_traffic._timeloop_counts`, `movement.timeloop_words_moved`).
+input moves over a boundary (the tests' scalar copy: `scalar_traffic._timeloop_counts`,
+`scalar_movement.timeloop_words_moved`).
 
 The scalar rule walks the two sampled iterations (first, second) of every loop of more than
 one iteration, in order, and keeps a little state from one sampled step to the next: the
@@ -31,7 +32,7 @@ GROUP_CELLS = 1 << 10
 
 def words_moved(axes: tuple[AxisRec, ...], dims: dict[str, VDim], loops: list[VLoop],
                 rows: int) -> np.ndarray:
-    """`movement.timeloop_words_moved` per row: the words Timeloop's rule fills into one
+    """`scalar_movement.timeloop_words_moved` per row: the words Timeloop's rule fills into one
     instance of the buffer, `loops` outermost first."""
     out = np.zeros(rows, dtype=I64)
     if not rows:
