@@ -243,9 +243,7 @@ class Tally:
 
     def link(self, store: bool, owner: str, upper: int, lower: int, words) -> None:
         """Book `words` moved between two levels by a load (or a store) of tile `owner`,
-        where the records are kept."""
-        if self.links is None:
-            return
+        where the records are kept (`links` is None otherwise)."""
         mine = self.links[store][owner]
         key = (upper, lower)
         if key in mine:
@@ -570,11 +568,13 @@ def _record(tally: Tally, b: Boundary, cross: Crossing, inst_x, inst_y, moved_y,
         tally.transfer(True, owner, t, x, words(moved_x), inst_x, "write", serial)
         if tally.arch.levels[y].writeback_on_read_port:  # `scalar_model.charged_stores`
             tally.transfer(True, owner, t, y, words(moved_y), inst_y, "read", serial)
-        tally.link(False, owner, x, y, refill_x + refill_y)
-        tally.link(True, owner, x, y, moved_x + moved_y)
+        if tally.links is not None:  # the records' tracks only: not the search's work
+            tally.link(False, owner, x, y, refill_x + refill_y)
+            tally.link(True, owner, x, y, moved_x + moved_y)
     else:
         tally.count(y, FILL, moved_y, width, t)
         tally.count(x, READ, moved_x, width, t)
         tally.transfer(False, owner, t, x, words(moved_x), inst_x, "read", serial)
         tally.transfer(False, owner, t, y, words(moved_y), inst_y, "write", serial)
-        tally.link(False, owner, x, y, moved_x + moved_y)
+        if tally.links is not None:
+            tally.link(False, owner, x, y, moved_x + moved_y)
