@@ -86,13 +86,7 @@ def _explained(structure: Structure, factors: Sequence[int] | np.ndarray,
     structure = _with_options(structure, overlap_convention(structure.arch, overlap,
                                                             fill_drain), double_buffer)
     flow = flow or structure.dataflow(row[0])
-    try:
-        trace = traced(structure, row, records=violations is None)
-    except GridTooLarge as exc:  # a row whose sums enumerate more than a grid's 4 M cells
-        raise InvalidDataflow(f"{flow.name}: its sums over clipped or windowed tiles "
-                              f"enumerate {exc}, more than the model takes at once (split "
-                              "the loops that clip into tiles that divide their dimension)"
-                              ) from None
+    trace = _traced_row(structure, row, flow, records=violations is None)
     records = trace.records if violations is None else tuple(violations(structure, row[0]))
     return _result(trace, structure, flow, records)
 
@@ -110,13 +104,22 @@ def leaf_work(workload: Workload, arch: Architecture, flow: Dataflow) -> dict[st
     Raises InvalidDataflow for a tree whose sums enumerate more than the model takes at
     once."""
     structure = structure_of(workload, arch, flow)
-    try:
-        trace = traced(structure, structure.default_factors.reshape(1, -1))
-    except GridTooLarge as exc:
-        raise InvalidDataflow(f"{flow.name}: the model enumerates {exc}, more than it takes "
-                              "at once") from None
+    trace = _traced_row(structure, structure.default_factors.reshape(1, -1), flow)
     return {name: LeafWork(_count(leaf.ops), _count(leaf.steps))
             for name, leaf in trace.leaves.items()}
+
+
+def _traced_row(structure: Structure, row: np.ndarray, flow: Dataflow,
+                records: bool = False) -> Trace:
+    """`batch.traced` of one row; a row whose sums enumerate more than a grid's 4 M cells
+    is an InvalidDataflow naming the tree and what to change."""
+    try:
+        return traced(structure, row, records=records)
+    except GridTooLarge as exc:
+        raise InvalidDataflow(f"{flow.name}: its sums over clipped or windowed tiles "
+                              f"enumerate {exc}, more than the model takes at once (split "
+                              "the loops that clip into tiles that divide their dimension)"
+                              ) from None
 
 
 def _with_options(structure: Structure, convention: str, double_buffer: bool) -> Structure:

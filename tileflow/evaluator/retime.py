@@ -114,9 +114,11 @@ def _one(value) -> float:
 
 def _refed(leaves: dict[str, Leaf], tally: Tally) -> dict[str, Leaf]:
     """The leaves with their bypassing tensors' times read from the new bookings."""
-    return {op: leaf._replace(**dict(zip(("fed", "fed_ports"), fed_times(tally.fed.get(op)),
-                                         strict=True)))
-            for op, leaf in leaves.items()}
+    out = {}
+    for op, leaf in leaves.items():
+        fed, ports = fed_times(tally.fed.get(op))
+        out[op] = leaf._replace(fed=fed, fed_ports=ports)
+    return out
 
 
 def _bookings(trace: Trace) -> tuple:
