@@ -74,14 +74,17 @@ def _links_are_parent_and_child(flow: Dataflow, evs: list[timeline.Event]) -> No
         assert e.track in links, (e, links)
 
 
+def _counting_example():
+    """latency.md's worked example: gemm-spatial on tiny-npu (workload, chip, dataflow)."""
+    return (load_workload(str(EXAMPLES / "gemm.yaml")), load_arch(str(EXAMPLES / "tiny-npu.yaml")),
+            load_dataflow_file(EXAMPLES / "gemm-spatial.yaml"))
+
+
 def test_the_documented_example_is_drawn_as_the_docs_time_it():
     """latency.md's worked example, gemm-spatial on tiny-npu (fill-drain, 63.125 cycles): the
     root takes one step, so nothing overlaps: its load of 32 cycles from DRAM into L1, then
     its children (23.125), then its store (8); the L1 tile's loads fill the registers."""
-    w = load_workload(str(EXAMPLES / "gemm.yaml"))
-    arch = load_arch(str(EXAMPLES / "tiny-npu.yaml"))
-    flow = load_dataflow_file(EXAMPLES / "gemm-spatial.yaml")
-    evs = _spans_the_cycles(w, arch, flow, "fill-drain")
+    evs = _spans_the_cycles(*_counting_example(), "fill-drain")
     root = [(e.kind, e.track, e.start, e.end) for e in evs if e.path == "root"]
     assert root == [("load", "DRAM <-> L1", 0.0, 32.0), ("store", "DRAM <-> L1", 55.125, 63.125)]
     assert {e.track for e in evs if e.path == "root.0" and e.kind == "load"} == {"L1 <-> Reg"}
@@ -102,10 +105,7 @@ def test_a_tree_the_model_cannot_enumerate_at_once_is_drawn_without_link_names(m
         raise GridTooLarge(np.array([1 << 30]))
 
     monkeypatch.setattr(timeline, "traced", refuse)
-    w = load_workload(str(EXAMPLES / "gemm.yaml"))
-    arch = load_arch(str(EXAMPLES / "tiny-npu.yaml"))
-    flow = load_dataflow_file(EXAMPLES / "gemm-spatial.yaml")
-    evs = _spans_the_cycles(w, arch, flow, "fill-drain")
+    evs = _spans_the_cycles(*_counting_example(), "fill-drain")
     root = [(e.kind, e.track, e.start, e.end) for e in evs if e.path == "root"]
     assert root == [("load", "loads", 0.0, 32.0), ("store", "stores", 55.125, 63.125)]
     assert {e.track for e in evs if e.kind == "compute"}  # the operators still drawn
