@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from tileflow.analysis.prepare import InvalidDataflow, prepare
-from tileflow.analysis.resources import footprints, spatial_violations
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.arith import divisors
+from tileflow.evaluator.structure import structure_of
+from tileflow.evaluator.violations import breaks_nothing
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile
@@ -118,13 +119,12 @@ def core_split(w: Workload, hw: Hardware, batch: str | None, rows: str,
 
 def fits(w: Workload, arch: Architecture, flow: Dataflow) -> bool:
     """True when the tree is well formed, respects the dependences and covers every
-    dimension, within capacity and fan-out."""
+    dimension, within capacity and fan-out: the model's checks at the tree's own factors."""
     try:
-        plan = prepare(w, arch, flow)
+        structure = structure_of(w, arch, flow)
+        return breaks_nothing(structure, structure.default_factors)
     except InvalidDataflow:
         return False
-    return not plan.violations and all(f.words <= f.capacity_words for f in footprints(plan)) \
-        and not spatial_violations(plan)
 
 
 def largest_fitting(candidates: Iterable[int], make: Callable[[int], Dataflow],

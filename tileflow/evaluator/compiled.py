@@ -283,7 +283,7 @@ class Compiled:
 
     def holds(self, op: str, position: int, tensor: str) -> bool:
         """Whether the tile at `position` of the operator's path holds `tensor` (it does
-        unless its run of same-level tiles bypasses it: `resources._held`)."""
+        unless its run of same-level tiles bypasses it: the tests' `scalar_resources._held`)."""
         key = (op, position, tensor)
         found = self._holds.get(key)
         if found is None:
@@ -389,9 +389,9 @@ class Compiled:
         return out
 
     def split_limits(self) -> list[SplitLimit]:
-        """Every Para/Pipe tile's (`resources.unit_demand`, `resources._split_violations`);
-        the loops that spread every child: the first operator's spatial loops of the tile
-        and its same-level ancestors."""
+        """Every Para/Pipe tile's (`resources.unit_demand`; the tests'
+        `scalar_resources._split_violations`); the loops that spread every child: the first
+        operator's spatial loops of the tile and its same-level ancestors."""
         arch = self.arch
         out = []
         for node_path, node in self.tiles.items():
@@ -423,7 +423,7 @@ class Compiled:
     def words_per_element(self, tensor: str, level: int, tiles: tuple[Tile, ...]) -> float:
         """Words a buffer at `level` holds per element of `tensor`'s slice: its buffering
         depth (set by the first of `tiles` that names it, else the level's) times its
-        width (`resources._own`, `resources._homed_here`)."""
+        width (the tests' `scalar_resources._own` and `_homed_here`)."""
         key = (tensor, level, tuple(id(t) for t in tiles))
         found = self._scales.get(key)
         if found is None:

@@ -113,14 +113,14 @@ def _fp(r: Rows, path: str, node, level: int) -> Words:
 
 def _scaled(words_per_element: float, elements: np.ndarray) -> np.ndarray:
     """Words held: `elements` times the words each takes (its width in accelerator words,
-    times its buffering depth), as `resources._own` multiplies them."""
+    times its buffering depth), as the tests' `scalar_resources._own` multiplies them."""
     return words_per_element * elements if words_per_element != 1.0 else elements
 
 
 def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
     """Per row, whether every operator below spreads over instances of `level` with a
     spatial loop of its own of more than one iteration (a factor-1 loop spreads over
-    nothing): `resources._disjoint_instances`."""
+    nothing): the tests' `scalar_resources._disjoint_instances`."""
     c = r.c
     depth = node_depth(path)
     out = np.ones(r.count, dtype=bool)
@@ -250,9 +250,9 @@ def _lca_extent(r: Rows, tensor: str, lca: str) -> np.ndarray:
 
 
 def _kept_rows(r: Rows, tensor: str) -> np.ndarray | float:
-    """`resources._kept_rows` per row: under a kept halo, loops of the common ancestor
-    inside the sliding one over other axes of the intermediate keep the rows of each of
-    their positions resident until the slide returns (a line buffer)."""
+    """The tests' `scalar_resources._kept_rows` per row: under a kept halo, loops of the
+    common ancestor inside the sliding one over other axes of the intermediate keep the rows
+    of each of their positions resident until the slide returns (a line buffer)."""
     c = r.c
     producer = c.workload.producer[tensor]
     cuts = r.cut.get(producer)
@@ -372,10 +372,10 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
 
 
 def _check_arrays(r: Rows, out: Violations) -> None:
-    """`resources._array_violations`: spatial loops onto a 2-D array (a PE array or a level's
-    mesh), a loop marked x or y on that axis, the others the first x and the later ones y;
-    per row, a loop of one iteration claims no axis (the next unmarked one of more than one
-    iteration is the first)."""
+    """The tests' `scalar_resources._array_violations`: spatial loops onto a 2-D array (a PE
+    array or a level's mesh), a loop marked x or y on that axis, the others the first x and
+    the later ones y; per row, a loop of one iteration claims no axis (the next unmarked one
+    of more than one iteration is the first)."""
     c = r.c
     where = {k: key for key, k in c.slot_of.items()}
     for o, path in c.paths.items():

@@ -39,6 +39,16 @@ def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:
     return checked(r, footprints(r))[1]
 
 
+def breaks_nothing(structure: Structure, factors) -> bool:
+    """Whether one factor row breaks no constraint (`violation_records` would be empty),
+    without building the records: what a builder asks of each candidate tile."""
+    r = Rows(structure.compiled, structure.all_loop_factors(
+        np.asarray(factors, dtype=np.int64).reshape(1, -1)))
+    out = Violations(1)
+    check(r, footprints(r), out)
+    return bool(out.valid[0])
+
+
 def checked(r: Rows, fps: dict[str, np.ndarray]) -> tuple[Violations, tuple[Violation, ...]]:
     """`limits.check` on one row's `Rows` and footprints (`limits.footprints`), with its
     records: the amounts the batch reports and the model's records from one pass (an
