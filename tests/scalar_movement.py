@@ -29,7 +29,6 @@ from tileflow.analysis.movement import (
     Dims,
     LoopRec,
     Spans,
-    _axis_loops,
     _dropped,
     _interval,
     _length,
@@ -248,3 +247,18 @@ def epochs_revisited(loops: Sequence[LoopRec], epoch: Sequence[bool]) -> bool:
             return True
         unmarked = unmarked or not e
     return False
+
+
+def _axis_loops(axis: AxisRec, loops: Sequence[LoopRec]) -> list[int]:
+    axis_dims = {d for d, _ in axis.terms}
+    return [i for i, lp in enumerate(loops) if lp.dim in axis_dims and lp.n > 1]
+
+
+def largest_slice(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> int:
+    """The longest clipped interval of the axis over the positions of the loops above."""
+    sub = [loops[i] for i in _axis_loops(axis, loops)]
+    best = 0
+    for values in product(*(range(lp.n) for lp in sub)):
+        lo, hi = _interval(axis, dims, _positions(sub, values))
+        best = max(best, hi - lo)
+    return best

@@ -6,10 +6,14 @@ records with the node, the constraint and the amounts."""
 from __future__ import annotations
 
 import math
+from itertools import product
+
+from scalar_movement import largest_slice
 
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
 from tileflow.analysis.bypass import bypassed
+from tileflow.analysis.movement import AxisRec, DimRec, LoopRec
 from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
 from tileflow.analysis.resources import (
@@ -20,10 +24,76 @@ from tileflow.analysis.resources import (
     level_mesh,
     split_fanout,
     split_limit,
-    tile_words,
     unit_demand,
 )
 from tileflow.tree import ROOT, Op, Tile, child_path, is_below, label, node_depth, ops_under
+
+
+def tile_words(plan: Plan, path: OpPath, tensor: str, position: int,
+               kept: bool = False) -> float:
+    """Words of `tensor` in the tile at path position `position` (its loops and below): per
+    axis, the largest slice over the positions of the loops above (clipped to the tensor;
+    the full extent for an axis tiled plainly). A producer that keeps a halo computes its
+    slices past the kept rows; `kept`: the rows held, kept ones included (the home's)."""
+    w = plan.workload
+    words = 1.0
+    extents = path.extents_from[position]
+    for axis, size, plain in _box_axes(plan, path, tensor):
+        if plain and not path.shift.get(plain):
+            words *= min(extents[plain], size)
+            continue
+        if path.cut and not kept and any(d in path.cut for d, _ in axis.terms):
+            words *= _cut_span(w, path, axis, size, extents, position)
+            continue
+        words *= _largest_span(w, path, axis, size, extents, position)
+    return words
+
+
+def _box_axes(plan: Plan, path: OpPath, tensor: str) -> list[tuple]:
+    """Per axis of the operator's access to `tensor`: (axis, size, its dimension when the
+    axis is that whole dimension, else ''). Shape-only, kept in the shape's memo."""
+    memo = plan.memo
+    key = ("box_axes", path.op.name, tensor)
+    found = memo.get(key)
+    if found is None:
+        w = plan.workload
+        found = memo[key] = [
+            (axis, size, axis.terms[0][0] if axis.is_plain and size == w.sizes[axis.terms[0][0]]
+             else "")
+            for axis, size in zip(path.op.access(tensor).axes, w.shapes[tensor], strict=True)]
+    return found
+
+
+def _cut_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
+    """`_largest_span` of a producer that keeps a halo: past the first iteration of the
+    sliding loop, its slices start after the kept rows."""
+    dims = {d: DimRec(w.sizes[d], extents[d], path.shift.get(d, 0), path.cut.get(d, 0))
+            for d, _ in axis.terms}
+    loops = [LoopRec(lp.dim, lp.n, lp.stride, False, m)
+             for lp, m in zip(path.loops, path.marks, strict=True) if lp.node < position]
+    return largest_slice(AxisRec(axis.terms, axis.offset, size), dims, loops)
+
+
+def _largest_span(w, path: OpPath, axis, size: int, extents, position: int) -> int:
+    """The longest clipped interval an affine axis covers over the steps above `position`."""
+    names = {d for d, _ in axis.terms}
+    above = [lp for lp in path.loops if lp.node < position and lp.dim in names and lp.n > 1]
+    best = 0
+    for values in product(*(range(lp.n) for lp in above)):
+        pos = dict.fromkeys(names, 0)
+        for lp, v in zip(above, values, strict=True):
+            pos[lp.dim] += v * lp.stride
+        lo = hi = axis.offset
+        for d, c in axis.terms:
+            x = path.shift.get(d, 0) + pos[d]
+            a, b = max(x, 0), min(x + extents[d], w.sizes[d])
+            if b <= a:
+                break
+            lo += c * a
+            hi += c * (b - 1)
+        else:
+            best = max(best, min(hi + 1, size) - max(lo, 0))
+    return best
 
 
 def footprints(plan: Plan, double_buffer: bool = False) -> list[Footprint]:

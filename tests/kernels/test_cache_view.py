@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from tileflow.analysis.prepare import prepare
 from tileflow.cost import evaluate
 from tileflow.kernels.boundary import inbound_words
 from tileflow.kernels.cache_view import buffer_words, cache_tree, cache_view_words, split_loops
@@ -82,7 +81,7 @@ def test_an_on_chip_intermediate_costs_one_allocation_of_its_buffer(tmp_path):
                                                        tile("Reg", "i:16:SpY", "e"),
                                                        tile("Reg", "i:16:SpY", "f"))))
     model = evaluate(w, CPU, flow)
-    assert buffer_words(prepare(w, CPU, flow)) == {"Y": 16}
+    assert buffer_words(w, CPU, flow) == {"Y": 16}
     for level in ("L1", "L2"):
         assert cache_view_words(w, CPU, flow, model, level,
                                 {"L1": 8192, "L2": 65536}) == 2 * n + 16

@@ -168,21 +168,6 @@ def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict:
     return pos
 
 
-def _axis_loops(axis: AxisRec, loops: Sequence[LoopRec]) -> list[int]:
-    axis_dims = {d for d, _ in axis.terms}
-    return [i for i, lp in enumerate(loops) if lp.dim in axis_dims and lp.n > 1]
-
-
-def largest_slice(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> int:
-    """The longest clipped interval of the axis over the positions of the loops above."""
-    sub = [loops[i] for i in _axis_loops(axis, loops)]
-    best = 0
-    for values in product(*(range(lp.n) for lp in sub)):
-        lo, hi = _interval(axis, dims, _positions(sub, values))
-        best = max(best, hi - lo)
-    return best
-
-
 def _dropped(loops: Sequence[LoopRec], i: int) -> bool:
     return loops[i].drop or any(lp.drop and lp.n > 1 for lp in loops[i + 1 :])
 

@@ -1,6 +1,6 @@
-"""Sibling input sharing for every row of a batch (`tileflow.analysis.sharing`, the
-reference): children of a Shar, Para or Pipe tile that read the same input through the same
-slice into the same level hold one copy; the first child to read it pays, a later sibling
+"""Sibling input sharing for every row of a batch (the tests' scalar copy: `scalar_sharing`):
+children of a Shar, Para or Pipe tile that read the same input through the same slice into
+the same level hold one copy; the first child to read it pays, a later sibling
 whose slice is identical loads nothing over that link. The slice is fixed by the tensor, its
 axes, the level and, per dimension, the shift and the clipped extent below the tile: arrays
 over the rows, compared row by row."""

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from tileflow.analysis.prepare import Plan, prepare
-from tileflow.analysis.resources import tile_words
 from tileflow.cost import evaluate
 from tileflow.cost.result import Result
+from tileflow.evaluator.engine import Rows
+from tileflow.evaluator.limits import tile_words
+from tileflow.evaluator.structure import structure_of
 from tileflow.kernels.boundary import crossing, inbound_words
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
@@ -38,20 +39,33 @@ def split_loops(node: Tile, register: str) -> Tile:
     return inner
 
 
-def _position(op_path, path: str) -> int | None:
-    return next((i for i, (p, _) in enumerate(op_path.tiles) if p == path), None)
+def _rows(w: Workload, arch: Architecture, flow: Dataflow) -> Rows:
+    """The model's arrays of `flow` at its own factors (one row)."""
+    structure = structure_of(w, arch, flow)
+    return Rows(structure.compiled, structure.all_loop_factors(
+        structure.default_factors.reshape(1, -1)))
 
 
-def buffer_words(plan: Plan) -> dict[str, float]:
+def _words(r: Rows, op: str, tensor: str, position: int) -> float:
+    """Words of `tensor` in operator `op`'s tile at path position `position` (the model's
+    tile box: its loops and below, clipped to the tensor)."""
+    return float(tile_words(r, r.c.paths[op], tensor, position)[0])
+
+
+def buffer_words(w: Workload, arch: Architecture, flow: Dataflow) -> dict[str, float]:
     """Words of the buffer the kernel allocates for each intermediate: its slice within one
     step of its common ancestor (the generated C resets and reuses it at every step)."""
+    return _buffers(_rows(w, arch, flow))
+
+
+def _buffers(r: Rows) -> dict[str, float]:
+    """`buffer_words` from the model's arrays of the tree."""
     out: dict[str, float] = {}
-    for t, lca in plan.lca.items():
-        for op_path in plan.paths.values():
-            at = _position(op_path, lca)
-            if at is not None and t in op_path.op.tensors:
-                step = min(at + 1, len(op_path.tiles) - 1)
-                out[t] = max(out.get(t, 0.0), tile_words(plan, op_path, t, step))
+    for t, lca in r.c.lca.items():
+        for o, op_path in r.c.paths.items():
+            if lca in op_path.chain and t in op_path.op.tensors:
+                step = min(op_path.chain.index(lca) + 1, len(op_path.chain) - 1)
+                out[t] = max(out.get(t, 0.0), _words(r, o, t, step))
     return out
 
 
@@ -60,22 +74,23 @@ def working_set_words(w: Workload, arch: Architecture, flow: Dataflow) -> dict[s
     next instance of it, by node path: per tensor, the slice the tile touches over its
     loops, except an intermediate whose common ancestor is the tile or below it, whose one
     buffer (`buffer_words`) is all that is resident."""
-    plan = prepare(w, arch, flow)
-    buffers = buffer_words(plan)
+    r = _rows(w, arch, flow)
+    lcas = r.c.lca
+    buffers = _buffers(r)
     out: dict[str, float] = {}
     for path, node in walk(flow.root):
         if isinstance(node, Op):
             continue
         need: dict[str, float] = {}
-        for op_path in plan.paths.values():
-            at = _position(op_path, path)
-            if at is None:
+        for o, op_path in r.c.paths.items():
+            if path not in op_path.chain:
                 continue
+            at = op_path.chain.index(path)
             for t in op_path.op.tensors:
-                if t in plan.lca and (plan.lca[t] == path or is_below(plan.lca[t], path)):
+                if t in lcas and (lcas[t] == path or is_below(lcas[t], path)):
                     need[t] = buffers[t]
                 else:
-                    need[t] = max(need.get(t, 0.0), tile_words(plan, op_path, t, at))
+                    need[t] = max(need.get(t, 0.0), _words(r, o, t, at))
         out[path] = sum(need.values())
     return out
 
@@ -115,7 +130,7 @@ def cache_view_words(w: Workload, arch: Architecture, flow: Dataflow, original: 
     sizes = {t: w.tensor_words(t) for t in w.tensors}
     words = inbound_words(viewed, inner, sizes)
     memory = original.traffic.get(original.levels[0], {})
-    buffers = buffer_words(prepare(w, arch, flow))
+    buffers = buffer_words(w, arch, flow)
     passing = crossing(viewed, inner)
     for t in w.producer:
         if t not in passing:  # written below the boundary only: its lines allocated once

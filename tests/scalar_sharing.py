@@ -1,7 +1,9 @@
-"""Sibling input sharing: children of a `Shar`, `Para` or `Pipe` tile that read the same
-input tensor through the same slice at every step of their common loops hold one copy in
-the level below the tile: one load serves them all. The first child (in tree order) to read
-it pays; a later sibling whose slice is identical loads nothing over that link."""
+"""The scalar copy's sibling input sharing (the evaluator's is
+`tileflow/evaluator/shared_inputs.py`): children of a `Shar`, `Para` or `Pipe` tile that
+read the same input tensor through the same slice at every step of their common loops hold
+one copy in the level below the tile: one load serves them all. The first child (in tree
+order) to read it pays; a later sibling whose slice is identical loads nothing over that
+link."""
 
 from __future__ import annotations
 
