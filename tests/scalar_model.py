@@ -10,6 +10,7 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 
+from scalar_checks import structural_violations
 from scalar_resources import capacity_violations, footprints, spatial_violations
 from scalar_step_pipeline import lockstep_cycles, tensor_dims
 from scalar_traffic import Counts, Transfer, count
@@ -42,7 +43,8 @@ def evaluate_plan(plan: Plan, *, double_buffer: bool = False,
     convention = overlap_convention(arch, overlap, fill_drain)
     counts = count(plan)
     fps = footprints(plan, double_buffer)
-    violations = [*plan.violations, *capacity_violations(plan, fps), *spatial_violations(plan)]
+    violations = [*structural_violations(plan), *capacity_violations(plan, fps),
+                  *spatial_violations(plan)]
     traffic: dict[str, dict[str, Movement]] = defaultdict(dict)
     energy: dict[str, dict[str, float]] = defaultdict(dict)
     used = used_instances(arch, ((p.loops, p.levels[-1]) for p in plan.paths.values()))

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from scalar_carried import is_carried, rescaling
 from scalar_movement import (
     distinct_slices,
     epochs_revisited,
@@ -19,7 +20,6 @@ from scalar_sharing import served_by_sibling
 
 from tileflow.analysis.buffering import depth, serialised
 from tileflow.analysis.bypass import bypassed, source_run
-from tileflow.analysis.carried import is_carried, rescaling
 from tileflow.analysis.movement import (
     AxisRec,
     DimRec,

@@ -8,9 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
-from tileflow.analysis.carried import check_carried, is_carried
 from tileflow.analysis.layout import loop_layout
-from tileflow.analysis.records import Violation
 from tileflow.analysis.shape import Shape, scan, shape_of
 from tileflow.analysis.tree_checks import InvalidDataflow, ops_below
 from tileflow.specs.arch import Architecture
@@ -123,7 +121,6 @@ class Plan:
     homes: Mapping[str, int]  # intermediate -> level index
     lca: Mapping[str, str]  # intermediate -> node path of the lowest common ancestor
     shape: Shape | None = None  # the factor-independent part, shared between plans
-    violations: tuple[Violation, ...] = ()  # structural: dependency, coverage, window
 
     @cached_property
     def tiles(self) -> dict[str, Tile]:
@@ -152,9 +149,9 @@ class Plan:
 def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
     """Check the tree and build the per-operator paths. Malformed input (an unknown operator,
     level, primitive or tensor, a missing operator) raises InvalidDataflow; what is a property
-    of the dataflow (dependences, coverage, windows) becomes the plan's violations. What
-    depends only on the tree's shape (structure checks, chains, homes) comes from a cache
-    (`shape_of`)."""
+    of the dataflow (dependences, coverage, windows) is the evaluator's to check
+    (`evaluator/limits.py`). What depends only on the tree's shape (structure checks, chains,
+    homes) comes from a cache (`shape_of`)."""
     root = flow.root
     if not isinstance(root, Tile):
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
@@ -169,7 +166,6 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         p, i = layout.loops[next(g for g, f in enumerate(factors) if f < 1)]
         raise InvalidDataflow(f"loop {tiles[p].loops[i]}: factor must be >= 1",
                               where=label(p, tiles[p]))
-    found: list[Violation] = list(shape.violations)
     strides = layout.strides(factors)
     paths: dict[str, OpPath] = {}
     for op in workload.ops:
@@ -188,9 +184,7 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         _check_summed_outputs(paths)
     plan = Plan(workload, arch, flow, paths, shape.homes, shape.lca, shape)
     plan.__dict__["tiles"] = tiles  # the walk above, not another one
-    found += _check_dependences(plan)
-    found += _check_coverage(plan)
-    return replace(plan, violations=tuple(found)) if found else plan
+    return plan
 
 
 def _check_summed_outputs(paths: Mapping[str, OpPath]) -> None:
@@ -283,85 +277,3 @@ def _halo_cuts(w: Workload, paths: Mapping[str, OpPath], lca: Mapping[str, str],
             cuts[producer.name] = {"cut": cut, "cut_depth": depth,
                                    "slide": frozenset(slide)}
     return cuts
-
-
-def _check_coverage(plan: Plan) -> list[Violation]:
-    w = plan.workload
-    out = []
-    for name, path in plan.paths.items():
-        extents = path.extents_from[0]
-        for d in path.op.dims:
-            size = w.sizes[d]
-            shift = path.shift.get(d, 0)
-            covered = shift + extents[d]
-            if covered < size:
-                factors = [str(lp.n) for lp in path.loops if lp.dim == d]
-                node_path, tile = path.tiles[-1]
-                out.append(Violation(
-                    "coverage", node_path, tile.level, None, size - shift, covered - shift,
-                    f"iterations of {d}",
-                    f"{label(node_path, tile)}: operator '{name}': the factors of '{d}' on its "
-                    f"path ({' x '.join(factors) or 'none'}) cover {covered - shift} of "
-                    f"{size - shift} (the product of a dimension's factors must reach its size)"))
-    return out
-
-
-def _check_dependences(plan: Plan) -> list[Violation]:
-    """An intermediate lives within one step of the producer's and consumers' common
-    ancestor: loops there over the producer's reductions would hand over partial results,
-    and the producer's tile must cover the consumer's window."""
-    w = plan.workload
-    out = []
-    for t, lca in plan.lca.items():
-        producer = w.op_by_name[w.producer[t]]
-        path = plan.paths[producer.name]
-        depth = node_depth(lca)
-        for lp in path.loops:
-            if lp.node <= depth and lp.dim in producer.reduction_dims and lp.n > 1 \
-                    and not is_carried(plan, t, lp):
-                node_path, tile = path.tiles[lp.node]
-                out.append(Violation(
-                    "dependency", node_path, tile.level, t, None, None, None,
-                    f"{label(node_path, tile)}: loop '{lp.dim}:{lp.n}' is a reduction of "
-                    f"'{producer.name}' but sits in a common ancestor of '{producer.name}' and "
-                    f"its consumers {', '.join(w.consumers[t])}: they would read partial values "
-                    f"of '{t}'"))
-        for consumer in w.consumers[t]:
-            if (t, consumer) in _windowed_reads(w):
-                out += _check_window(plan, t, producer, w.op_by_name[consumer], depth)
-    return out + check_carried(plan)
-
-
-def _windowed_reads(w: Workload) -> frozenset[tuple[str, str]]:
-    """(tensor, consumer) for every read through a window (an axis summing dims), kept on
-    the workload."""
-    found = w.__dict__.get("_tileflow_windowed_reads")
-    if found is None:
-        found = frozenset((a.tensor, op.name) for op in w.ops for a in op.inputs
-                          if any(len(axis.terms) > 1 for axis in a.axes))
-        object.__setattr__(w, "_tileflow_windowed_reads", found)
-    return found
-
-
-def _check_window(plan: Plan, t: str, producer: Operator, consumer: Operator,
-                  depth: int) -> list[Violation]:
-    w = plan.workload
-    cpath, ppath = plan.paths[consumer.name], plan.paths[producer.name]
-    out = []
-    for out_axis, axis in zip(producer.output.axes, consumer.access(t).axes, strict=True):
-        if len(axis.terms) < 2:
-            continue
-        d = out_axis.terms[0][0]
-        window = sum(c * (w.sizes[x] - 1) for x, c in axis.terms if x != d)
-        need = cpath.extent_below(depth, d) + window
-        has = ppath.extent_below(depth, d)
-        tiled_above = any(lp.dim == d and lp.n > 1 and lp.node <= depth for lp in ppath.loops)
-        if tiled_above and has < need:
-            node_path, tile = ppath.tiles[-1]
-            out.append(Violation(
-                "window", node_path, tile.level, t, need, has, f"rows of {d}",
-                f"{label(node_path, tile)}: '{consumer.name}' reads '{t}' through a window "
-                f"along '{d}': per step of their common ancestor it needs {need} rows of '{t}' "
-                f"but '{producer.name}' produces {has}; give '{producer.name}' factors of "
-                f"'{d}' covering {need}"))
-    return out

@@ -1,7 +1,26 @@
-"""State carried across a reduction loop (online softmax) for many factor rows at once:
-`tileflow.analysis.carried` (the reference) over arrays. Which loops carry a running value
-is fixed by the structure (`Compiled.carries`); the tree rules and the rescaling depend on
-which of them, and of the loops around them, run more than one iteration, row by row."""
+"""State carried across a reduction loop (online softmax), for many factor rows at once:
+which loops carry it, the rules a tree must follow for it, and the rescaling operations
+it costs.
+
+An operator declared `carried: d` in the workload (the running maximum `M[b,m] max= S[b,m,l]`,
+carried over l) lets a temporal loop over d sit in the common ancestor of it and its
+consumers: at each step they read its running value. The state then lives through a whole
+sweep of those loops at its home (the loops are its epoch's inner loops, not a new epoch).
+Whatever the consumers derive from the running value is only right once rescaled: the
+accumulators downstream that reduce over d (the running sum, the unnormalised output) are
+multiplied by exp(old - new) at every step after the first. Per element of the state that
+factor costs a subtraction and an exponential; per element of each rescaled accumulator, one
+multiplication. The rules:
+
+* a carried loop is temporal (a spatial one would split the state over instances);
+* inside the common ancestor's loops, the carried loops come after every other loop (the
+  state of one sweep must stay resident; an outer step over another dim would need another);
+* a result derived from the running value that leaves the carried loops (a final output, or
+  an intermediate whose common ancestor is above them) must be a rescaled accumulator.
+
+Which loops carry a running value is fixed by the structure (`Compiled.carries`); the
+rules and the rescaling depend on which of them, and of the loops around them, run more
+than one iteration, row by row (the tests' scalar copy: `scalar_carried`)."""
 
 from __future__ import annotations
 
@@ -13,7 +32,7 @@ from tileflow.evaluator.compiled import Path
 from tileflow.evaluator.lattice import I64, VDim
 from tileflow.tree import is_below, node_depth
 
-RESCALE = ("sub", "exp", "mul")  # the rescaling's functions, in `carried.rescaling` order
+RESCALE = ("sub", "exp", "mul")  # the rescaling's functions, in the order the records list them
 
 
 def _carried_ops(r):
@@ -31,7 +50,7 @@ def _inside(path: Path, lca: str) -> bool:
 
 
 def check(r, violations) -> None:
-    """`carried.check_carried` per row, as 'dependency' amounts of 1: a spatial carried
+    """The rules above per row, as 'dependency' amounts of 1: a spatial carried
     loop, a loop (of more than one iteration) inside a carried one, a result derived from
     the running value that leaves the carried loops without being rescaled."""
     c = r.c

@@ -1,22 +1,6 @@
-"""State carried across a reduction loop (online softmax): which loops carry it, the rules a
-tree must follow for it, and the rescaling operations it costs.
-
-An operator declared `carried: d` in the workload (the running maximum `M[b,m] max= S[b,m,l]`,
-carried over l) lets a temporal loop over d sit in the common ancestor of it and its
-consumers: at each step they read its running value. The state then lives through a whole
-sweep of those loops at its home (the loops are its epoch's inner loops, not a new epoch).
-Whatever the consumers derive from the running value is only right once rescaled: the
-accumulators downstream that reduce over d (the running sum, the unnormalised output) are
-multiplied by exp(old - new) at every step after the first. Per element of the state that
-factor costs a subtraction and an exponential; per element of each rescaled accumulator, one
-multiplication. The rules:
-
-* a carried loop is temporal (a spatial one would split the state over instances);
-* inside the common ancestor's loops, the carried loops come after every other loop (the
-  state of one sweep must stay resident; an outer step over another dim would need another);
-* a result derived from the running value that leaves the carried loops (a final output, or
-  an intermediate whose common ancestor is above them) must be a rescaled accumulator.
-"""
+"""The scalar copy's carried state (the evaluator's is `tileflow/evaluator/carried.py`, whose
+docstring gives the rules): which loops carry a running value, the rules as dependency
+violations, and the rescaling operations, for one tree."""
 
 from __future__ import annotations
 
