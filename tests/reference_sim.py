@@ -35,6 +35,18 @@ The rules, as executed here:
   level with first-touch fills fills every output element that enters it. A buffer holds
   a tensor's slice as many times as its depth (the tile's, else the level's, else 2 under
   double buffering, else 1).
+* Timeloop's delta rule (`deltas: timeloop`, docs/mechanisms.md), for an input filled into
+  such a level: one instance below the link (the spatial loops at their first value) is
+  filled over the sampled steps of the temporal loops above it, every loop of more than
+  one iteration at its first and second iteration in order, a step weighing the product of
+  (iterations - 1) of the loops at their second. A step receives the elements of its slice
+  that the step before did not hold, if the slice's centre moved (rounded half away from
+  zero, per tensor axis) as at the step before, a move of zero included; otherwise, at the
+  first step, and when a loop at or above one that drops the tensor advances, the whole
+  slice, and the move is forgotten. Every instance below is filled so; the level above
+  sends them, per instance of its own, those words times, per tile between them, the
+  number of different places where that tile's spatial instances' slices start (equal ones
+  share one send: multicast).
 
 For latency (`reference_timing`) the oracle also records, per link and tensor, the words
 each port moves (`moves`), the link's instances (`links`) and each leaf's steps and reads
@@ -44,6 +56,7 @@ and updates per level (`leaf`).
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 
 from tileflow.specs.workload import Workload
@@ -60,6 +73,25 @@ def _product(loops, chosen: list[int]) -> int:
     return out
 
 
+def _centre_move(before: frozenset, now: frozenset) -> tuple[int, ...] | None:
+    """How far a slice's centre moved per tensor axis, rounded half away from zero (None when
+    it held nothing before; zero when it holds nothing now)."""
+    if not before:
+        return None
+    if not now:
+        return (0,) * len(next(iter(before)))
+
+    def centre(box: frozenset, a: int) -> float:
+        lo, hi = min(e[a] for e in box), max(e[a] for e in box)
+        return (lo + hi) / 2
+
+    out = []
+    for a in range(len(next(iter(before)))):
+        x = centre(now, a) - centre(before, a)
+        out.append(int(math.floor(abs(x) + 0.5)) * (1 if x >= 0 else -1))
+    return tuple(out)
+
+
 class Oracle:
     """Executes one dataflow: `traffic` {(level name, tensor): [fill, read, update]}, `ops`
     {operator: operations}, `footprints` {level name: words}, `rescale` {carried operator:
@@ -68,17 +100,19 @@ class Oracle:
     def __init__(self, w: Workload, level_names: list[str], flow: Dataflow, *,
                  first_touch: frozenset[str] = frozenset(),
                  depths: dict[str, int | None] | None = None, double_buffer: bool = False,
-                 word_bits: int | None = None):
+                 word_bits: int | None = None, timeloop: frozenset[str] = frozenset()):
         """`first_touch`: levels that fill an output element on its first touch too;
         `depths`: each level's default buffering depth (None: unset); `double_buffer`:
         unset depths count as 2 in footprints; `word_bits`: the accelerator's word, against
         which a tensor's own `precision_bits` make its footprints and the words its
-        transfers move (counts stay in elements)."""
+        transfers move (counts stay in elements); `timeloop`: levels whose inputs are filled
+        by Timeloop's delta rule."""
         self.w = w
         self.width = {t: (w.precision_bits.get(t, word_bits) / word_bits if word_bits else 1.0)
                       for t in w.tensors}
         self.flow = flow
         self.first_touch = first_touch
+        self.timeloop = timeloop
         self.depths = depths or {}
         self.double_buffer = double_buffer
         self.names = list(level_names)
@@ -305,6 +339,8 @@ class Oracle:
                 self.links[(name, j, t)] = (chain[j][0], x, y, _product(loops, child_inst),
                                             _product(loops, parent_inst),
                                             self._holder(chain, lower))
+        sampled = {(j, t) for j, _, y, _, _, t in buffers  # Timeloop's rule: counted apart
+                   if t != op.output.tensor and self.names[y] in self.timeloop}
         held = defaultdict(frozenset)  # (j, tensor, child instance) -> elements
         # output elements touched per (boundary, tensor, child instance, epoch): an epoch is
         # a value of the loops that start the tensor afresh
@@ -359,10 +395,12 @@ class Oracle:
                         if self.names[y] not in self.first_touch:
                             new = new & seen[mark]
                         seen[mark] |= want
+                    held[key] = want
+                    if (j, t) in sampled:
+                        new = frozenset()
                     self.traffic[(self.names[y], t)][FILL] += len(new)
                     moves[(y, "w")] += len(new)
                     entering[group] |= new
-                    held[key] = want
                     if not is_out:  # what the link carries, for sibling sharing
                         rec = self.record.setdefault(
                             (name, j, t),
@@ -415,6 +453,9 @@ class Oracle:
                 self.traffic[(self.names[inner[tensor][2]], tensor)][READ] += len(elements)
                 leaf["reads"][inner[tensor][2]] += len(elements) * self.width[tensor]
             previous = now
+        for j, x, y, child_inst, parent_inst, t in buffers:
+            if (j, t) in sampled and not (t in self.home and x < self.home[t]):
+                self._sampled_fills(name, loops, j, x, y, child_inst, parent_inst, t, drops[t])
         for j, x, _y, _child, parent_inst, t in buffers:  # what is still held leaves at the end
             if t != out or (out in self.home and x < self.home[out]):
                 continue
@@ -427,6 +468,54 @@ class Oracle:
             self.traffic[(self.names[x], out)][UPDATE] += sum(len(v) for v in groups.values())
             self.moves[(name, j, out)][(x, "w")] += sum(len(v) for v in groups.values())
         self.ops[name] = ops
+
+    def _sampled_fills(self, name: str, loops, j: int, x: int, y: int, child_inst,
+                       parent_inst, t: str, drops: set[int]) -> None:
+        """Book the link's fills and the parent's reads of input `t` by Timeloop's delta rule
+        (the module's rules)."""
+        live = [n for n, (k, _, _, lp) in enumerate(loops)
+                if k <= j and not lp.spatial and lp.factor > 1]
+        one = 0
+        before, last = None, None
+        for values in itertools.product((0, 1), repeat=len(live)):
+            weight = math.prod(loops[n][3].factor - 1
+                               for n, v in zip(live, values, strict=True) if v)
+            at = dict.fromkeys(range(len(loops)), 0) | dict(zip(live, values, strict=True))
+            now = self._slice(name, t, loops, at, j)
+            advanced = max((k for k, v in enumerate(values) if v), default=-1)
+            if before is None or (advanced >= 0 and any(
+                    self._dropping(loops[n], j, drops) for n in live[advanced:])):
+                delta, last = len(now), None
+            else:
+                move = _centre_move(before, now)
+                if last is None or move == last:
+                    delta, last = len(now - before), move
+                else:
+                    delta, last = len(now), None
+            one += weight * delta
+            before = now
+        access = self.w.op_by_name[name].access(t)
+        sends = one
+        for depth in sorted({loops[n][0] for n in child_inst if n not in parent_inst}):
+            stage = [n for n in child_inst if loops[n][0] == depth and n not in parent_inst]
+            starts = set()
+            for svals in itertools.product(*(range(loops[n][3].factor) for n in stage)):
+                moved = defaultdict(int)
+                for n, v in zip(stage, svals, strict=True):
+                    _, p, i, lp = loops[n]
+                    moved[lp.dim] += v * self.stride[(p, i)]
+                starts.add(tuple(sum(c * moved[d] for d, c in axis.terms)
+                                 for axis in access.axes))
+            sends *= len(starts)
+        fills = _product(loops, child_inst) * one
+        reads = _product(loops, parent_inst) * sends
+        self.traffic[(self.names[y], t)][FILL] += fills
+        self.traffic[(self.names[x], t)][READ] += reads
+        self.moves[(name, j, t)][(y, "w")] += fills
+        self.moves[(name, j, t)][(x, "r")] += reads
+        rec = self.record[(name, j, t)]
+        rec["x"] += reads
+        rec["y"] += fills
 
     def _runs(self, chain) -> list[tuple[int, int, int]]:
         """(first path position, last path position, level index) of each run of

@@ -1,8 +1,9 @@
-"""Bypass, buffering depth, first-touch fills and per-tensor precision: the model agrees
-with the enumerating oracle (`reference_sim`, `reference_timing`, `reference_checks`, built
-from docs/mechanisms.md) on counts, footprints, violations, energy and cycles under every
-overlap convention, on random small trees with the mechanisms switched on at random:
-exactly, but for the two rare count approximations named in the test."""
+"""Bypass, buffering depth, first-touch fills, per-tensor precision and Timeloop's delta
+rule: the model agrees with the enumerating oracle (`reference_sim`, `reference_timing`,
+`reference_checks`, built from docs/mechanisms.md) on counts, footprints, violations,
+energy and cycles under every overlap convention, on random small trees with the
+mechanisms switched on at random: exactly, but for the two rare count approximations named
+in the test."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Tile, map_tiles, render, tile, walk
 
 NAMES = [lv.name for lv in ARCH.levels]
-MECHANISMS = ("bypass", "buffering", "first touch", "precision", "all")
+MECHANISMS = ("bypass", "buffering", "first touch", "precision", "timeloop deltas", "all")
 
 
 def oracle_for(w: Workload, arch: Architecture, flow: Dataflow,
@@ -34,7 +35,8 @@ def oracle_for(w: Workload, arch: Architecture, flow: Dataflow,
     return Oracle(w, [lv.name for lv in arch.levels], flow,
                   first_touch=frozenset(lv.name for lv in arch.levels if lv.first_touch_fills),
                   depths={lv.name: lv.buffering for lv in arch.levels},
-                  double_buffer=double_buffer, word_bits=arch.word_bytes * 8)
+                  double_buffer=double_buffer, word_bits=arch.word_bytes * 8,
+                  timeloop=frozenset(lv.name for lv in arch.levels if lv.deltas == "timeloop"))
 
 
 def with_precision(w: Workload, rng: random.Random) -> Workload:
@@ -71,6 +73,10 @@ def with_mechanisms(w: Workload, flow: Dataflow, chosen: set[str], rng: random.R
     if "first touch" in chosen:
         arch = replace(arch, levels=tuple(
             replace(lv, first_touch_fills=i > 0 and rng.random() < 0.5)
+            for i, lv in enumerate(arch.levels)))
+    if "timeloop deltas" in chosen:
+        arch = replace(arch, levels=tuple(
+            replace(lv, deltas="timeloop" if i > 0 and rng.random() < 0.7 else "exact")
             for i, lv in enumerate(arch.levels)))
     if "bypass" in chosen:
         def skip(path: str, t: Tile) -> Tile:
@@ -129,7 +135,7 @@ def test_mechanisms_match_the_oracle(case: str, mechanism: str) -> None:
     @SETTINGS
     @given(trees(w), st.integers(0, 2**31))
     def check(flow: Dataflow, seed: int) -> None:
-        chosen = set(MECHANISMS[:4]) if mechanism == "all" else {mechanism}
+        chosen = set(MECHANISMS[:5]) if mechanism == "all" else {mechanism}
         rng = random.Random(seed)
         flow, arch, double = with_mechanisms(w, flow, chosen, rng)
         _agree(with_precision(w, rng) if "precision" in chosen else w, flow, arch, double,
