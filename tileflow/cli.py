@@ -273,9 +273,9 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     """A named baseline with the builder's factors (or the --tile sizes); with `fit`, its
     factors fitted by the tile search under the baseline's own rule (`compare`). An error of
     fit (the workload's shape) names the workload file."""
-    from tileflow.analysis.prepare import prepare
-    from tileflow.analysis.workbound import check_enumeration
     from tileflow.dataflows import build
+    from tileflow.evaluator.structure import structure_of
+    from tileflow.evaluator.workbound import check_enumeration
 
     try:
         flow = build(name, workload, arch, tiles)
@@ -285,7 +285,7 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
             fit_baseline,  # the tile search: only for `compare`
         )
 
-        check_enumeration(prepare(workload, arch, flow))  # sizes the search cannot afford
+        check_enumeration(structure_of(workload, arch, flow))  # sizes the search cannot afford
         return fit_baseline(name, workload, arch)
     except InputError as exc:
         if exc.source or not workload.source:
@@ -294,13 +294,14 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
 
 
 def _evaluate(flow, workload, arch, **kw):
-    from tileflow.analysis.prepare import InvalidDataflow, prepare
-    from tileflow.analysis.workbound import check_enumeration
+    from tileflow.analysis.tree_checks import InvalidDataflow
     from tileflow.cost import evaluate
+    from tileflow.evaluator.structure import structure_of
+    from tileflow.evaluator.workbound import check_enumeration
     from tileflow.specs.dataflow import locate
 
     try:
-        check_enumeration(prepare(workload, arch, flow))
+        check_enumeration(structure_of(workload, arch, flow))
         result = evaluate(workload, arch, flow, **kw)
     except InvalidDataflow as exc:
         located = locate(exc, flow)
@@ -308,7 +309,7 @@ def _evaluate(flow, workload, arch, **kw):
         where = located.where if flow.source else located.where or workload.place("ops")
         raise InputError(f"invalid dataflow '{flow.name}': {located.message}",
                          source, where) from None
-    except InputError as exc:  # a size bound of the model (tileflow.analysis.workbound)
+    except InputError as exc:  # a size bound of the model (tileflow.evaluator.workbound)
         if exc.source:
             raise
         if flow.source:

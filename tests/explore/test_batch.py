@@ -511,9 +511,8 @@ def test_the_search_refuses_the_trees_the_command_line_refuses(inner, refused):
     along m are sums over 10,008 steps, more than the 8,192 the command line enumerates:
     the batch marks the row invalid ('enumeration': 10,008 - 8,192). m:10007 over m:1
     tiles m exactly (closed forms): valid, as the command line agrees."""
-    from tileflow.analysis.prepare import prepare
-    from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS, check_enumeration
     from tileflow.errors import InputError
+    from tileflow.evaluator.workbound import MAX_ENUMERATED_STEPS, check_enumeration
     from tileflow.tree import tile
 
     w = workload(GEMM, m=10007, n=2, k=2)
@@ -524,8 +523,9 @@ def test_the_search_refuses_the_trees_the_command_line_refuses(inner, refused):
     said = result.violations.get("enumeration", np.zeros(1))[0]
     if refused:
         assert not result.valid[0] and said == 5004 * 2 - MAX_ENUMERATED_STEPS
-        with pytest.raises(InputError, match="10,008 steps"):
-            check_enumeration(prepare(w, TIMED, flow))
+        with pytest.raises(InputError, match="10,008 steps") as raised:
+            check_enumeration(structure)
+        assert raised.value.where == "tile (root)"  # the loop of 5,004 iterations
     else:
         assert said == 0
-        check_enumeration(prepare(w, TIMED, flow))
+        check_enumeration(structure)

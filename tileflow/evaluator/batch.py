@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tileflow.analysis.workbound import MAX_ENUMERATED_STEPS
 from tileflow.evaluator import carried
 from tileflow.evaluator.compiled import Compiled
-from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary, exact_dims
+from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_boundary
 from tileflow.evaluator.lattice import GRID_PER_ROW, MAX_GRID_CELLS, GridTooLarge
 from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints, footprints_by_tensor
@@ -24,6 +23,7 @@ from tileflow.evaluator.static_energy import BLOCK_SLACK
 from tileflow.evaluator.step_pipeline import lockstep_cycles, tensor_dims, transfer_time
 from tileflow.evaluator.structure import Structure
 from tileflow.evaluator.violations import Records
+from tileflow.evaluator.workbound import MAX_ENUMERATED_STEPS, enumerated_steps
 from tileflow.specs.arch import Architecture
 from tileflow.tree import ROOT, Op, Tile, child_path
 
@@ -153,7 +153,7 @@ def _evaluate(c: Compiled, full: np.ndarray, trace: Trace | None = None) -> Batc
     if recorder is not None:  # (the enumeration bound below is not a record)
         trace.records = recorder.records()
         violations.recorder = None
-    violations.add("enumeration", _enumerated_steps(r), MAX_ENUMERATED_STEPS)
+    violations.add("enumeration", enumerated_steps(r), MAX_ENUMERATED_STEPS)
     arch = c.arch
     energy = np.zeros(rows)
     for (level, kind), words in tally.words.items():
@@ -202,22 +202,6 @@ def _whole_block_energy(r: Rows, tally: Tally) -> np.ndarray:
         charged = np.where(words > 0, instances * blocks * lv.block_words, 0.0)
         energy = energy + charged * _per_word(lv, kind)
     return energy
-
-
-def _enumerated_steps(r: Rows) -> np.ndarray:
-    """Per row, the most steps of the loops along one tensor axis that the tiles do not
-    cover exactly (`analysis.workbound`): a row above MAX_ENUMERATED_STEPS is a tree the
-    command line refuses (`check_enumeration`, before evaluating), so the search must not
-    pick it."""
-    most = np.zeros(r.count)
-    for name, dims, moving, plain in r.c.enumerated_axes:
-        path = r.c.paths[name]
-        steps = r.prod(path, moving)
-        if plain:
-            exact = exact_dims(r, path)
-            steps = np.where(np.all([exact[d] for d in dims], axis=0), 0, steps)
-        most = np.maximum(most, steps)
-    return most
 
 
 def instances_in_use(r: Rows, paths, level: int) -> np.ndarray:

@@ -79,7 +79,7 @@ class Path:
 
 class EnumeratedAxis(NamedTuple):
     """A tensor axis of an operator with loops along it, whose counts are sums over those
-    loops' steps where the tiles do not cover it exactly (`analysis.workbound`)."""
+    loops' steps where the tiles do not cover it exactly (`workbound`)."""
 
     op: str
     dims: tuple[str, ...]

@@ -94,8 +94,8 @@ def ap_length_sum(start: np.ndarray, step: np.ndarray, count: np.ndarray, extent
 
 
 # Combinations one row may enumerate (a clipped or windowed sum over loop steps): beyond it
-# the row is refused, as the command line refuses such a tree (analysis.workbound)
-MAX_GRID_PER_ROW = 2**13  # = analysis.workbound.MAX_ENUMERATED_STEPS
+# the row is refused, as the command line refuses such a tree (evaluator.workbound)
+MAX_GRID_PER_ROW = 2**13  # = workbound.MAX_ENUMERATED_STEPS
 MAX_GRID_CELLS = 2**22  # rows x combinations of one grid: larger batches are split
 # the combinations one row may enumerate here, where not MAX_GRID_PER_ROW: the records of
 # one row (`tileflow evaluate` counts any tree the command line takes) go to a grid's cells

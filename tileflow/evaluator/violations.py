@@ -10,7 +10,7 @@ arrays at that row; only the words around them are built here.
 
 One difference is kept on purpose: the engine's 'enumeration' amount (a tree whose counts
 would enumerate too many steps) is not a record: the command line refuses such a tree
-before evaluating (`analysis.workbound.check_enumeration`)."""
+before evaluating (`workbound.check_enumeration`)."""
 
 from __future__ import annotations
 
