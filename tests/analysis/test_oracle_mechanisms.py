@@ -20,6 +20,7 @@ from reference_sim import Oracle
 from reference_timing import OVERLAPS, Timing, energy
 from trees import ARCH, trees
 
+from tests.analysis.test_oracle_timing import assert_tiles
 from tileflow.analysis.prepare import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture
@@ -113,9 +114,10 @@ def _agree(w: Workload, flow: Dataflow, arch: Architecture, double: bool, tally:
         timing = Timing(oracle, arch, overlap, double)
         if overlap == "lockstep" and timing.idle_overhead:
             continue
-        cycles = evaluate(w, arch, flow, overlap=overlap, double_buffer=double).cycles
-        assert math.isclose(cycles, timing.cycles, rel_tol=1e-9), (
-            f"{overlap}: model {cycles} oracle {timing.cycles}\n{shown}\n{timing.tiles}")
+        timed = evaluate(w, arch, flow, overlap=overlap, double_buffer=double)
+        assert math.isclose(timed.cycles, timing.cycles, rel_tol=1e-9), (
+            f"{overlap}: model {timed.cycles} oracle {timing.cycles}\n{shown}\n{timing.tiles}")
+        assert_tiles(timed, timing, overlap, shown)
         tally[overlap] += 1
 
 

@@ -142,15 +142,33 @@ def _agree(w, arch: Architecture, flow: Dataflow, tally: dict) -> None:
     tally["energy"] += 1
     for overlap in OVERLAPS:
         timing = Timing(oracle, arch, overlap)
-        cycles = evaluate(w, arch, flow, overlap=overlap).cycles
+        timed = evaluate(w, arch, flow, overlap=overlap)
         if overlap == "lockstep" and timing.idle_overhead:
             # see test_lock_step_overhead_on_a_step_...
             tally["idle overhead"] = tally.get("idle overhead", 0) + 1
             continue
-        assert math.isclose(cycles, timing.cycles, rel_tol=1e-9), (
-            f"{overlap}: model {cycles} oracle {timing.cycles}\n{render(flow.root)}\n"
+        assert math.isclose(timed.cycles, timing.cycles, rel_tol=1e-9), (
+            f"{overlap}: model {timed.cycles} oracle {timing.cycles}\n{render(flow.root)}\n"
             f"oracle tiles (load, inner, store, cycles): {timing.tiles}")
+        assert_tiles(timed, timing, overlap, render(flow.root))
         tally[overlap] += 1
+
+
+def assert_tiles(result, timing: Timing, overlap: str, shown: str) -> None:
+    """The per-tile latency records equal the oracle's tile by tile: the loads, the
+    children and the stores alone, and the tile's cycles (the root's apart: its total is the
+    run's, one-instance ports included). Under lock step only the children and the cycles:
+    its loads and stores are each summed over the steps in another way."""
+    assert {n.path for n in result.latency_breakdown} == set(timing.tiles), shown
+    for node in result.latency_breakdown:
+        load, inner, store, cycles = timing.tiles[node.path]
+        mine = [(node.inner_cycles, inner)]
+        if overlap != "lockstep":
+            mine += [(node.load_cycles, load), (node.store_cycles, store)]
+        if node.path != "root":
+            mine.append((node.cycles, cycles))
+        assert all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) for a, b in mine), (
+            overlap, node, timing.tiles[node.path], shown)
 
 
 @pytest.mark.parametrize("case", CASES)
