@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tileflow.analysis.movement import AxisRec
-from tileflow.evaluator.lattice import I64, VDim, VLoop, ap_clip_sum
+from tileflow.evaluator.lattice import I64, VDim, VLoop, ap_clip_sum, progression
 from tileflow.evaluator.sums import grid_overlap, grid_volume
 from tileflow.evaluator.windows import piecewise_sum, window_overlap, window_volume
 
@@ -17,9 +17,30 @@ SMALL = st.integers(-20, 20)
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(SMALL, st.integers(1, 7), st.integers(0, 12), st.integers(1, 15))
 def test_clamped_progression_sum(start: int, step: int, count: int, size: int) -> None:
+    """The closed form against the sum itself, for one row (Python's integers) and for
+    several rows at once (NumPy's arrays)."""
     expected = sum(min(max(start + k * step, 0), size) for k in range(count))
     got = ap_clip_sum(np.array([start]), np.array([step]), np.array([count]), size)
-    assert got[0] == expected
+    assert got.tolist() == [expected]
+    rows = ap_clip_sum(np.array([start, 0]), np.array([step, 1]), np.array([count, 0]), size)
+    assert rows.tolist() == [expected, 0]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 12)), min_size=2, max_size=4))
+def test_progression_of_one_row_and_of_many(loops) -> None:
+    """Whether loops' offsets form one progression, with its step and count: the same for a
+    row alone and among other rows, and the progression is what the loops enumerate."""
+    one = [VLoop("d", np.array([n]), np.array([s])) for n, s in loops]
+    two = [VLoop("d", np.array([n, 1]), np.array([s, 1])) for n, s in loops]
+    step, count, ok = progression(one, 1)
+    steps, counts, oks = progression(two, 2)
+    assert (step[0], count[0], ok[0]) == (steps[0], counts[0], oks[0])
+    offsets = {0}
+    for n, s in loops:
+        offsets = {o + k * s for o in offsets for k in range(n)}
+    if ok[0]:
+        assert sorted(offsets) == [k * step[0] for k in range(count[0])]
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

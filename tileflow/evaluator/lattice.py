@@ -79,9 +79,21 @@ def floor_at_cut(dlo, x_base, rec: VDim, slide, expand):
 def ap_clip_sum(start: np.ndarray, step: np.ndarray, count: np.ndarray,
                 size: int) -> np.ndarray:
     """sum_{k < count} clamp(start + k * step, 0, size), for step >= 1, in closed form."""
+    if np.shape(start) == np.shape(step) == np.shape(count) == (1,):  # one row: Python ints
+        return np.array([_ap_clip_one(int(start[0]), int(step[0]), int(count[0]), size)],
+                        dtype=I64)
     below = clamp(np.floor_divide(-start, step) + 1, 0, count)  # terms <= 0
     inside = clamp(-np.floor_divide(start - size, step), 0, count)  # terms < size
     inside = np.maximum(inside, below)
+    linear = (inside - below) * start + step * ((inside * (inside - 1)) // 2
+                                                - (below * (below - 1)) // 2)
+    return linear + (count - inside) * size
+
+
+def _ap_clip_one(start: int, step: int, count: int, size: int) -> int:
+    """`ap_clip_sum` of one row."""
+    below = min(max(-start // step + 1, 0), count)
+    inside = max(min(max(-((start - size) // step), 0), count), below)
     linear = (inside - below) * start + step * ((inside * (inside - 1)) // 2
                                                 - (below * (below - 1)) // 2)
     return linear + (count - inside) * size
@@ -258,6 +270,8 @@ def progression(sub: Sequence[VLoop], rows: int):
         return one, one, np.ones(rows, dtype=bool)
     if len(sub) == 1:
         return sub[0].stride, sub[0].n, np.ones(rows, dtype=bool)
+    if rows == 1:
+        return _progression_one(sub)
     n = np.stack([lp.n for lp in sub])
     s = np.stack([lp.stride for lp in sub])
     key = np.where(n > 1, s, np.iinfo(I64).max)
@@ -271,6 +285,21 @@ def progression(sub: Sequence[VLoop], rows: int):
         ok &= (n[k] == 1) | (s[k] == span)
         span = span * n[k]
     return step, n.prod(axis=0), ok
+
+
+def _progression_one(sub: Sequence[VLoop]):
+    """`progression` of one row."""
+    loops = sorted(((int(lp.n[0]), int(lp.stride[0])) for lp in sub),
+                   key=lambda ns: ns[1] if ns[0] > 1 else np.iinfo(I64).max)
+    n0, s0 = loops[0]
+    step = s0 if n0 > 1 else 1
+    span, ok, count = step * n0, True, n0
+    for n, stride in loops[1:]:
+        ok = ok and (n == 1 or stride == span)
+        span *= n
+        count *= n
+    return (np.array([step], dtype=I64), np.array([count], dtype=I64),
+            np.array([ok], dtype=bool))
 
 
 def lattice_sum(loops: Sequence[VLoop], start: np.ndarray, rows: int, term) -> np.ndarray:
