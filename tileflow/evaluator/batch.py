@@ -18,6 +18,7 @@ from tileflow.evaluator.engine import FILL, READ, UPDATE, Rows, Tally, count_bou
 from tileflow.evaluator.lattice import GRID_PER_ROW, MAX_GRID_CELLS, GridTooLarge
 from tileflow.evaluator.leaf import leaf_counts
 from tileflow.evaluator.limits import Violations, check, footprints, footprints_by_tensor
+from tileflow.evaluator.overlap import CONVENTIONS, Phases
 from tileflow.evaluator.shared_inputs import served_masks
 from tileflow.evaluator.static_energy import BLOCK_SLACK
 from tileflow.evaluator.step_pipeline import lockstep_cycles, tensor_dims, transfer_time
@@ -240,15 +241,13 @@ def _leakage(r: Rows) -> np.ndarray:
 
 def tree_cycles(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = None,
                 arch: Architecture | None = None) -> np.ndarray:
-    """`scalar_model._latency` for every row, under the accelerator's overlap convention:
-    `fill-drain` adds each tile's first load and last store (one step's worth) to its
-    slowest phase; `perfect` hides them, a tile takes its slowest phase; `lockstep` sums
-    the tile's steps slot by slot, each transfer on the steps where its slice changes
-    (`tileflow.evaluator.step_pipeline`). `arch`: the structure's, or one of other timings
-    (`retime`). `r` needs only `c`, `n` and `count`."""
+    """`scalar_model._latency` for every row: each tile's phases (its loads, children and
+    stores) combined by the accelerator's overlap convention (`evaluator.overlap`, one
+    module each). `arch`: the structure's, or one of other timings (`retime`). `r` needs
+    only `c`, `n` and `count`."""
     c = r.c
     arch = arch or c.arch
-    fill_drain = arch.overlap == "fill-drain"
+    tile_cycles = CONVENTIONS[arch.overlap]
     dims = tensor_dims(c.workload) if arch.overlap == "lockstep" else {}
 
     def leaf(op: str) -> np.ndarray:
@@ -292,33 +291,22 @@ def tree_cycles(r: Rows, tally: Tally, leaves, rescale, trace: Trace | None = No
         # single-buffered tensors' transfers in series with the children
         serial = transfer_time(arch, tally.serial_loads.get(path), steps)[0] + \
             transfer_time(arch, tally.serial_stores.get(path), steps)[0]
-        cycles = np.maximum(np.maximum(inner + serial, load), store)
-        moving = (load != 0) | (store != 0)
-        if dims:
+
+        def lock() -> np.ndarray:
             def factor(i: int) -> np.ndarray:
                 return r.n[c.slot_of[(path, i)]]
 
-            steps_run = np.broadcast_to(steps, (r.count,))
-            lock = lockstep_cycles(arch, tile, dims, tally.tensor_loads.get(path, {}),
+            return lockstep_cycles(arch, tile, dims, tally.tensor_loads.get(path, {}),
                                    tally.tensor_stores.get(path, {}),
-                                   np.broadcast_to(inner, (r.count,)), steps_run, factor,
+                                   np.broadcast_to(inner, (r.count,)),
+                                   np.broadcast_to(steps, (r.count,)), factor,
                                    tally.tensor_serial_loads.get(path, {}),
                                    tally.tensor_serial_stores.get(path, {}))
-            if trace is not None:
-                record(path, load, inner, store, serial,
-                       np.where(moving, lock - cycles + latency, 0.0))
-            return np.where(moving, lock + latency, cycles)
-        if not fill_drain:
-            if trace is not None:
-                record(path, load, inner, store, serial, 0.0)
-            return cycles
-        overlap = (load + inner + store - cycles) / steps + latency
-        if trace is not None:
-            record(path, load, inner, store, serial, np.where(moving, overlap, 0.0))
-        return np.where(moving, cycles + overlap, cycles)
 
-    def record(path: str, *phases) -> None:
-        trace.nodes[path] = NodeTimes(*phases)
+        cycles, extra = tile_cycles(Phases(load, inner, store, serial, latency, steps, lock))
+        if trace is not None:
+            trace.nodes[path] = NodeTimes(load, inner, store, serial, extra)
+        return cycles
 
     cycles = node(ROOT, c.flow.root, np.ones(r.count, dtype=np.int64))
     # children running at once share a one-instance level's port: its total bounds the cycles
