@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from tileflow.analysis.prepare import prepare
 from tileflow.kernels.c_source import generate_c
 from tileflow.kernels.inner_loops import features, inner_loops, kernel_features
 from tileflow.kernels.nest import analyse
@@ -26,10 +25,10 @@ def flow(gemm1: str, gemm2: str) -> Dataflow:
 
 
 def test_innermost_loops_and_their_starts():
-    loops = {x.op: x for x in inner_loops(prepare(W, ARCH, flow("k:8 l:16", "n:8 l:16")), {})}
+    loops = {x.op: x for x in inner_loops(analyse(W, ARCH, flow("k:8 l:16", "n:8 l:16")), {})}
     assert (loops["gemm1"].dim, loops["gemm1"].trip, loops["gemm1"].reduction) == ("l", 16, False)
     assert (loops["gemm2"].dim, loops["gemm2"].trip, loops["gemm2"].reduction) == ("l", 16, True)
-    f = features(prepare(W, ARCH, flow("k:8 l:16", "n:8 l:16")), {})
+    f = features(analyse(W, ARCH, flow("k:8 l:16", "n:8 l:16")), {})
     # nothing vectorised: gemm1's independent iterations are scalar, gemm2's add chain
     assert f == {"simd_work": 0, "scalar_work": OPS, "chain_work": OPS,
                  "loop_starts": OPS / 16 + OPS / 16}
@@ -37,7 +36,7 @@ def test_innermost_loops_and_their_starts():
 
 @pytest.mark.parametrize("trip, words, simd", [(16, 6, 12 / 16), (16, 16, 1.0), (8, 16, 0.0)])
 def test_iterations_past_the_last_whole_vector_are_scalar_or_chained(trip, words, simd):
-    f = features(prepare(W, ARCH, flow("k:8 l:16", "n:8 l:16")),
+    f = features(analyse(W, ARCH, flow("k:8 l:16", "n:8 l:16")),
                  {"gemm1": (trip, words), "gemm2": (trip, words)})
     assert f["simd_work"] == pytest.approx(2 * OPS * simd)
     assert f["scalar_work"] == pytest.approx(OPS * (1 - simd))  # gemm1

@@ -120,7 +120,7 @@ def thread_features(nest) -> dict[str, float]:
     an operator spread over threads runs its work in warps of 32 (the SIMD kind, full warps
     only), one computed by a single thread runs it in scalar or reduction-chain iterations."""
     simd = {op: (n, WARP) for op, n in op_threads(nest).items() if n > 1}
-    return inner_features(nest.plan, simd)
+    return inner_features(nest, simd)
 
 
 def _data(w: Workload, folder: Path, seed: int) -> None:

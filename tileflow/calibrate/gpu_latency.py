@@ -68,7 +68,7 @@ def op_threads(nest) -> dict[str, int]:
     """Threads each operator's statement is spread over: the product of the spatial loops,
     at or below the SMs, of the one-operator tiles on its path (the generator's thread
     loops); 1 where one thread of the block computes it."""
-    arch, w = nest.plan.arch, nest.workload
+    arch, w = nest.arch, nest.workload
     out = {op.name: 1 for op in w.ops}
 
     def walk(tile: Tile, product: int) -> None:
@@ -85,7 +85,7 @@ def op_threads(nest) -> dict[str, int]:
             if isinstance(child, Tile):
                 walk(child, product)
 
-    walk(nest.plan.flow.root, 1)
+    walk(nest.root, 1)
     return out
 
 
@@ -93,18 +93,18 @@ def kernel_features(nest: Nest, stage_inputs: bool = True,
                     tensor_cores: bool = True) -> dict[str, float]:
     """The counts of the module docstring for one analysed dataflow, for the kernels
     `generate_cuda(nest, stage_inputs=..., tensor_cores=...)` makes of it."""
-    arch, w = nest.plan.arch, nest.workload
+    arch, w = nest.arch, nest.workload
     sms = arch.levels[nest.core_level].fanout
     gen = CudaGenerator(nest, "f", stage_inputs, tensor_cores)
     source = gen.build()
     stage_launches = [la for la in source.launches if "_stage" in la.name]
-    stages = _stages(nest.plan.flow)
+    stages = _stages(nest.flow)
     launch_of: dict[str, object] = {}
     for stage, la in zip(stages, stage_launches, strict=True):
         for op in ops_under(stage):
             launch_of[op] = la
     shared = {t for t, b in gen.buffers.items() if b.local and t not in gen.scratch}
-    leaves = leaf_work(w, arch, nest.plan.flow)
+    leaves = leaf_work(w, arch, nest.flow)
     threads = op_threads(nest)
     out = dict.fromkeys((*COLUMNS, *TRAFFIC_COLUMNS, STAGED), 0.0)
     out[STAGED] = float(gen.staged_count)

@@ -173,7 +173,7 @@ class CGenerator:
         self.nest, self.w, self.threads = nest, nest.workload, threads
         self.registers = registers
         self.acc_bases: dict[str, dict[str, str]] = {}  # accumulator -> bases at its start
-        arch = nest.plan.arch
+        arch = nest.arch
         self.simd_words = max(arch.vector.parallelism, 1)  # the host's SIMD width (words)
         self.lines: list[str] = []
         self.counter = 0
@@ -201,7 +201,7 @@ class CGenerator:
             if op.accumulates and t not in self.buffers:
                 self.emit(_fill(t, w.shapes[t], INIT[op.update]), 1)
                 scope.init_depth[t] = 0
-        self.tile(ROOT, self.nest.plan.flow.root, scope, 1)
+        self.tile(ROOT, self.nest.root, scope, 1)
         body = self.lines[body_start:]
         head = [f"void {ENTRY}(float **args, int nthreads) {{",
                 "    omp_set_num_threads(nthreads > 0 ? nthreads : 1);"]
@@ -224,7 +224,7 @@ class CGenerator:
     def tile(self, path: str, tile: Tile, scope: CScope, depth: int) -> None:
         scope = scope.copy()
         closers: list[_Accumulator | None] = []
-        level = self.nest.plan.arch.level_index[tile.level]
+        level = self.nest.arch.level_index[tile.level]
         below_reductions = self.nest.reduction_dims_below(tile)
         ops_below = _ops(tile)
         plan = (self.register_tile(path, tile, scope)
@@ -358,7 +358,7 @@ class CGenerator:
             return None  # a loop over another dim computes the statement once: keep it plain
         chain = []
         node, p, max_base = tile, path, dict(scope.max_base)
-        arch = self.nest.plan.arch
+        arch = self.nest.arch
         while True:
             level = arch.level_index[node.level]
             for j, lp in enumerate(node.loops):
@@ -443,11 +443,10 @@ class CGenerator:
         depth0 = depth
         index = []
         shape = self.w.shapes[t]
-        path = self.nest.plan.paths[producer.name]
         lca_depth = node_depth(b.lca)
         for axis, (d, o) in enumerate(zip(b.origin_dims, origins, strict=True)):
             v = self.fresh("z")
-            ext = path.extent_below(lca_depth, d)
+            ext = self.nest.extent_below(producer.name, lca_depth, d)
             self.emit(f"for (int {v} = TF_MAX(0, {o}); {v} < TF_MIN({shape[axis]}, {o} + {ext});"
                       f" ++{v})", depth)
             depth += 1

@@ -108,7 +108,7 @@ def mma_plan(gen, path: str, tile: Tile, scope: CScope) -> MmaPlan | None:
         return None
     if any(nest.shift(op.name, d) or gen.loose(op, d, scope) for d in op.dims):
         return None
-    extent_of = nest.plan.paths[op.name].extents_from[node_depth(path)]
+    extent_of = nest.extents_from(op.name, node_depth(path))
     stepping = [d for d in op.dims if extent_of.get(d, 1) > 1]
     reductions = [d for d in stepping if d in op.reduction_dims]
     outputs = [d for d in stepping if d not in op.reduction_dims]

@@ -106,7 +106,7 @@ class CudaGenerator(CGenerator):
     def build(self) -> CudaSource:
         w = self.w
         tensors = tuple(t for t in w.tensors if t not in self.local)
-        root = self.nest.plan.flow.root
+        root = self.nest.root
         stages: list[tuple[str, Tile]] = [(ROOT, root)]
         if not root.loops and len(root.children) > 1 and all(
                 isinstance(c, Tile) for c in root.children):
@@ -173,7 +173,7 @@ class CudaGenerator(CGenerator):
              covers: set[str] | None = None) -> None:
         scope = scope.copy()
         opened = 0
-        level = self.nest.plan.arch.level_index[tile.level]
+        level = self.nest.arch.level_index[tile.level]
         below = set(ops_under(tile))
         reductions = self.nest.reduction_dims_below(tile)
         staged = self._stage_inputs(path, tile, scope, depth)
@@ -271,7 +271,7 @@ class CudaGenerator(CGenerator):
         """The operator of `tile` where it is the first SM-level tile on that operator's path
         (one operator below, no thread loop open yet, not inside a register tile): the tile
         whose input tiles may be staged in shared memory and that may run on tensor cores."""
-        level = self.nest.plan.arch.level_index[tile.level]
+        level = self.nest.arch.level_index[tile.level]
         below = list(ops_under(tile))
         if (level != self.nest.core_level or len(below) != 1 or scope.threads
                 or self._parent_level >= self.nest.core_level or self._acc is not None):
@@ -289,7 +289,7 @@ class CudaGenerator(CGenerator):
         if not self.stage_inputs or not self.grid or op is None:
             return []
         position = node_depth(path)
-        extent_of = self.nest.plan.paths[op.name].extents_from[position]
+        extent_of = self.nest.extents_from(op.name, position)
         staged = []
         for a in op.inputs:
             t = a.tensor
@@ -376,7 +376,7 @@ class CudaGenerator(CGenerator):
         """Threads the loops of a one-operator chain of tiles spread over (from `tile` down)."""
         total, node = 1, tile
         while isinstance(node, Tile):
-            level = self.nest.plan.arch.level_index[node.level]
+            level = self.nest.arch.level_index[node.level]
             reductions = self.nest.reduction_dims_below(node)
             total *= math.prod(lp.factor for lp in node.loops if lp.spatial and lp.factor > 1
                                and lp.dim not in reductions and level >= self.nest.core_level)

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tileflow.analysis.prepare import Plan
 from tileflow.cost.explain import leaf_work
+from tileflow.kernels.nest import Nest
 
 KINDS = ("simd", "scalar", "chain")
 COLUMNS = (*(f"{k}_work" for k in KINDS), "loop_starts")
@@ -51,41 +51,41 @@ class InnerLoop:
         return out
 
 
-def inner_loops(plan: Plan, simd: Mapping[str, tuple[int, int]]) -> list[InnerLoop]:
+def inner_loops(nest: Nest, simd: Mapping[str, tuple[int, int]]) -> list[InnerLoop]:
     """The innermost loop of every operator of an analysed dataflow; `simd`: per operator
     whose statement is in a vectorised loop, (that loop's trip count, its vector's words)."""
-    arch, w = plan.arch, plan.workload
-    leaves = leaf_work(w, arch, plan.flow)
+    arch, w = nest.arch, nest.workload
+    leaves = leaf_work(w, arch, nest.flow)
     out = []
     for op in w.ops:
         leaf = leaves[op.name]
         weight = 1.0 if op.unit == "matrix" else arch.unit(op.unit).cycles(op.function)
-        loops = [lp for lp in plan.paths[op.name].loops if lp.n > 1]
-        dim, trip = (loops[-1].dim, loops[-1].n) if loops else ("", 1)
+        loops = nest.loops(op.name)
+        dim, trip = loops[-1] if loops else ("", 1)
         simd_trip, words = simd.get(op.name, (0, 0))
         out.append(InnerLoop(op.name, dim, trip, dim in op.reduction_dims, leaf.ops * weight,
                              leaf.ops / trip, simd_trip, words))
     return out
 
 
-def features(plan: Plan, simd: Mapping[str, tuple[int, int]]) -> dict[str, float]:
+def features(nest: Nest, simd: Mapping[str, tuple[int, int]]) -> dict[str, float]:
     """Per kernel: the work in SIMD, scalar and chained iterations (`simd_work`,
     `scalar_work`, `chain_work`) and how often innermost loops start (`loop_starts`)."""
     out = dict.fromkeys(COLUMNS, 0.0)
-    for loop in inner_loops(plan, simd):
+    for loop in inner_loops(nest, simd):
         for k, v in loop.split().items():
             out[f"{k}_work"] += v
         out["loop_starts"] += loop.starts
     return out
 
 
-def kernel_features(nest, style: str = "registers") -> dict[str, float]:
+def kernel_features(nest: Nest, style: str = "registers") -> dict[str, float]:
     """`features` of an analysed dataflow's single-threaded C kernel (of the generator's
     `style`), with the loops the compiler vectorises in it."""
     from tileflow.kernels.c_source import generate_c
     from tileflow.kernels.vectorised import simd_loops
 
-    return features(nest.plan, simd_loops(generate_c(nest, threads=False, style=style).text))
+    return features(nest, simd_loops(generate_c(nest, threads=False, style=style).text))
 
 
 def add_columns(frame, arch, style: str = "registers"):
