@@ -6,8 +6,8 @@ import math
 
 from ruamel.yaml import YAML
 from scalar_model import evaluate_plan
+from scalar_prepare import prepare
 
-from tileflow.analysis.prepare import prepare
 from tileflow.cost.result import Result
 from tileflow.specs.arch import Architecture, ComputeUnit, Level
 from tileflow.specs.workload import Workload, parse_workload

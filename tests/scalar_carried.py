@@ -12,7 +12,7 @@ from tileflow.analysis.records import Violation
 from tileflow.tree import is_below, label, node_depth
 
 if TYPE_CHECKING:
-    from tileflow.analysis.prepare import OpPath, PathLoop, Plan
+    from scalar_prepare import OpPath, PathLoop, Plan
 
 
 def is_carried(plan: Plan, tensor: str, lp: PathLoop) -> bool:

@@ -7,8 +7,8 @@ producer's tile does not cover), the carried-state rules and each dimension's co
 from __future__ import annotations
 
 from scalar_carried import check_carried, is_carried
+from scalar_prepare import Plan
 
-from tileflow.analysis.prepare import Plan
 from tileflow.analysis.records import Violation
 from tileflow.specs.workload import Operator, Workload
 from tileflow.tree import label, node_depth

@@ -11,11 +11,11 @@ from collections import defaultdict
 from dataclasses import replace
 
 from scalar_checks import structural_violations
+from scalar_prepare import Plan
 from scalar_resources import capacity_violations, footprints, spatial_violations
 from scalar_step_pipeline import lockstep_cycles, tensor_dims
 from scalar_traffic import Counts, Transfer, count
 
-from tileflow.analysis.prepare import Plan
 from tileflow.analysis.records import Bottleneck
 from tileflow.cost.components import component_costs
 from tileflow.cost.result import (

@@ -9,12 +9,11 @@ import math
 from itertools import product
 
 from scalar_movement import largest_slice
+from scalar_prepare import OpPath, Plan, bypassed
 
 from tileflow.analysis.buffering import depth as buffer_depth
 from tileflow.analysis.buffering import footprint_scale
-from tileflow.analysis.bypass import bypassed
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec
-from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.analysis.records import Violation
 from tileflow.analysis.resources import (
     AXIS_NAMES,
@@ -336,7 +335,7 @@ def _spreads(plan: Plan, path: OpPath) -> list[tuple]:
             limit, what = _compute_limit(plan, path)
             level = arch.unit(path.op.unit).level
             unit = f"{arch.unit(path.op.unit).kind} units"
-            mesh = compute_mesh(plan, path)
+            mesh = compute_mesh(plan.arch, path)
         else:
             level = arch.levels[levels[j + 1]].name
             limit = arch.fanout_between(tile.level, level)

@@ -7,8 +7,8 @@ link."""
 
 from __future__ import annotations
 
-from tileflow.analysis.bypass import bypassed
-from tileflow.analysis.prepare import Plan
+from scalar_prepare import Plan, bypassed
+
 from tileflow.tree import child_path, node_depth, ops_under
 
 

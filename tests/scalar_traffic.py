@@ -16,10 +16,11 @@ from scalar_movement import (
     timeloop_words_moved,
     words_moved,
 )
+from scalar_prepare import OpPath, PathLoop, Plan, bypassed
 from scalar_sharing import served_by_sibling
 
 from tileflow.analysis.buffering import depth, serialised
-from tileflow.analysis.bypass import bypassed, source_run
+from tileflow.analysis.bypass import source_run
 from tileflow.analysis.movement import (
     AxisRec,
     DimRec,
@@ -27,7 +28,6 @@ from tileflow.analysis.movement import (
     first_touches,
     resident_first_touches,
 )
-from tileflow.analysis.prepare import OpPath, PathLoop, Plan
 from tileflow.specs.expressions import Access
 from tileflow.tree import Op, Tile, child_index, node_depth
 

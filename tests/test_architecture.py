@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("tileflow.output_checks",),  # output folders and storage URLs checked before work
     ("tileflow.tree",),  # the tile tree
     ("tileflow.specs",),  # input files: workloads, accelerators, dataflows
-    ("tileflow.analysis",),  # the structure of one tree, its checks, one tree's footprints
+    ("tileflow.analysis",),  # the shape of one tree, its checks, records and per-axis rules
     ("tileflow.evaluator",),  # the model: many factor rows of one structure at once
     ("tileflow.cost",),  # one dataflow's Result, read from the evaluator's pass
     ("tileflow.dataflows",),  # the named baselines
@@ -224,10 +224,10 @@ def test_the_scan_sees_a_planted_upward_import_and_private_name(monkeypatch):
     planted = PACKAGE / "analysis" / "_planted_for_test.py"
     monkeypatch.setitem(MODULES, "tileflow.analysis._planted_for_test", planted)
     text = ("from tileflow.evaluator.batch import evaluate_batch\n"
-            "from tileflow.analysis.prepare import _halo_shifts\n")
+            "from tileflow.analysis.shape import _analyse\n")
     monkeypatch.setattr(Path, "read_text", lambda self, encoding=None, _orig=Path.read_text:
                         text if self == planted else _orig(self, encoding=encoding))
     with pytest.raises(AssertionError, match="may not import tileflow.evaluator"):
         test_no_module_imports_a_higher_layer()
-    with pytest.raises(AssertionError, match="_halo_shifts"):
+    with pytest.raises(AssertionError, match="_analyse"):
         test_no_private_name_crosses_modules()

@@ -93,7 +93,7 @@ def test_random_trees_agree_with_the_enumerating_simulator():
 
 def test_a_spatial_split_along_a_summed_output_index_is_rejected():
     """Two instances splitting r would hold overlapping partial sums of Y."""
-    from tileflow.analysis.prepare import InvalidDataflow
+    from tileflow.analysis.tree_checks import InvalidDataflow
 
     flow = Dataflow(tile("DRAM", "r:3:Sp", tile("L1", "p:4", "tc")))
     with pytest.raises(InvalidDataflow, match="splits 'tc' along 'r'"):

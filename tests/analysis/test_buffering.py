@@ -9,7 +9,7 @@ import pytest
 from helpers import GEMM, small_arch, workload
 from ruamel.yaml import YAML
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
 from tileflow.specs.arch import parse_arch

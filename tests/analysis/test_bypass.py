@@ -10,7 +10,7 @@ import pytest
 from helpers import GEMM, small_arch, workload
 from ruamel.yaml import YAML
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field

@@ -10,10 +10,10 @@ from helpers import scalar_evaluate, small_arch, workload
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import Oracle
+from scalar_prepare import prepare
 from scalar_traffic import count
 from trees import CHAINS, LEVELS, _chain
 
-from tileflow.analysis.prepare import prepare
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
 from tileflow.specs.workload import load_workload

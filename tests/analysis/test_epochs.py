@@ -14,7 +14,7 @@ from helpers import CHAIN, TWINS, scalar_evaluate, workload
 from reference_sim import Oracle
 from trees import ARCH
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import structure_of

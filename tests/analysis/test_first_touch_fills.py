@@ -10,7 +10,7 @@ from helpers import GEMM, small_arch, workload
 from hypothesis import HealthCheck, given, settings
 from trees import trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture
 from tileflow.tree import Dataflow, Op, Tile, tile, walk

@@ -11,7 +11,7 @@ from helpers import CONV, small_arch, workload
 from hypothesis import HealthCheck, given, settings
 from trees import keep_halos, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.errors import InputError
 from tileflow.specs.dataflow import parse_dataflow

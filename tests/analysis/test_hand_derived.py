@@ -10,7 +10,7 @@ from helpers import CHAIN as CHAIN_TEXT
 from helpers import GEMM, small_arch, workload
 from reference_sim import Oracle
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.tree import Dataflow, tile
 

@@ -10,7 +10,7 @@ from helpers import CHAIN, CONV, GEMM, SOFTMAX, workload
 from hypothesis import HealthCheck, given, settings
 from trees import ARCH, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.tree import Dataflow, Tile, map_tiles, ops_under, walk
 

@@ -15,7 +15,7 @@ from ruamel.yaml import YAML
 from trees import ARCH as RANDOM_ARCH
 from trees import trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture, ComputeUnit, Level, parse_arch
 from tileflow.specs.yamlfile import Field

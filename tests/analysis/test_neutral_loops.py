@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trees import ARCH, trees, with_unit_loops
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import Result, evaluate
 from tileflow.dataflows import baselines_for, build
 from tileflow.specs.arch import Architecture, ComputeUnit, load_arch

@@ -21,7 +21,7 @@ from reference_timing import OVERLAPS, Timing, energy
 from trees import ARCH, trees
 
 from tests.analysis.test_oracle_timing import assert_tiles
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload

@@ -18,7 +18,7 @@ from reference_sim import Oracle
 from reference_timing import OVERLAPS, Timing, energy, leakage
 from trees import ARCH, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture
 from tileflow.specs.dataflow import load_dataflow_file

@@ -18,7 +18,7 @@ from reference_checks import violations
 from reference_sim import Oracle
 from trees import ARCH, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Loop, Op, Tile, map_tiles, render, tile, walk

@@ -18,7 +18,7 @@ from trees import trees
 
 from tests.explore.test_batch import CASES, TIMED, random_rows
 from tests.explore.test_batch_mechanisms import CONVENTIONS, with_bypass
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import structure_of

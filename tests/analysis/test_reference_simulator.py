@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from reference_sim import Oracle
 from trees import ARCH, keep_halos, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Tile, ops_under, render, walk

@@ -23,11 +23,12 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scalar_model import evaluate_plan
+from scalar_prepare import loop_strides, prepare
 from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis import shape as shape_module
-from tileflow.analysis.prepare import InvalidDataflow, loop_strides, prepare
 from tileflow.analysis.shape import node_key, scan, shape_of
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.evaluator import compiled as compiled_module
 from tileflow.tree import Dataflow, Tile, map_tiles, walk

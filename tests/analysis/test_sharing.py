@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from helpers import TWINS, small_arch, workload
 from hypothesis import given
+from scalar_prepare import prepare
 from scalar_sharing import served_by_sibling
 
-from tileflow.analysis.prepare import InvalidDataflow, prepare
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.tree import Dataflow, tile
 

@@ -17,7 +17,7 @@ from helpers import CHAIN, CONV, GEMM, SOFTMAX, STRIDED, TWINS, scalar_evaluate,
 from hypothesis import HealthCheck, given, settings
 from trees import ARCH, keep_halos, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.commands.bench import exact_assignments
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
@@ -266,9 +266,9 @@ def test_siblings_reading_one_input_load_it_once_in_the_batch_too(primitive: str
     """Two GEMMs reading A under one tile: the second loads nothing over the link below
     that tile in the rows where its slice of A equals the first's (same m and k extents),
     and loads it in the others; the batch agrees with the scalar model row by row."""
+    from scalar_prepare import prepare
     from scalar_sharing import served_by_sibling
 
-    from tileflow.analysis.prepare import prepare
     from tileflow.tree import Dataflow, tile
 
     w = workload(TWINS)

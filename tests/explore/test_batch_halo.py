@@ -26,7 +26,7 @@ from tests.explore.test_batch_mechanisms import (
     with_buffering,
     with_bypass,
 )
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.evaluator.batch import evaluate_batch, footprint_words
 from tileflow.evaluator.structure import structure_of
 from tileflow.specs.workload import Workload

@@ -26,7 +26,7 @@ from tests.explore.test_batch import (
     covering_rows,
     random_rows,
 )
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.dataflows import build
 from tileflow.dataflows.registry import baselines_for
 from tileflow.evaluator.batch import evaluate_batch

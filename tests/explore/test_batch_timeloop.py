@@ -33,7 +33,7 @@ from tests.explore.test_batch import (
 )
 from tests.explore.test_batch_mechanisms import with_bypass
 from tileflow.analysis.movement import AxisRec, DimRec, LoopRec
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.dataflows import build
 from tileflow.evaluator import timeloop_deltas
 from tileflow.evaluator.batch import evaluate_batch

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from explore.spaces import DIAMOND
 from helpers import small_arch, workload
+from scalar_prepare import prepare
 
-from tileflow.analysis.prepare import prepare
 from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for, build
 from tileflow.evaluator.structure import structure_of

@@ -33,7 +33,7 @@ from tests.explore.test_batch import (
 )
 from tests.explore.test_batch_mechanisms import with_buffering, with_bypass
 from tests.explore.test_violation_records import shrunk
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.cost.explain import explain, explain_dataflow, leaf_work
 from tileflow.dataflows import build

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 from explore.spaces import tiny_chain_space
+from scalar_prepare import prepare
 
-from tileflow.analysis.prepare import prepare
 from tileflow.explore.structures.canonical import canonical
 from tileflow.explore.structures.fitness import measure, random_fit
 from tileflow.explore.structures.genetic import (

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import CHAIN, small_arch, workload
+from scalar_prepare import prepare
 
-from tileflow.analysis.prepare import prepare
 from tileflow.cost import evaluate
 from tileflow.explore.structures.canonical import encode
 from tileflow.explore.structures.encoding import decode, leaf_chains

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from explore.spaces import DIAMOND, FUSION_ONLY, tiny_chain_space
 from helpers import small_arch, workload
+from scalar_prepare import prepare
 
-from tileflow.analysis.prepare import prepare
 from tileflow.arith import divisors
 from tileflow.cost import evaluate
 from tileflow.explore.structures.structure_space import (

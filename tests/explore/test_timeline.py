@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 from trees import ARCH, trees
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost import evaluate
 from tileflow.explore.studies import timeline
 from tileflow.specs.arch import Architecture, load_arch

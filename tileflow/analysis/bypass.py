@@ -3,14 +3,12 @@ hold. Such a tensor moves straight between the nearest levels above and below th
 (the upper one sends the union of what the spatial instances below need), and the compute
 reads it from the nearest level that holds it.
 
-The rules take an operator's path as its levels and tiles (outermost first), so that the
-scalar analysis (`OpPath`) and the batched evaluator's compiled paths read the same ones."""
+The rules take an operator's path as its levels and tiles (outermost first)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tileflow.analysis.prepare import OpPath
 from tileflow.tree import Tile
 
 
@@ -41,8 +39,3 @@ def source_run(levels: Sequence[int], tiles: Sequence[Tile], j: int, tensor: str
         if start == 0 or not skips(levels, tiles, start, tensor, home):
             return start
         start -= 1
-
-
-def bypassed(path: OpPath, position: int, tensor: str, home: int | None = None) -> bool:
-    """`skips` on an operator's analysed path."""
-    return skips(path.levels, [tile for _, tile in path.tiles], position, tensor, home)

@@ -5,13 +5,23 @@ compute units."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from tileflow.analysis.prepare import OpPath, Plan
 from tileflow.tree import Op, Tile
 
 if TYPE_CHECKING:
     from tileflow.specs.arch import Architecture
+    from tileflow.specs.workload import Operator
+
+
+class OperatorPath(Protocol):
+    """An operator's path from the root down: the operator and each tile's level index."""
+
+    @property
+    def op(self) -> Operator: ...
+
+    @property
+    def levels(self) -> tuple[int, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -37,10 +47,9 @@ def level_mesh(arch, parent: int, child: int) -> tuple[int, ...]:
     return ()
 
 
-def compute_mesh(plan: Plan, path: OpPath) -> tuple[int, ...]:
+def compute_mesh(arch: Architecture, path: OperatorPath) -> tuple[int, ...]:
     """An array inside one instance of its level (parallelism rows x cols): the spatial loops
     of the innermost tile spread over its rows and columns."""
-    arch = plan.arch
     unit = arch.unit(path.op.unit)
     if unit.kind != "matrix" or arch.levels[path.levels[-1]].name != unit.level:
         return ()
@@ -71,7 +80,8 @@ def split_limit(limit: int, fanout: int, spread):
     return np.where(s <= fanout, share * (fanout // s) * s, limit)
 
 
-def split_fanout(arch: Architecture, first: OpPath, depth: int, level: int, feed: int) -> int:
+def split_fanout(arch: Architecture, first: OperatorPath, depth: int, level: int,
+                 feed: int) -> int:
     """Instances below a Para/Pipe tile that its own spatial loops spread over: the fan-out
     down to the next level on the path (1 when that level is below the units' level)."""
     target = next((lv for lv in first.levels[depth + 1:] if lv > level), None)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.calibrate import gpu_inputs, gpu_latency, gpu_vendor
 from tileflow.calibrate.gpu_inputs import hashed_inputs, recipe
 from tileflow.calibrate.gpu_latency import op_threads

@@ -1,6 +1,6 @@
 """Footprints per level and the constraints of many factor rows at once: capacity, fan-out,
-coverage, dependences and windows (`tileflow.analysis.resources` and the factor checks of
-`tileflow.analysis.prepare`), each violation kind as the amount by which a row exceeds it."""
+coverage, dependences and windows, each violation kind as the amount by which a row
+exceeds it."""
 
 from __future__ import annotations
 
@@ -384,7 +384,7 @@ def _check_arrays(r: Rows, out: Violations) -> None:
             last = j == len(levels) - 1
             if not last and levels[j] == levels[j + 1]:
                 continue
-            mesh = compute_mesh(c, path) if last else level_mesh(c.arch, levels[j],
+            mesh = compute_mesh(c.arch, path) if last else level_mesh(c.arch, levels[j],
                                                                    levels[j + 1])
             if not mesh:
                 continue

@@ -21,8 +21,19 @@ from tileflow.analysis.resources import AXIS_NAMES
 from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.limits import Site, Violations, check, footprints, words_by_tensor
-from tileflow.evaluator.structure import Structure
-from tileflow.tree import ROOT, label, node_depth
+from tileflow.evaluator.structure import Structure, structure_of
+from tileflow.specs.arch import Architecture
+from tileflow.specs.workload import Workload
+from tileflow.tree import ROOT, Dataflow, label, node_depth
+
+
+def check_tree(workload: Workload, arch: Architecture, flow: Dataflow) -> None:
+    """Raise InvalidDataflow where the model refuses a tree at its own factors (malformed:
+    unknown operators, levels or tensors; an output indexed through a sum split over
+    instances). Its violations (capacity, coverage, ...) are properties of the dataflow,
+    reported by `evaluate()`, not raised."""
+    structure = structure_of(workload, arch, flow)
+    violation_records(structure, structure.default_factors)
 
 
 def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tileflow.analysis.prepare import prepare
 from tileflow.errors import InputError
+from tileflow.evaluator.violations import check_tree
 from tileflow.interop.report import collecting, settle
 from tileflow.output_checks import check_out
 from tileflow.outputs import write_yaml
@@ -229,7 +229,7 @@ def import_files(paths: Sequence[str], out_dir: str | None = None,
             data = dataflow_document(doc, workload, arch)
             flow = _parsed(lambda d=data: d, parse_dataflow, doc, "mapping")
             try:
-                prepare(workload, arch, flow)
+                check_tree(workload, arch, flow)
             except InputError as exc:
                 raise InputError(f"{exc.message} (in the mapping as TileFlow reads it)",
                                  doc.source, exc.where) from None

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.arith import divisors
 from tileflow.cost import evaluate
 from tileflow.dataflows.chain import Roles

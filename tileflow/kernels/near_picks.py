@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.arith import smallest_prime
 from tileflow.cost import evaluate
 from tileflow.specs.arch import Architecture

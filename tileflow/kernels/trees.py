@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.arith import divisors
 from tileflow.cost import evaluate
 from tileflow.dataflows.chain import Roles

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tileflow.analysis.prepare import InvalidDataflow
+from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure
 from tileflow.explore.structures.tilings import Tilings

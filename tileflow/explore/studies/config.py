@@ -428,7 +428,7 @@ def tree_name(path: str) -> str:
 def load_tree(config: ExploreConfig, path: str, w: Workload, arch: Architecture):
     """A dataflow file of `structures`, checked against the workload and accelerator; an
     error names the config's line and what is wrong with the file."""
-    from tileflow.analysis.prepare import prepare
+    from tileflow.evaluator.violations import check_tree
     from tileflow.interop.files import load_dataflow_any
     from tileflow.specs.dataflow import check_operators
 
@@ -436,7 +436,7 @@ def load_tree(config: ExploreConfig, path: str, w: Workload, arch: Architecture)
     try:
         flow = load_dataflow_any(path, w, arch)
         check_operators(flow, [op.name for op in w.ops])
-        prepare(w, arch, flow)
+        check_tree(w, arch, flow)
     except InputError as exc:
         raise InputError(f"structures: the tree of '{path}' does not fit workload "
                          f"'{w.name}' on '{arch.name}': {exc.render()}", config.source,

@@ -1,8 +1,9 @@
-"""Where every loop of a tree sits, worked out once per shape so that `prepare` only runs the
-factor arithmetic: the loops numbered in walk order, the order in which their strides are
-computed (children before parents, each node's loops innermost first) with the (operator,
-dimension) extents each one reads and grows, and each operator's loops from the root down.
-The strides this computes are `loop_strides`'s (tested against it on random trees)."""
+"""The scalar copy's loop layout: where every loop of a tree sits, worked out once per shape
+so that `scalar_prepare.prepare` only runs the factor arithmetic: the loops numbered in walk
+order, the order in which their strides are computed (children before parents, each node's
+loops innermost first) with the (operator, dimension) extents each one reads and grows, and
+each operator's loops from the root down. The strides this computes are `loop_strides`'s
+(tested against it on random trees)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Check a tile tree's structure against the workload and accelerator, and lay out, for every
-operator, its root-to-leaf path of loops with strides: what the counting needs."""
+"""The scalar copy's view of one concrete tree (the evaluator's is its compiled structure
+and rows, `tileflow/evaluator/compiled.py` and `engine.Rows`): the tree checked against the
+workload and accelerator, and for every operator its root-to-leaf path of loops with
+strides, halo shifts and kept halos, what the scalar counting needs."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
 
-from tileflow.analysis.layout import loop_layout
+from scalar_layout import loop_layout
+
+from tileflow.analysis.bypass import skips
 from tileflow.analysis.shape import Shape, scan, shape_of
 from tileflow.analysis.tree_checks import InvalidDataflow, ops_below
 from tileflow.specs.arch import Architecture
@@ -277,3 +281,8 @@ def _halo_cuts(w: Workload, paths: Mapping[str, OpPath], lca: Mapping[str, str],
             cuts[producer.name] = {"cut": cut, "cut_depth": depth,
                                    "slide": frozenset(slide)}
     return cuts
+
+
+def bypassed(path: OpPath, position: int, tensor: str, home: int | None = None) -> bool:
+    """`bypass.skips` on an operator's analysed path."""
+    return skips(path.levels, [tile for _, tile in path.tiles], position, tensor, home)
