@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import NamedTuple
+from weakref import WeakKeyDictionary
 
 from scalar_layout import loop_layout
 
@@ -18,6 +19,14 @@ from tileflow.analysis.tree_checks import InvalidDataflow, ops_below
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Operator, Workload
 from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_depth, walk
+
+_MEMOS: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def shape_memo(shape: Shape) -> dict:
+    """The scalar copy's own facts about a cached shape (its loop layout, per-path records),
+    kept while the shape is."""
+    return _MEMOS.setdefault(shape, {})
 
 
 class PathLoop(NamedTuple):
@@ -139,8 +148,8 @@ class Plan:
         if self.shape is None:
             return {}
         if self.arch is self.shape.arch:
-            return self.shape.memo
-        return self.shape.memo.setdefault(("arch", self.arch), {})
+            return shape_memo(self.shape)
+        return shape_memo(self.shape).setdefault(("arch", self.arch), {})
 
     @cached_property
     def tensors_under(self) -> dict[int, frozenset[str]]:
@@ -161,9 +170,10 @@ def prepare(workload: Workload, arch: Architecture, flow: Dataflow) -> Plan:
         raise InvalidDataflow("the root of a dataflow must be a tile", where="root")
     tree_key, tiles = scan(root)
     shape = shape_of(workload, arch, flow, tree_key)
-    layout = shape.memo.get("layout")
+    memo = shape_memo(shape)
+    layout = memo.get("layout")
     if layout is None:
-        layout = shape.memo["layout"] = loop_layout(workload, root, shape.chains, shape.levels,
+        layout = memo["layout"] = loop_layout(workload, root, shape.chains, shape.levels,
                                                     shape.lca)
     factors = layout.factors(tiles)
     if factors and min(factors) < 1:

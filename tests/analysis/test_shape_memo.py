@@ -23,7 +23,7 @@ from helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scalar_model import evaluate_plan
-from scalar_prepare import loop_strides, prepare
+from scalar_prepare import loop_strides, prepare, shape_memo
 from trees import ARCH, keep_halos, trees
 
 from tileflow.analysis import shape as shape_module
@@ -103,7 +103,7 @@ def test_scan_and_layout_strides_are_the_walks(text, data):
     assert key == node_key(flow.root)
     assert tiles == {p: n for p, n in walk(flow.root) if isinstance(n, Tile)}
     assert list(tiles) == [p for p, n in walk(flow.root) if isinstance(n, Tile)]
-    layout = shape_of(w, ARCH, flow).memo["layout"]
+    layout = shape_memo(shape_of(w, ARCH, flow))["layout"]
     factors = layout.factors(plan.tiles)
     strides = dict(zip(layout.loops, layout.strides(factors), strict=True))
     walked = loop_strides(w, flow.root)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 from tileflow.analysis.tree_checks import (
@@ -45,7 +45,6 @@ class Shape:
     ops_below: Mapping[str, tuple[str, ...]]  # node path -> operators under it
     drops: Mapping[tuple[str, str], tuple[int, ...]]  # (op, tensor) -> Seq drop positions
     violations: tuple = ()  # structural violation records (Para children that depend)
-    memo: dict = field(default_factory=dict)  # further shape-only facts, filled on first use
     arch: Architecture | None = None  # the accelerator it was analysed for
 
 
