@@ -345,3 +345,21 @@ def test_explore_names_the_shipped_studies_when_a_config_is_missing(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no such exploration config 'no-such-study'" in proc.stderr
     assert "quick" in proc.stderr  # a shipped study, runnable by name from any folder
+
+
+def test_a_baseline_whose_sums_pass_the_bound_is_refused_cleanly(tmp_path):
+    """A window slid over 9,001 clipped steps (X indexed p + r, X as long as Y) on Edge,
+    Layerwise: the builder sizes its tiles with the model's checks, whose sums pass the
+    search's grid; the command line names the bound the tree passes instead of a
+    traceback."""
+    (tmp_path / "wl.yaml").write_text("""
+name: conv1d
+dims: {p: 9001, r: 3}
+ops:
+  - {name: c, expr: "Y[p] += X[p+r] * W[r]"}
+shapes:
+  X: [p]
+""")
+    proc = tileflow("evaluate", "--arch", "edge", "--workload", str(tmp_path / "wl.yaml"),
+                    "--dataflow", "layerwise")
+    assert_error(proc, "wl.yaml", "do not tile it exactly", "at most 8,192")

@@ -98,3 +98,13 @@ def test_a_spatial_split_along_a_summed_output_index_is_rejected():
     flow = Dataflow(tile("DRAM", "r:3:Sp", tile("L1", "p:4", "tc")))
     with pytest.raises(InvalidDataflow, match="splits 'tc' along 'r'"):
         evaluate(W, small_arch(cores=4), flow)
+
+
+def test_kernels_are_not_generated_for_such_a_split():
+    """The kernel generators refuse what the model refuses."""
+    from tileflow.analysis.tree_checks import InvalidDataflow
+    from tileflow.kernels.nest import analyse
+
+    flow = Dataflow(tile("DRAM", "r:3:Sp", tile("L1", "p:4", "tc")))
+    with pytest.raises(InvalidDataflow, match="splits 'tc' along 'r'"):
+        analyse(W, small_arch(cores=4), flow)

@@ -272,7 +272,7 @@ ops:
 # ---- carried state (online softmax) -----------------------------------------------------
 
 def test_carried_state_rules() -> None:
-    """The three rules of a carried loop (`analysis.carried`): a spatial carried loop, a
+    """The three rules of a carried loop (`evaluator/carried.py`): a spatial carried loop, a
     loop inside the carried one, a result of the running value leaving the sweep."""
     from tests.analysis.test_carried import ARCH as SMALL
     from tests.analysis.test_carried import flash_tree, online

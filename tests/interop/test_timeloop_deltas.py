@@ -225,8 +225,8 @@ def test_both_rules_agree_on_tensors_tiled_exactly(case):
     """A slice of a tensor tiled exactly along whole dimensions is either the one before or
     disjoint from it: refilling it whole changes nothing, and steps past the second move it
     as the second did, so Timeloop's rule fills what TileFlow's does (docs/mechanisms.md:
-    it only changes inputs whose slices overlap). The enumerating oracle under each rule,
-    and the model under each."""
+    it only changes inputs whose slices overlap). The enumerating oracle under each rule;
+    the model, which takes its closed forms on such tensors under either rule, agrees."""
     w, flow = case
     names = [lv.name for lv in ARCH.levels]
     sampled = Oracle(w, names, flow, timeloop=frozenset(names[1:]))

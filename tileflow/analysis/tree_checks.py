@@ -1,6 +1,6 @@
 """Checks and facts of a tree's shape that need no factors: its nodes against the workload
 and the accelerator, each operator's chain of tiles, the common ancestor and home level of
-each intermediate. The shape analysis (`analysis.shape`) and `prepare` both use them."""
+each intermediate, which the shape analysis (`analysis.shape`) uses."""
 
 from __future__ import annotations
 

@@ -15,7 +15,6 @@ import numpy as np
 
 from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import Footprint
-from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.cost.components import component_costs
 from tileflow.cost.result import (
     Bound,
@@ -30,6 +29,7 @@ from tileflow.evaluator.engine import FILL, READ, UPDATE
 from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.static_energy import leakage_pj, whole_block_words
 from tileflow.evaluator.structure import Structure, structure_of
+from tileflow.evaluator.violations import grid_refusal
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import MATRIX, Workload
 from tileflow.tree import ROOT, Dataflow, Op, Tile, child_path, label, node_depth
@@ -116,10 +116,7 @@ def _traced_row(structure: Structure, row: np.ndarray, flow: Dataflow,
     try:
         return traced(structure, row, records=records)
     except GridTooLarge as exc:
-        raise InvalidDataflow(f"{flow.name}: its sums over clipped or windowed tiles "
-                              f"enumerate {exc}, more than the model takes at once (split "
-                              "the loops that clip into tiles that divide their dimension)"
-                              ) from None
+        raise grid_refusal(flow.name, exc) from None
 
 
 def _with_options(structure: Structure, convention: str, double_buffer: bool) -> Structure:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.arith import divisors
+from tileflow.evaluator.lattice import GridTooLarge
 from tileflow.evaluator.structure import structure_of
 from tileflow.evaluator.violations import breaks_nothing
 from tileflow.specs.arch import Architecture
@@ -123,7 +124,7 @@ def fits(w: Workload, arch: Architecture, flow: Dataflow) -> bool:
     try:
         structure = structure_of(w, arch, flow)
         return breaks_nothing(structure, structure.default_factors)
-    except InvalidDataflow:
+    except (InvalidDataflow, GridTooLarge):  # malformed, or more sums than one evaluation takes
         return False
 
 

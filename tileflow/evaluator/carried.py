@@ -84,7 +84,8 @@ def check(r, violations) -> None:
 
 
 def rescaling(r) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """`carried.rescaling` per row: carried operator -> its (sub, exp, mul) operations."""
+    """The rescaling per row: carried operator -> its (sub, exp, mul) operations (the tests'
+    `scalar_carried.rescaling`)."""
     c = r.c
     w = c.workload
     out = {}

@@ -100,7 +100,7 @@ class HaloCut(NamedTuple):
 
     depth: int  # of the common ancestor
     slides: dict[str, tuple[int, ...]]  # per windowed dim, its temporal loops at or above it
-    marked: frozenset[int]  # the loops that place the ancestor's step (`OpPath.marks`)
+    marked: frozenset[int]  # the loops that place the ancestor's step (the tests' `OpPath.marks`)
 
 
 class WindowedRead(NamedTuple):
@@ -296,7 +296,7 @@ class Compiled:
     # -- halos and windows -----------------------------------------------------------------
     def _halos(self) -> dict[str, list[Halo]]:
         """Per producer, each consumer's read through a window or an offset
-        (`prepare._halo_shifts`)."""
+        (the tests' `scalar_prepare._halo_shifts`)."""
         w = self.workload
         out: dict[str, list] = {}
         for t in w.intermediates:
@@ -314,10 +314,11 @@ class Compiled:
         return out
 
     def _cuts(self) -> dict[str, HaloCut]:
-        """Per producer whose intermediate keeps its halo (`prepare._halo_cuts`): per dim a
-        windowed consumer reads through, the temporal loops over it at or above the
-        ancestor (per row the innermost of more than one iteration is the slide), and the
-        loops that place the ancestor's step (over such a dim, at or above it)."""
+        """Per producer whose intermediate keeps its halo (the tests'
+        `scalar_prepare._halo_cuts`): per dim a windowed consumer reads through, the temporal
+        loops over it at or above the ancestor (per row the innermost of more than one
+        iteration is the slide), and the loops that place the ancestor's step (over such a
+        dim, at or above it)."""
         w = self.workload
         out = {}
         for t, where in self.lca.items():

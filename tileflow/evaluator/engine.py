@@ -43,8 +43,8 @@ class Rows:
         self.served: dict[tuple[str, int, str], np.ndarray] = {}
 
     def _strides(self, node: Tile, path: str) -> dict[str, dict[str, np.ndarray]]:
-        """`prepare._strides`: a loop strides over the smallest extent its inner loops cover
-        among the operators below that use its dim."""
+        """A loop strides over the smallest extent its inner loops cover among the operators
+        below that use its dim."""
         w = self.c.workload
         extents: dict[str, dict[str, np.ndarray]] = {}
         for i, child in enumerate(node.children):
@@ -87,9 +87,9 @@ class Rows:
         return out
 
     def _cuts(self, op: str) -> None:
-        """`prepare._halo_cuts` per row: along each dim, the innermost temporal loop of more
-        than one iteration at or above the common ancestor slides; the regions of two of its
-        iterations overlap by (the extent below the ancestor - its stride) rows, kept."""
+        """Kept halos per row (`halo: cache`): along each dim, the innermost temporal loop of
+        more than one iteration at or above the common ancestor slides; the regions of two of
+        its iterations overlap by (the extent below the ancestor - its stride) rows, kept."""
         depth, slides, _ = self.c.cuts[op]
         path = self.c.paths[op]
         below = self.extents[op][depth + 1]
@@ -355,7 +355,8 @@ def count_boundary(r: Rows, path: Path, b: Boundary, tally: Tally) -> None:
 
 
 def exact_dims(r: Rows, path: Path) -> dict[str, np.ndarray]:
-    """`OpPath.exact_dims` per row."""
+    """Per dim and row, whether the operator's tiles cover it exactly (no clipping, no
+    shift)."""
     key = ("exact", path.op.name)
     cache = r.__dict__.setdefault("_cache", {})
     if key in cache:

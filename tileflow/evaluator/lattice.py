@@ -6,7 +6,8 @@ sums (`sums`) and of windowed axes (`windows`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -112,6 +113,18 @@ MAX_GRID_CELLS = 2**22  # rows x combinations of one grid: larger batches are sp
 # the combinations one row may enumerate here, where not MAX_GRID_PER_ROW: the records of
 # one row (`tileflow evaluate` counts any tree the command line takes) go to a grid's cells
 GRID_PER_ROW: ContextVar[int | None] = ContextVar("grid_per_row", default=None)
+
+
+@contextmanager
+def one_row_grids() -> Iterator[None]:
+    """Within it, a grid of one row may take a whole grid's cells (MAX_GRID_CELLS): the
+    bound of the model at one dataflow (`evaluate()`), where the search's rows stop at
+    MAX_GRID_PER_ROW."""
+    token = GRID_PER_ROW.set(MAX_GRID_CELLS)
+    try:
+        yield
+    finally:
+        GRID_PER_ROW.reset(token)
 
 
 class GridTooLarge(Exception):

@@ -133,7 +133,9 @@ def _disjoint_instances(r: Rows, path: str, level: int) -> np.ndarray:
 
 def tile_words(r: Rows, path: Path, tensor: str, position: int,
                kept: bool = False) -> np.ndarray:
-    """`resources.tile_words` per row (`kept`: a producer's kept halo rows included)."""
+    """Words of a tensor in the tile at path position `position` (its loops and below), per
+    row: per axis, the largest slice over the positions of the loops above, clipped to the
+    tensor (`kept`: a producer's kept halo rows included)."""
     w = r.c.workload
     access = path.op.access(tensor)
     words = np.ones(r.count)
@@ -155,7 +157,7 @@ def tile_words(r: Rows, path: Path, tensor: str, position: int,
 
 def _largest_span(r: Rows, path: Path, axis: AxisRec, position: int,
                   kept: bool = False) -> np.ndarray:
-    """`resources._largest_span`: the longest clipped interval the axis covers over the
+    """The longest clipped interval the axis covers over the
     positions of the loops above `position`. From a few candidate positions per dim where
     the axis never reaches past the end of the tensor and each dim's positions form one
     progression (`_separable_span`); on a grid of those loops' values on the other rows."""
@@ -357,7 +359,7 @@ def check(r: Rows, fps: dict[str, np.ndarray], out: Violations) -> None:
                 n = r.n[lp.slot]
                 out.flag("dependency", n > 1, n - 1, ("reduction", t, i))
     carried_state.check(r, out)
-    for o, path in c.paths.items():  # `prepare._check_summed_outputs`, which the model raises
+    for o, path in c.paths.items():  # a summed output split over instances: refused
         summed = {d for axis in path.op.output.axes if len(axis.terms) > 1
                   for d, _ in axis.terms}
         for i, lp in enumerate(path.loops):

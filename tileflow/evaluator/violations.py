@@ -20,6 +20,7 @@ from tileflow.analysis.records import Violation
 from tileflow.analysis.resources import AXIS_NAMES
 from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.evaluator.engine import Rows
+from tileflow.evaluator.lattice import GridTooLarge, one_row_grids
 from tileflow.evaluator.limits import Site, Violations, check, footprints, words_by_tensor
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.specs.arch import Architecture
@@ -30,10 +31,23 @@ from tileflow.tree import ROOT, Dataflow, label, node_depth
 def check_tree(workload: Workload, arch: Architecture, flow: Dataflow) -> None:
     """Raise InvalidDataflow where the model refuses a tree at its own factors (malformed:
     unknown operators, levels or tensors; an output indexed through a sum split over
-    instances). Its violations (capacity, coverage, ...) are properties of the dataflow,
-    reported by `evaluate()`, not raised."""
+    instances; sums that enumerate more than the model takes at once). Its violations
+    (capacity, coverage, ...) are properties of the dataflow, reported by `evaluate()`, not
+    raised."""
     structure = structure_of(workload, arch, flow)
-    violation_records(structure, structure.default_factors)
+    try:
+        with one_row_grids():
+            violation_records(structure, structure.default_factors)
+    except GridTooLarge as exc:
+        raise grid_refusal(flow.name, exc) from None
+
+
+def grid_refusal(name: str, exc: GridTooLarge) -> InvalidDataflow:
+    """The error of a dataflow whose sums enumerate more grid cells than one evaluation
+    takes."""
+    return InvalidDataflow(f"{name}: its sums over clipped or windowed tiles enumerate {exc}, "
+                           "more than the model takes at once (split the loops that clip "
+                           "into tiles that divide their dimension)")
 
 
 def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:
@@ -52,11 +66,13 @@ def violation_records(structure: Structure, factors) -> tuple[Violation, ...]:
 
 def breaks_nothing(structure: Structure, factors) -> bool:
     """Whether one factor row breaks no constraint (`violation_records` would be empty),
-    without building the records: what a builder asks of each candidate tile."""
-    r = Rows(structure.compiled, structure.all_loop_factors(
-        np.asarray(factors, dtype=np.int64).reshape(1, -1)))
-    out = Violations(1)
-    check(r, footprints(r), out)
+    without building the records: what a builder asks of each candidate tile. Raises
+    GridTooLarge for a row whose sums enumerate more than one evaluation takes."""
+    with one_row_grids():
+        r = Rows(structure.compiled, structure.all_loop_factors(
+            np.asarray(factors, dtype=np.int64).reshape(1, -1)))
+        out = Violations(1)
+        check(r, footprints(r), out)
     return bool(out.valid[0])
 
 

@@ -47,7 +47,8 @@ def check_enumeration(structure: Structure) -> None:
             continue
         path = c.paths[axis.op]
         access, text = next((a, str(x)) for a in (path.op.output, *path.op.inputs)
-                            for x in a.axes if tuple(sorted(set(x.dims))) == axis.dims)
+                            for x in a.axes
+                            if tuple(sorted(set(x.dims))) == axis.dims and x.is_plain == axis.plain)
         largest = max(axis.moving, key=lambda i: int(r.n[path.loops[i].slot][0]))
         node = path.chain[path.loops[largest].node]
         raise InputError(

@@ -19,6 +19,7 @@ from dataclasses import replace
 from tileflow.cost import evaluate
 from tileflow.cost.result import Result
 from tileflow.evaluator.engine import Rows
+from tileflow.evaluator.lattice import one_row_grids
 from tileflow.evaluator.limits import tile_words
 from tileflow.evaluator.structure import structure_of
 from tileflow.kernels.boundary import crossing, inbound_words
@@ -49,7 +50,8 @@ def _rows(w: Workload, arch: Architecture, flow: Dataflow) -> Rows:
 def _words(r: Rows, op: str, tensor: str, position: int) -> float:
     """Words of `tensor` in operator `op`'s tile at path position `position` (the model's
     tile box: its loops and below, clipped to the tensor)."""
-    return float(tile_words(r, r.c.paths[op], tensor, position)[0])
+    with one_row_grids():
+        return float(tile_words(r, r.c.paths[op], tensor, position)[0])
 
 
 def buffer_words(w: Workload, arch: Architecture, flow: Dataflow) -> dict[str, float]:

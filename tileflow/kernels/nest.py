@@ -12,6 +12,7 @@ from functools import cached_property
 from tileflow.errors import InputError
 from tileflow.evaluator.engine import Rows
 from tileflow.evaluator.structure import structure_of
+from tileflow.evaluator.violations import check_tree
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow, Tile, node_depth, ops_under
@@ -106,6 +107,7 @@ def analyse(w: Workload, arch: Architecture, flow: Dataflow) -> Nest:
         raise InputError(f"kernels are not generated for workloads whose operators carry "
                          f"state across a reduction loop ({', '.join(carried)} in "
                          f"'{w.name}'); evaluate them with the model")
+    check_tree(w, arch, flow)  # what the model refuses (a summed output split over cores)
     structure = structure_of(w, arch, flow)
     rows = Rows(structure.compiled,
                 structure.all_loop_factors(structure.default_factors.reshape(1, -1)))
