@@ -149,3 +149,24 @@ def test_largest_span_from_candidate_positions() -> None:
             assert got[row] == best
             checked += 1
     assert checked > 2000
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(1, 6),
+       st.lists(st.tuples(st.integers(1, 4), st.integers(1, 24)), min_size=2, max_size=6))
+def test_nested_chain_of_one_row_and_of_many(start, loops) -> None:
+    """Whether loops sorted by stride each stride over the span of those before them, and the
+    final span: the same for a row alone and among other rows, and a chain that nests
+    enumerates every multiple of `start` below its span once."""
+    from tileflow.evaluator.engine import nested_chain
+
+    ok, span = nested_chain(np.array([start]), [(np.array([n]), np.array([s]))
+                                                for n, s in loops])
+    oks, spans = nested_chain(np.array([start, 1]), [(np.array([n, 1]), np.array([s, 1]))
+                                                     for n, s in loops])
+    assert (bool(ok[0]), int(span[0])) == (bool(oks[0]), int(spans[0]))
+    if ok[0]:
+        offsets = {0}
+        for n, s in loops:
+            offsets = {o + k * s for o in offsets for k in range(n)}
+        assert sorted(offsets) == list(range(0, int(span[0]), start))

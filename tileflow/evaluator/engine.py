@@ -152,6 +152,8 @@ def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
     if len(loops) == 1:
         n, s = loops[0]
         return (n <= 1) | (s == start), start * n
+    if start.shape == (1,):
+        return _nested_chain_one(int(start[0]), [(int(n[0]), int(s[0])) for n, s in loops])
     if len(loops) >= 4:
         n = np.stack([np.broadcast_to(trips, start.shape) for trips, _ in loops])
         s = np.stack([np.broadcast_to(stride, start.shape) for _, stride in loops])
@@ -174,6 +176,19 @@ def nested_chain(start: np.ndarray, loops: list[tuple[np.ndarray, np.ndarray]]):
         ok &= (n <= 1) | (s == below)
         span = span * n
     return ok, span
+
+
+def _nested_chain_one(start: int, loops: list[tuple[int, int]]):
+    """`nested_chain` of one row, in Python's integers."""
+    ok, span = True, start
+    for k, (n, s) in enumerate(loops):
+        below = start
+        for m, (n2, s2) in enumerate(loops):
+            if m != k and n2 > 1 and (s2 < s or (s2 == s and m < k)):
+                below *= n2
+        ok = ok and (n <= 1 or s == below)
+        span *= n
+    return np.array([ok]), np.array([span], dtype=I64)
 
 
 Busy = dict[tuple[int, str], np.ndarray]  # (level, port): cycles the port is busy, per row
