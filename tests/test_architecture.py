@@ -181,6 +181,25 @@ def test_no_import_cycle_between_subpackages():
     assert cycles(dict(graph)) == []
 
 
+TESTS = Path(__file__).parent
+
+
+def test_the_package_imports_nothing_from_the_tests():
+    """The tests' second copy of the model and the oracle (`tests/scalar_*.py`,
+    `tests/reference_*.py`, the helpers) stay out of the package: no module of `tileflow`
+    imports a module that lives under `tests/`."""
+    ours = {p.stem for p in TESTS.rglob("*.py")} | {"tests"}
+    found = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     and not node.level else [])
+            found += [f"{module}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in ours]
+    assert found == []
+
+
 def test_no_private_name_crosses_modules():
     crossing = []
     for module in MODULES:
