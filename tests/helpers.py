@@ -96,6 +96,17 @@ shapes:
   X: [c0, h]
 """
 
+# a 1-D window whose input is as long as its output: its last windows are clipped, so the
+# counts along p are sums over the steps of p (set p to exceed the model's bounds)
+CLIPPED_WINDOW = """
+name: conv1d
+dims: {p: 100, r: 3}
+ops:
+  - {name: c, expr: "Y[p] += X[p+r] * W[r]"}
+shapes:
+  X: [p]
+"""
+
 TWINS = """
 name: twins
 dims: {m: 4, n: 3, k: 3, j: 2}

@@ -352,14 +352,9 @@ def test_a_baseline_whose_sums_pass_the_bound_is_refused_cleanly(tmp_path):
     Layerwise: the builder sizes its tiles with the model's checks, whose sums pass the
     search's grid; the command line names the bound the tree passes instead of a
     traceback."""
-    (tmp_path / "wl.yaml").write_text("""
-name: conv1d
-dims: {p: 9001, r: 3}
-ops:
-  - {name: c, expr: "Y[p] += X[p+r] * W[r]"}
-shapes:
-  X: [p]
-""")
+    from helpers import CLIPPED_WINDOW
+
+    (tmp_path / "wl.yaml").write_text(CLIPPED_WINDOW)
     proc = tileflow("evaluate", "--arch", "edge", "--workload", str(tmp_path / "wl.yaml"),
-                    "--dataflow", "layerwise")
+                    "--set", "p=9001", "--dataflow", "layerwise")
     assert_error(proc, "wl.yaml", "do not tile it exactly", "at most 8,192")

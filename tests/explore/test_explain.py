@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import scalar_evaluate, workload
+from helpers import CLIPPED_WINDOW, scalar_evaluate, workload
 from hypothesis import HealthCheck, given, settings
 from reference_sim import Oracle
 from trees import ARCH, keep_halos, trees
@@ -380,14 +380,7 @@ def test_a_row_past_the_search_s_grid_is_explained_by_the_engine(monkeypatch) ->
     from tileflow.evaluator.lattice import MAX_GRID_PER_ROW
     from tileflow.tree import Dataflow, tile
 
-    w = workload("""
-name: conv1d
-dims: {p: 9000, r: 3}
-ops:
-  - {name: c, expr: "Y[p] += X[p+r] * W[r]"}
-shapes:
-  X: [p]
-""")
+    w = workload(CLIPPED_WINDOW, p=9000)
     assert 9000 > MAX_GRID_PER_ROW
     flow = Dataflow(tile("DRAM", "p:9000", tile("L1", "r:3", "c")))
     reference = scalar_evaluate(w, TIMED, flow)

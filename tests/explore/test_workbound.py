@@ -5,7 +5,7 @@ evaluation cannot take with the model's error, not the grid's."""
 from __future__ import annotations
 
 import pytest
-from helpers import small_arch, workload
+from helpers import CLIPPED_WINDOW, small_arch, workload
 
 from tileflow.analysis.tree_checks import InvalidDataflow
 from tileflow.errors import InputError
@@ -35,21 +35,11 @@ def test_the_refusal_names_the_axis_that_is_not_tiled_exactly() -> None:
         check_enumeration(structure_of(w, small_arch(), flow))
 
 
-WINDOW = """
-name: conv1d
-dims: {p: 100, r: 3}
-ops:
-  - {name: c, expr: "Y[p] += X[p+r] * W[r]"}
-shapes:
-  X: [p]
-"""
-
-
 def test_a_tree_past_one_evaluation_s_grid_is_an_invalid_dataflow(monkeypatch) -> None:
     """A window slid over 100 clipped steps, with the grid of one evaluation shrunk to 16
     cells: `check_tree` (imports, study files, kernels) raises the model's InvalidDataflow
     naming the tree, as `evaluate()` does, not the grid's own exception."""
-    w = workload(WINDOW)
+    w = workload(CLIPPED_WINDOW)
     flow = Dataflow(tile("DRAM", "p:100", tile("L1", "r:3", "c")), "window-tree")
     check_tree(w, small_arch(), flow)  # within the grid: nothing to refuse
     monkeypatch.setattr(lattice, "MAX_GRID_CELLS", 16)
