@@ -4,16 +4,22 @@ temporary file behind."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tileflow.errors import InputError
 from tileflow.outputs import (
     PLOT_SUFFIXES,
     check_output_file,
     check_output_folder,
+    json_text,
     write_atomic,
     write_text_atomic,
 )
@@ -89,3 +95,37 @@ def test_import_refuses_an_out_folder_with_a_newline(tmp_path, capsys):
 
     code = main(["import", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "a\nb")])
     assert code == 2 and "--out" in capsys.readouterr().err
+
+
+def _refuse(token: str):
+    raise ValueError(f"non-finite number {token} in the JSON")
+
+
+_numbers = st.one_of(st.floats(), st.integers(-2**40, 2**40),
+                     st.floats(width=32).map(np.float32), st.floats().map(np.float64),
+                     st.integers(-2**31, 2**31).map(np.int64), st.booleans().map(np.bool_))
+_documents = st.recursive(_numbers | st.text(max_size=5) | st.none(),
+                          lambda inner: st.lists(inner, max_size=4)
+                          | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+                          max_leaves=20)
+
+
+def _same(read, value) -> bool:
+    """Whether `read` (parsed JSON) is `value` with non-finite numbers as None."""
+    if isinstance(value, dict):
+        return read.keys() == value.keys() and all(_same(read[k], v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return len(read) == len(value) and all(map(_same, read, value))
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return read is None
+    if isinstance(value, np.generic):
+        return read == value.item() and type(read) is type(value.item())
+    return read == value
+
+
+@given(_documents)
+def test_json_text_is_strict_json_with_null_for_what_is_not_a_finite_number(value):
+    """Any figure NaN or infinite (Python's or NumPy's) becomes null, every other value
+    reads back as itself, and the text parses where NaN is refused."""
+    read = json.loads(json_text(value), parse_constant=_refuse)
+    assert _same(read, value)

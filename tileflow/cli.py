@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tileflow.commands.sweep import add_sweep_parser, cmd_sweep
 from tileflow.errors import InputError
+from tileflow.outputs import json_text
 
 EXAMPLES = """examples:
   tileflow compare --arch edge --workload attention
@@ -348,7 +349,7 @@ def _non_finite(value, path: str = "") -> str | None:
 
 
 def _print_json(value) -> None:
-    print(json.dumps(value, indent=2, allow_nan=False))
+    print(json_text(value, indent=2))
 
 
 def _fill_from_found_for(args) -> None:
@@ -475,7 +476,7 @@ def cmd_bench_kernels(args) -> int:
     sizes = {**SHAPE, **_pairs(args.set, "--set", 1)}
     result = bench(tuple(args.workload or WORKLOADS), sizes, campaign, args.top,
                    args.random, args.seed, threads, args.seconds)
-    print(json.dumps(result, indent=2) if args.json else table(result))
+    print(json_text(result, indent=2) if args.json else table(result))
     return 0
 
 
@@ -518,7 +519,7 @@ def cmd_validate(args) -> int:
         from tileflow.calibrate.command import run
 
         return run(args)
-    from tileflow.outputs import check_output_folder, finite
+    from tileflow.outputs import check_output_folder
     from tileflow.rtl import report, study
 
     study.load_dataset(args.data)  # a missing dataset is explained before anything is written
@@ -530,7 +531,7 @@ def cmd_validate(args) -> int:
     path = report.write(results, args.out, command)
     numbers = report.summary(results)
     if args.json:
-        print(json.dumps(finite(numbers), indent=2, allow_nan=False))
+        print(json_text(numbers, indent=2))
     else:
         print(f"GEMM set:  MAPE {numbers['gemm_mape']:.2%}, R^2 {numbers['gemm_r2']:.4f} "
               f"(calibrated, held out: {numbers['gemm_mape_calibrated_heldout']:.2%})")
@@ -756,7 +757,7 @@ def cmd_explore(args) -> int:
                                if k not in ("rows", "campaign_rows")},
                             "rows": measured["rows"].to_dict("records")}
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json_text(data, indent=2, default=str))
     else:
         found = data["found"]
         print(f"{data['evaluations']:,} points in {outcome.seconds:.1f} s"

@@ -5,6 +5,7 @@ leaves a partial file under its final name."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import stat
@@ -137,14 +138,23 @@ def save_figure(fig, path: str | Path, flag: str | None = None, **kw) -> Path:
 
 def finite(value):
     """`value` with every NaN or infinite number replaced by None (null in JSON): JSON has
-    no such numbers, and a reader would take them for figures."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    no such numbers, and a reader would take them for figures. NumPy scalars become
+    Python numbers."""
     if isinstance(value, dict):
         return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [finite(v) for v in value]
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     return value
+
+
+def json_text(value, **options) -> str:
+    """`value` as strict JSON: NaN and infinities as null (`finite`), never as the bare
+    `NaN` that JSON readers other than Python's refuse."""
+    return json.dumps(finite(value), allow_nan=False, **options)
 
 
 def _umask() -> int:

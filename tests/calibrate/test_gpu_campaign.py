@@ -313,6 +313,24 @@ def _synthetic_run(prepared: Path, folder: Path, scale: float, device: str = "sy
                  ).to_csv(folder / "timings.csv", index=False)
 
 
+def test_one_run_reports_no_retest_as_null_in_strict_json(prepared, tmp_path, capsys):
+    """A single run has no dataflow measured twice: its retest spreads are null (not NaN,
+    which JSON readers other than Python's refuse) in `--json` and in summary.json."""
+    _synthetic_run(prepared, tmp_path / "a", 1.0)
+    out = tmp_path / "report"
+    capsys.readouterr()
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--out", str(out),
+                 "--json"]) == 0
+    for text in (capsys.readouterr().out, (out / "summary.json").read_text()):
+        summary = json.loads(text, parse_constant=_refuse_non_finite)
+        assert summary["retest"] == {"dataflows": 0, "median_spread": None,
+                                     "max_spread": None}
+
+
+def _refuse_non_finite(token: str):
+    raise ValueError(f"non-finite number {token} in the JSON")
+
+
 def test_counts_of_two_runs_add_up_per_status(prepared, tmp_path):
     """Each run with one dataflow skipped by its budget: the report counts two."""
     for name in ("a", "b"):

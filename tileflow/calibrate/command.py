@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tileflow.errors import InputError
-from tileflow.outputs import finite
+from tileflow.outputs import json_text
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
@@ -254,7 +254,7 @@ def run(args) -> int:
                                    args.results, args.prepared,
                                    getattr(args, "learn", False))
             if args.json or "prepared" in summary:
-                print(json.dumps(summary, indent=2, default=str))
+                print(json_text(summary, indent=2, default=str))
             else:
                 print(f"points: {summary['points']}; held-out ({summary['heldout']}) "
                       f"latency Spearman {summary['latency_spearman_heldout']:.3f}, MAPE "
@@ -269,7 +269,7 @@ def run(args) -> int:
               " run the same command again to continue", file=sys.stderr)
         return 130
     if args.json:
-        print(json.dumps(finite(summary), indent=2, allow_nan=False))
+        print(json_text(summary, indent=2))
     else:
         print(f"points: {summary['points']}; traffic R^2 (tree view): "
               + ", ".join(f"{k} {v:.3f}" for k, v in summary["traffic_r2"].items())

@@ -12,7 +12,7 @@ import pandas as pd
 from tileflow.calibrate import metrics
 from tileflow.calibrate.cpu import CACHE_TRAFFIC, VIEWS, CpuStudy, worst_cases
 from tileflow.errors import InputError
-from tileflow.outputs import finite, save_figure
+from tileflow.outputs import json_text, save_figure
 from tileflow.outputs import write_text_atomic as write_text
 from tileflow.specs.dataflow import parse_dataflow
 from tileflow.specs.yamlfile import Field
@@ -454,7 +454,7 @@ def write(s: CpuStudy, out: str | Path, command: str, levels: dict[str, str],
                                               if k != "config"]]
     write_text(out / "report.md", "\n".join(lines) + "\n")
     write_text(out / "summary.json",
-               json.dumps(finite(summary), indent=2, allow_nan=False) + "\n")
+               json_text(summary, indent=2) + "\n")
     return out / "report.md"
 
 

@@ -7,7 +7,6 @@ GPU's fingerprint and refused on another GPU."""
 
 from __future__ import annotations
 
-import json
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,7 +17,7 @@ import pandas as pd
 from tileflow.calibrate import gpu_latency, learned, metrics
 from tileflow.calibrate.fit import fit
 from tileflow.errors import InputError
-from tileflow.outputs import write_text_atomic
+from tileflow.outputs import json_text, write_text_atomic
 from tileflow.specs.arch import Architecture
 
 MODEL_FILE = "learned-model.pkl"
@@ -116,7 +115,7 @@ def run(frame: pd.DataFrame, arch: Architecture, folder: Path, fingerprint: Mapp
     meta = {"fingerprint": print_, "features": columns, "rows": int(len(f)),
             "validation": "each workload shape held out in turn", "held_out_shapes": result}
     learned.store(folder / MODEL_FILE, model, meta)
-    write_text_atomic(folder / "learned.json", json.dumps(meta, indent=2) + "\n")
+    write_text_atomic(folder / "learned.json", json_text(meta, indent=2) + "\n")
     return meta
 
 

@@ -4,11 +4,10 @@ report.md (predicted against measured, held out by shape)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tileflow.calibrate.gpu_results import MAX_REL_ERR, TF32_REL_ERR, GpuStudy
-from tileflow.outputs import write_csv, write_text_atomic
+from tileflow.outputs import json_text, write_csv, write_text_atomic
 
 
 def _fmt(v, pct: bool = False) -> str:
@@ -24,7 +23,7 @@ def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts
     write_csv(study.frame[columns], folder / "measurements.csv")
     summary = {**study.summary, "machine": fingerprint, "counts": counts, "notes": notes,
                "measured": "median of CUDA-event timings of each dataflow's launches"}
-    write_text_atomic(folder / "summary.json", json.dumps(summary, indent=2, default=str)
+    write_text_atomic(folder / "summary.json", json_text(summary, indent=2, default=str)
                       + "\n")
     s, f = study.summary, study.frame
     c = s.get("cpu_form", {})

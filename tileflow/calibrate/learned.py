@@ -336,12 +336,12 @@ def save(path: Path, model, columns: list[str], print_: dict, figures_: dict,
 
 def store(path: Path, model, meta: dict) -> None:
     """`model` and `meta` pickled into `path` atomically, `meta` beside it as JSON."""
-    from tileflow.outputs import write_text_atomic
+    from tileflow.outputs import json_text, write_text_atomic
 
     staged = path.with_suffix(".tmp")
     staged.write_bytes(pickle.dumps({"model": model, **meta}))
     staged.replace(path)
-    write_text_atomic(path.with_suffix(".json"), json.dumps(meta, indent=2) + "\n")
+    write_text_atomic(path.with_suffix(".json"), json_text(meta, indent=2) + "\n")
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ machine; learned.json and learned.md beside the campaign's report."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pandas as pd
 
 from tileflow.calibrate import learned
 from tileflow.errors import InputError
-from tileflow.outputs import write_text_atomic
+from tileflow.outputs import json_text, write_text_atomic
 from tileflow.specs.arch import Architecture
 
 MODEL_FILE = "learned-model.pkl"
@@ -49,7 +48,7 @@ def run(frame: pd.DataFrame, arch: Architecture, folder: Path, environment: dict
     result["reference"] = learned.reference_of(f)
     learned.save(folder / MODEL_FILE, model, columns, print_, result["held_out_groups"],
                  calibration, result["reference"])
-    write_text_atomic(folder / "learned.json", json.dumps(result, indent=2) + "\n")
+    write_text_atomic(folder / "learned.json", json_text(result, indent=2) + "\n")
     write_text_atomic(folder / "learned.md", _markdown(result, command))
     return result
 

@@ -4,11 +4,11 @@ accelerator parameters, with the data-movement bound; the command-line wiring.""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 
 from tileflow.errors import InputError
+from tileflow.outputs import json_text
 
 EPILOG = """example:
   tileflow sweep search/sweep-gemm-chain.yaml            # L1 capacity of Edge, with the bound
@@ -88,7 +88,7 @@ def cmd_sweep(args) -> int:
                       heartbeat_s=interval_for(args.quiet))
     data = write_all(state)
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(json_text(data, indent=2))
     else:
         print(f"{len(state.rows)} of {data['points_total']} points in {state.seconds:.1f} s"
               + (" (interrupted; --resume continues)" if state.interrupted else ""))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tileflow.outputs import finite, save_figure, write_text_atomic
+from tileflow.outputs import json_text, save_figure, write_text_atomic
 from tileflow.rtl.evidence import (
     before_after,
     buffer_register_remainder,
@@ -234,8 +233,7 @@ def write(results: dict[str, SetResult], out_dir: str | Path, command: str) -> P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     numbers = summary(results)
-    write_text_atomic(out / "summary.json", json.dumps(finite(numbers), indent=2,
-                                                         allow_nan=False) + "\n", "--out")
+    write_text_atomic(out / "summary.json", json_text(numbers, indent=2) + "\n", "--out")
     for kind, res in results.items():
         write_text_atomic(out / f"predictions-{kind}.csv", res.frame.to_csv(index=False),
                           "--out")

@@ -5,7 +5,6 @@ found dataflow's timeline (PNG and a Chrome trace)."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -19,7 +18,7 @@ from tileflow.cost.result import Result
 from tileflow.explore.studies import figures, pareto, timeline
 from tileflow.explore.studies.reload import inputs, load_study
 from tileflow.explore.studies.session import Outcome, objective_value
-from tileflow.outputs import finite
+from tileflow.outputs import finite, json_text
 from tileflow.provenance import MODEL_VERSION
 from tileflow.tree import Dataflow, Op, Tile
 
@@ -327,8 +326,7 @@ def write_all(outcome: Outcome, out_dir: str | Path, deadline: float | None = No
     data["files"] = {name: str(out / name) for name in [*written, "summary.md",
                                                          "summary.json"]}
     data = finite(data)
-    atomic_write(out / "summary.json", lambda p: p.write_text(
-        json.dumps(data, indent=2, allow_nan=False)))
+    atomic_write(out / "summary.json", lambda p: p.write_text(json_text(data, indent=2)))
     atomic_write(out / "summary.md", lambda p: p.write_text(summary_markdown(outcome, data)))
     return data
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from tileflow.explore.sweeps.monotone import flags, not_compared_note
 from tileflow.explore.sweeps.sweep import SweepState, fingerprint
 from tileflow.explore.sweeps.sweep_config import describe_point
-from tileflow.outputs import save_figure, write_csv, write_text_atomic
+from tileflow.outputs import json_text, save_figure, write_csv, write_text_atomic
 from tileflow.provenance import MODEL_VERSION
 
 FILES = ("sweep.csv", "summary.json", "summary.md", "sweep.png", "bound.png")
@@ -280,7 +279,6 @@ def bound_plot(state: SweepState, path: Path) -> None:
 
 def write_all(state: SweepState) -> dict:
     """Write the table, summaries and plots; returns summary.json's object."""
-    import json
 
     out = Path(state.config.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -293,19 +291,6 @@ def write_all(state: SweepState) -> dict:
     data["files"] = {n: str(out / n) for n in FILES if (out / n).exists() or n == "summary.json"}
     write_text_atomic(out / "summary.md", markdown(state))
     data["files"]["summary.md"] = str(out / "summary.md")
-    write_text_atomic(out / "summary.json", json.dumps(_finite(data), indent=2))
+    write_text_atomic(out / "summary.json", json_text(data, indent=2))
     return data
-
-
-def _finite(value):
-    """JSON without NaN or infinities (null instead)."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
