@@ -55,9 +55,6 @@ class Timing:
         self.double_buffer = double_buffer
         self.levels = arch.levels
         self.tiles: dict[str, tuple[float, float, float, float]] = {}
-        # lock step: a read port with a step overhead idle on some of a tile's steps (the
-        # docs charge the overhead on the steps that read only)
-        self.idle_overhead = False
         self.cycles = max(self._tile("root", oracle.flow.root, 1), self._one_port_bound())
 
     def _one_port_bound(self) -> float:
@@ -188,11 +185,7 @@ class Timing:
                     at = stage[name + ("1" if single else "")]
                     for k in range(periods):
                         at[k * p if first else k * p + p - 1][port] += cycles / periods
-        for at in stage.values():
-            ports = {k for a in at for k, v in a.items() if v and self._overhead(k)}
-            if any(not a.get(k) for k in ports for a in at):
-                self.idle_overhead = True
-
+        # a step overhead is charged on the steps whose port reads (docs/latency.md)
         def busiest(name: str, s: int) -> float:
             return max((v + self._overhead(k) for k, v in stage[name][s].items() if v),
                        default=0.0)
