@@ -125,17 +125,18 @@ class Timing:
         stores = {k: v for k, v in busy.items() if k not in loads}
         reads_here = (x, "r") in loads
         level = self.levels[x]
-        if self.overlap == "lockstep":
-            cycles, load, store = self._lockstep(node, loads, stores, inner, above, x)
-        else:
-            def busiest(table: dict, only_single: bool) -> float:
-                return max((sum(c for (_, single), c in v.items()
-                                if single or not only_single) + self._overhead(k) * steps
-                            for k, v in table.items()
-                            if any(single or not only_single for _, single in v)),
-                           default=0.0)
+        def busiest(table: dict, only_single: bool) -> float:
+            return max((sum(c for (_, single), c in v.items()
+                            if single or not only_single) + self._overhead(k) * steps
+                        for k, v in table.items()
+                        if any(single or not only_single for _, single in v)),
+                       default=0.0)
 
-            load, store = busiest(loads, False), busiest(stores, False)
+        # the loads and the stores alone: the busiest port over the run (every convention)
+        load, store = busiest(loads, False), busiest(stores, False)
+        if self.overlap == "lockstep":
+            cycles = self._lockstep(node, loads, stores, inner, above, x)
+        else:
             serial = inner + busiest(loads, True) + busiest(stores, True)
             top = max(load, serial, store)
             cycles = top
@@ -166,7 +167,7 @@ class Timing:
     # ---- lock step ----------------------------------------------------------------------
 
     def _lockstep(self, node: Tile, loads: dict, stores: dict, inner: float, above: int,
-                  x: int) -> tuple[float, float, float]:
+                  x: int) -> float:
         """Slots over the tile's steps in the run (`above` runs of its own loops), each
         tensor's words on the first step of each of its periods (loads) or the last
         (stores); single-buffered ones join the compute of their step."""
@@ -201,8 +202,7 @@ class Timing:
             total += slot
         if (x, "r") in loads:
             total += self.levels[x].latency_cycles
-        return (total, sum(busiest("load", s) for s in range(n)),
-                sum(busiest("store", s) for s in range(n)))
+        return total
 
     def _period(self, node: Tile, tensor: str) -> int:
         """The product of the tile's innermost temporal loops (factor above 1) that do not
