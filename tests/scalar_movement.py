@@ -29,14 +29,14 @@ from tileflow.analysis.movement import (
     Dims,
     LoopRec,
     Spans,
-    _dropped,
-    _interval,
-    _length,
-    _positions,
-    _regular,
-    _spans,
-    _split_union,
-    _union_length,
+    clipped_interval,
+    is_dropped,
+    is_regular,
+    loop_positions,
+    slice_spans,
+    spans_length,
+    split_union,
+    union_length,
 )
 
 
@@ -52,12 +52,12 @@ def _volume_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec],
                 union: Sequence[LoopRec] = ()) -> int:
     """Sum over all steps of the axis's slice length (only loops over the axis's dims)."""
     idx = _axis_loops(axis, loops)
-    if not union and _regular(axis, dims, loops):
+    if not union and is_regular(axis, dims, loops):
         return dims[axis.terms[0][0]].extent * math.prod(loops[i].n for i in idx)
     sub = [loops[i] for i in idx]
     total = 0
     for values in product(*(range(lp.n) for lp in sub)):
-        total += _length(_spans(axis, dims, _positions(sub, values), union))
+        total += spans_length(slice_spans(axis, dims, loop_positions(sub, values), union))
     return total
 
 
@@ -70,7 +70,7 @@ def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int,
     outer = [j for j in idx if j < i]
     inner = [j for j in idx if j > i]
     own = i in idx
-    if not union and _regular(axis, dims, loops):
+    if not union and is_regular(axis, dims, loops):
         count = math.prod(loops[j].n for j in outer) * ((loops[i].n - 1) if own else 1)
         moved = own or any(loops[j].n > 1 for j in inner)
         return 0 if moved else count * dims[axis.terms[0][0]].extent
@@ -88,7 +88,8 @@ def _overlap_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], i: int,
         if union:
             total += _kept(axis, dims, pos_before, pos_after, union)
         else:
-            total += _common(_spans(axis, dims, pos_before, ()), _spans(axis, dims, pos_after, ()))
+            total += _common(slice_spans(axis, dims, pos_before, ()),
+                             slice_spans(axis, dims, pos_after, ()))
     return total
 
 
@@ -100,12 +101,12 @@ def _kept(axis: AxisRec, dims: Dims, before: Mapping[str, int], after: Mapping[s
     covered: Spans = []
     new: Spans = []
     for values in product(*(range(lp.n) for lp in union)):
-        shift = _positions(union, values)
-        now = _interval(axis, dims, {d: after.get(d, 0) + shift.get(d, 0)
+        shift = loop_positions(union, values)
+        now = clipped_interval(axis, dims, {d: after.get(d, 0) + shift.get(d, 0)
                                      for d in {*after, *shift}})
         if now[1] <= now[0]:
             continue
-        old = _interval(axis, dims, {d: before.get(d, 0) + shift.get(d, 0)
+        old = clipped_interval(axis, dims, {d: before.get(d, 0) + shift.get(d, 0)
                                      for d in {*before, *shift}})
         covered.append(now)
         if old[1] <= old[0] or old[1] <= now[0] or now[1] <= old[0]:
@@ -115,17 +116,17 @@ def _kept(axis: AxisRec, dims: Dims, before: Mapping[str, int], after: Mapping[s
             new.append((now[0], old[0]))
         if old[1] < now[1]:
             new.append((old[1], now[1]))
-    return _union_length(covered) - _union_length(new)
+    return union_length(covered) - union_length(new)
 
 
 def _pair_positions(pairs: Sequence[tuple[LoopRec, int]]) -> dict[str, int]:
-    return _positions([lp for lp, _ in pairs], [v for _, v in pairs])
+    return loop_positions([lp for lp, _ in pairs], [v for _, v in pairs])
 
 
 def iteration_count(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
                     union: Sequence[LoopRec] = ()) -> int:
     """Sum over all steps of the slice size (the operation count, for the op's own axes)."""
-    dims, unions = _split_union(axes, dims, union, loops)
+    dims, unions = split_union(axes, dims, union, loops)
     return _iteration_count(axes, dims, loops, unions)
 
 
@@ -145,10 +146,10 @@ def words_moved(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
     union of their slices. With `fresh` given, elements still resident when a marked loop
     advances count as entering again (an accumulation that restarts touches them anew)."""
     tensor_dims = {d for a in axes for d, _ in a.terms}
-    dims, unions = _split_union(axes, dims, union, loops)
+    dims, unions = split_union(axes, dims, union, loops)
     total = _iteration_count(axes, dims, loops, unions)
     for i, lp in enumerate(loops):
-        if lp.n <= 1 or _dropped(loops, i) or (fresh is not None and _restarts(loops, fresh, i)):
+        if lp.n <= 1 or is_dropped(loops, i) or (fresh is not None and _restarts(loops, fresh, i)):
             continue
         mult = math.prod(o.n for o in loops[:i] if o.dim not in tensor_dims)
         if lp.dim not in tensor_dims:
@@ -183,7 +184,7 @@ def timeloop_words_moved(axes: Sequence[AxisRec], dims: Dims,
     last_move: tuple[int, ...] | None = None
     for values in product((0, 1), repeat=len(live)):
         weight = math.prod(lp.n - 1 for lp, v in zip(live, values, strict=True) if v)
-        now = [_interval(axis, dims, _positions(live, values)) for axis in axes]
+        now = [clipped_interval(axis, dims, loop_positions(live, values)) for axis in axes]
         size = _box_size(now)
         advanced = max((k for k, v in enumerate(values) if v), default=-1)
         if before is None or (advanced >= 0 and any(lp.drop for lp in live[advanced:])):
@@ -230,7 +231,7 @@ def distinct_slices(axes: Sequence[AxisRec], union: Sequence[LoopRec]) -> int:
     sent once (multicast); the others are each sent their own."""
     offsets = set()
     for values in product(*(range(lp.n) for lp in union)):
-        pos = _positions(union, values)
+        pos = loop_positions(union, values)
         offsets.add(tuple(sum(c * pos.get(d, 0) for d, c in axis.terms) for axis in axes))
     return len(offsets)
 
@@ -259,6 +260,6 @@ def largest_slice(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> int:
     sub = [loops[i] for i in _axis_loops(axis, loops)]
     best = 0
     for values in product(*(range(lp.n) for lp in sub)):
-        lo, hi = _interval(axis, dims, _positions(sub, values))
+        lo, hi = clipped_interval(axis, dims, loop_positions(sub, values))
         best = max(best, hi - lo)
     return best

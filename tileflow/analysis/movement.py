@@ -53,7 +53,7 @@ class DimRec(NamedTuple):
 Dims = Mapping[str, DimRec]
 
 
-def _regular(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> bool:
+def is_regular(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> bool:
     """True when the axis is one dimension tiled exactly: every slice is the full extent."""
     if len(axis.terms) != 1 or axis.terms[0][1] != 1 or axis.offset:
         return False
@@ -69,7 +69,7 @@ def _regular(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec]) -> bool:
     return span == rec.size
 
 
-def _interval(axis: AxisRec, dims: Dims, pos: Mapping[str, int]) -> tuple[int, int]:
+def clipped_interval(axis: AxisRec, dims: Dims, pos: Mapping[str, int]) -> tuple[int, int]:
     lo = hi = axis.offset
     for d, c in axis.terms:
         rec = dims[d]
@@ -87,19 +87,19 @@ def _interval(axis: AxisRec, dims: Dims, pos: Mapping[str, int]) -> tuple[int, i
 Spans = list[tuple[int, int]]
 
 
-def _spans(axis: AxisRec, dims: Dims, pos: Mapping[str, int],
+def slice_spans(axis: AxisRec, dims: Dims, pos: Mapping[str, int],
            union: Sequence[LoopRec]) -> Spans:
     """The axis's slice as disjoint sorted spans: one interval, or for the union over
     spatial instances of a strided axis, the merged intervals of every instance."""
     if not union:
-        lo, hi = _interval(axis, dims, pos)
+        lo, hi = clipped_interval(axis, dims, pos)
         return [(lo, hi)] if hi > lo else []
     found = []
     for values in product(*(range(lp.n) for lp in union)):
         shifted = dict(pos)
-        for d, v in _positions(union, values).items():
+        for d, v in loop_positions(union, values).items():
             shifted[d] = shifted.get(d, 0) + v
-        lo, hi = _interval(axis, dims, shifted)
+        lo, hi = clipped_interval(axis, dims, shifted)
         if hi > lo:
             found.append((lo, hi))
     merged: Spans = []
@@ -111,11 +111,11 @@ def _spans(axis: AxisRec, dims: Dims, pos: Mapping[str, int],
     return merged
 
 
-def _length(spans: Spans) -> int:
+def spans_length(spans: Spans) -> int:
     return sum(hi - lo for lo, hi in spans)
 
 
-def _split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec],
+def split_union(axes: Sequence[AxisRec], dims: Dims, union: Sequence[LoopRec],
                  loops: Sequence[LoopRec] = ()):
     """Spatial instances under one parent instance see the union of their slices. On a plain
     axis that union is an interval: widen the dimension's extent. On a strided axis it may
@@ -154,7 +154,7 @@ def _contiguous(dims: Dims, union: Sequence[LoopRec], loops: Sequence[LoopRec]) 
     return all(lp.stride % extent == 0 for lp in loops if lp.dim == d and lp.n > 1)
 
 
-def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict:
+def loop_positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict:
     """Offset per dimension; with halo marks also ('base', dim), the offset of the common
     ancestor's step, and ('slide', dim) = 1 past the first iteration of the sliding loop."""
     pos: dict = {}
@@ -168,7 +168,7 @@ def _positions(loops: Sequence[LoopRec], values: Sequence[int]) -> dict:
     return pos
 
 
-def _dropped(loops: Sequence[LoopRec], i: int) -> bool:
+def is_dropped(loops: Sequence[LoopRec], i: int) -> bool:
     return loops[i].drop or any(lp.drop and lp.n > 1 for lp in loops[i + 1 :])
 
 
@@ -183,21 +183,21 @@ def first_touches(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[LoopRec],
     `guards` are further dimensions of the work: an iteration of the marked loops whose
     range of a guard dimension is clipped empty does no work and touches nothing."""
     tensor_dims = {d for a in axes for d, _ in a.terms} | set(guards)
-    dims, unions = _split_union(axes, dims, union, loops)
+    dims, unions = split_union(axes, dims, union, loops)
     total = math.prod(lp.n for lp, e in zip(loops, epoch, strict=True)
                       if e and lp.dim not in tensor_dims)
     for g in guards:
         guard = AxisRec(((g, 1),), 0, dims[g].size)
-        if _regular(guard, dims, loops):
+        if is_regular(guard, dims, loops):
             total *= math.prod(lp.n for lp, e in zip(loops, epoch, strict=True)
                                if e and lp.dim == g)
             continue
         total *= _epoch_sum(guard, dims, loops, epoch, lambda spans: int(bool(spans)))
     for axis, u in zip(axes, unions, strict=True):
-        if not u and _regular(axis, dims, loops):
+        if not u and is_regular(axis, dims, loops):
             total *= axis.size
             continue
-        total *= _epoch_sum(axis, dims, loops, epoch, _union_length, u)
+        total *= _epoch_sum(axis, dims, loops, epoch, union_length, u)
     return total
 
 
@@ -211,18 +211,18 @@ def _epoch_sum(axis: AxisRec, dims: Dims, loops: Sequence[LoopRec], epoch: Seque
             if not e and lp.dim in names and lp.n > 1]
     acc = 0
     for values in product(*(range(lp.n) for lp in ep)):
-        base = _positions(ep, values)
+        base = loop_positions(ep, values)
         spans = []
         for inner in product(*(range(lp.n) for lp in rest)):
             pos = dict(base)
-            for d, v in _positions(rest, inner).items():
+            for d, v in loop_positions(rest, inner).items():
                 pos[d] = pos.get(d, 0) + v
-            spans += _spans(axis, dims, pos, union)
+            spans += slice_spans(axis, dims, pos, union)
         acc += measure(spans)
     return acc
 
 
-def _union_length(spans: list[tuple[int, int]]) -> int:
+def union_length(spans: list[tuple[int, int]]) -> int:
     length, end = 0, None
     for lo, hi in sorted(spans):
         if end is None or lo >= end:
@@ -251,7 +251,7 @@ def resident_first_touches(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[
     earlier position of the outer loops touched. None where this does not apply (a marked
     loop moving the slice, instances whose union is not one slice, a kept halo)."""
     tensor_dims = {d for a in axes for d, _ in a.terms}
-    dims, unions = _split_union(axes, dims, union, loops)
+    dims, unions = split_union(axes, dims, union, loops)
     if any(unions) or any(rec.cut for rec in dims.values()):
         return None
     lead = 0  # the instances: every iteration is a world of its own
@@ -265,14 +265,14 @@ def resident_first_touches(axes: Sequence[AxisRec], dims: Dims, loops: Sequence[
     marked_outer = math.prod(lp.n for lp in loops[:lead] if lp.dim not in tensor_dims)
     for k in range(lead, len(loops)):
         lp = loops[k]
-        if epoch[k] and lp.n > 1 and not _dropped(loops, k):
+        if epoch[k] and lp.n > 1 and not is_dropped(loops, k):
             outer = [o for o, e in zip(loops[lead:k], epoch[lead:k], strict=True)
                      if not e and o.n > 1 and o.dim in tensor_dims]
             inner = [o for o, e in zip(loops[k + 1:], epoch[k + 1:], strict=True)
                      if not e and o.n > 1 and o.dim in tensor_dims]
             kept = 0
             for values in product(*(range(o.n) for o in instances)):
-                kept += _kept_first(axes, dims, _positions(instances, values), outer, inner)
+                kept += _kept_first(axes, dims, loop_positions(instances, values), outer, inner)
             total += (lp.n - 1) * marked_outer * kept
         if epoch[k]:
             marked_outer *= lp.n
@@ -291,10 +291,11 @@ def _kept_first(axes: Sequence[AxisRec], dims: Dims, base: Mapping[str, int],
     total = 0
     for values in product(*(range(o.n) for o in outer)):
         pos = dict(base)
-        for d, v in _positions(outer, values).items():
+        for d, v in loop_positions(outer, values).items():
             pos[d] = pos.get(d, 0) + v
         end = {**pos, **{d: pos.get(d, 0) + v for d, v in last.items()}}
-        both = [_meet([_interval(a, dims, pos)], [_interval(a, dims, end)]) for a in axes]
+        both = [_meet([clipped_interval(a, dims, pos)], [clipped_interval(a, dims, end)])
+                for a in axes]
         if not all(both):
             continue
         boxes = []
@@ -302,7 +303,7 @@ def _kept_first(axes: Sequence[AxisRec], dims: Dims, base: Mapping[str, int],
             if not v:
                 continue
             fixed = dict(base)
-            for d, x in _positions(outer[:p], values[:p]).items():
+            for d, x in loop_positions(outer[:p], values[:p]).items():
                 fixed[d] = fixed.get(d, 0) + x
             free = [outer[p]._replace(n=v), *outer[p + 1:], *inner]
             boxes.append([_reach(a, dims, fixed, free) for a in axes])
@@ -312,7 +313,7 @@ def _kept_first(axes: Sequence[AxisRec], dims: Dims, base: Mapping[str, int],
                 for i, spans in enumerate(both):
                     for box in chosen:
                         spans = _meet(spans, box[i])
-                    size *= _length(spans)
+                    size *= spans_length(spans)
                     if not size:
                         break
                 total += -size if r % 2 else size
@@ -335,4 +336,4 @@ def _reach(axis: AxisRec, dims: Dims, fixed: Mapping[str, int],
     """The union of the axis's slices over every value of the `free` loops (merged spans)."""
     names = {d for d, _ in axis.terms}
     mine = [lp for lp in free if lp.dim in names and lp.n > 1]
-    return _spans(axis, dims, fixed, mine)
+    return slice_spans(axis, dims, fixed, mine)

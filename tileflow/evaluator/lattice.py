@@ -69,7 +69,7 @@ def uncut(axis: AxisRec, dims) -> np.ndarray | bool:
 
 
 def floor_at_cut(dlo, x_base, rec: VDim, slide, expand):
-    """`movement._interval` under halo caching: past the first iteration of the sliding
+    """`movement.clipped_interval` under halo caching: past the first iteration of the sliding
     loop (`slide`), the slice starts no earlier than the region's start + the kept rows
     (`x_base`: the shift plus the offset of the common ancestor's step)."""
     if rec.cut is None or slide is None:
