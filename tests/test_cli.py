@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from tileflow.provenance import MODEL_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,6 +43,7 @@ def test_compare_json_has_one_object_per_baseline(tmp_path):
         assert r["macs"] == b * m * l_ * k + b * m * l_ * n
         assert r["vector_ops"] == 5 * b * m * l_
         assert set(r) >= {"valid", "violations", "cycles", "energy_pj", "levels", "dataflow"}
+        assert r["model_version"] == MODEL_VERSION
     assert (tmp_path / "g4.png").exists()
 
 
@@ -107,6 +111,20 @@ def test_evaluate_readable_summary_and_saved_dataflow_round_trip(tmp_path):
     first = tileflow("evaluate", "--arch", "cloud", "--workload", "C3", "--dataflow",
                      "fused-layer", "--json")
     assert json.loads(again.stdout)["cycles"] == json.loads(first.stdout)["cycles"]
+    assert json.loads(first.stdout)["model_version"] == MODEL_VERSION
+
+
+def test_evaluate_and_compare_csv_record_the_model_version(tmp_path):
+    """The CSV files of `evaluate` (per level and tensor) and `compare` (per dataflow)
+    carry the version of the model that computed them on every row."""
+    one, many = tmp_path / "one.csv", tmp_path / "many.csv"
+    assert tileflow("evaluate", "--arch", "edge", "--workload", "G4", "--dataflow",
+                    "chimera", "--csv", str(one)).returncode == 0
+    assert tileflow("compare", "--arch", "edge", "--workload", "G4", "--no-plot", "--csv",
+                    str(many)).returncode == 0
+    for path in (one, many):
+        rows = pd.read_csv(path, dtype={"model_version": str})
+        assert len(rows) > 1 and (rows.model_version == MODEL_VERSION).all(), path
 
 
 SHIPPED = {  # dataflow file -> the accelerator and workload it was written for
@@ -145,6 +163,7 @@ def test_bench_reports_evaluations_per_second():
         assert r["evals_per_second"] * r["median_us"] == pytest.approx(1e6)
         assert r["scalar_evals_per_s"] > 0 and r["batched_evals_per_s"] > 0
         assert r["batched_clipped_evals_per_s"] > 0 and r["batch_rows"] == 64
+        assert r["model_version"] == MODEL_VERSION
         # the search's rate: its new points (the budget, or fewer where the space runs out)
         # over its wall-clock seconds
         assert 0 < r["search_points"] <= 100
@@ -325,8 +344,8 @@ def test_interrupted_report_leaves_only_complete_files(tmp_path, monkeypatch):
     files = sorted(os.listdir(tmp_path))
     assert files == ["reference-edge-attention.png", "reference-experiments.csv"]
     assert (tmp_path / "reference-edge-attention.png").read_bytes()[:4] == b"\x89PNG"
-    assert len((tmp_path / "reference-experiments.csv").read_text().splitlines()) == \
-        len(frame) + 1
+    written = pd.read_csv(tmp_path / "reference-experiments.csv", dtype={"model_version": str})
+    assert len(written) == len(frame) and (written.model_version == MODEL_VERSION).all()
 
 
 @pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0"])

@@ -396,8 +396,9 @@ def cmd_evaluate(args) -> int:
         save_dataflow(flow, args.save_dataflow)
     if args.csv:
         from tileflow.commands.report import write_csv
+        from tileflow.provenance import MODEL_VERSION
 
-        write_csv(result.frame(), args.csv)
+        write_csv(result.frame().assign(model_version=MODEL_VERSION), args.csv)
     if args.json:
         _print_json(result.to_dict())
     else:

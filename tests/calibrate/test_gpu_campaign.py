@@ -30,6 +30,7 @@ from tileflow.kernels.cuda_source import MAX_THREADS, generate_cuda
 from tileflow.kernels.gpu_trees import blocks_of, random_valid_gpu_trees
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.reference import random_inputs, run_reference
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 
@@ -325,6 +326,7 @@ def test_one_run_reports_no_retest_as_null_in_strict_json(prepared, tmp_path, ca
         summary = json.loads(text, parse_constant=_refuse_non_finite)
         assert summary["retest"] == {"dataflows": 0, "median_spread": None,
                                      "max_spread": None}
+        assert summary["model_version"] == MODEL_VERSION
 
 
 def _refuse_non_finite(token: str):

@@ -11,6 +11,7 @@ from math import ceil
 import pytest
 
 from tileflow.cost import evaluate
+from tileflow.provenance import MODEL_VERSION
 from tileflow.rtl.mappings import chain_mapping, gemm_mapping
 from tileflow.rtl.study import DEFAULT_DATA, load_dataset
 from tileflow.specs.arch import load_arch
@@ -90,6 +91,7 @@ def test_report_regenerates_from_the_dataset(tmp_path):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert summary["model_version"] == MODEL_VERSION
     for name in ("report.md", "cycles.png", "error-distribution.png", "error-vs-tiling.png",
                  "transfers.png"):
         assert (tmp_path / name).exists()

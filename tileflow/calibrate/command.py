@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tileflow.errors import InputError
 from tileflow.outputs import json_text
+from tileflow.provenance import MODEL_VERSION
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
@@ -70,6 +71,7 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
                                     command + " --report-only --learn", config.seed)
     elif (folder / "learned.json").exists():  # the last --learn run's figures
         result = json.loads((folder / "learned.json").read_text())
+    study.summary["model_version"] = MODEL_VERSION
     if result is not None:  # in the summary as in the report
         study.summary["learned_model"] = {
             k: result["held_out_groups"]["learned"][k]
@@ -191,6 +193,7 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                        ignore_index=True)
     study.summary["kernel_vs_vendor"] = gpu_vendor.kernel_vs_vendor(study.frame, vendor)
     study.summary["runs"] = [str(f) for f in folders]
+    study.summary["model_version"] = MODEL_VERSION
     study.summary["retest"] = runs.retest
     target = Path(out or "validate/gpu")
     command = "tileflow validate gpu" + "".join(f" --results {f}" for f in folders) + (

@@ -16,6 +16,7 @@ from tileflow.cost import evaluate
 from tileflow.dataflows import build
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure, structure_of
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 from tileflow.tree import Dataflow
@@ -126,7 +127,7 @@ def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
         row = {"dataflow": name, "runs": runs, "median_us": median * 1e6,
                "evals_per_second": scalar, "scalar_evals_per_s": scalar,
                "batched_evals_per_s": batched, "batched_clipped_evals_per_s": with_clipping,
-               "batch_rows": batch_rows}
+               "batch_rows": batch_rows, "model_version": MODEL_VERSION}
         if search_evaluations > 0:
             rate, points, elapsed, cpu = search_rate(workload, arch, flow, search_evaluations,
                                                      seed)

@@ -12,6 +12,7 @@ from tileflow.cost import evaluate
 from tileflow.dataflows import baselines_for
 from tileflow.explore.tilesearch.fit import fit_baseline
 from tileflow.outputs import save_figure, write_text_atomic
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 
@@ -168,9 +169,10 @@ def write_report(frame: pd.DataFrame, out_dir, command: str) -> str:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "reference-experiments.csv", frame.to_csv(index=False), "--out")
+    write_text_atomic(out / "reference-experiments.csv",
+                      frame.assign(model_version=MODEL_VERSION).to_csv(index=False), "--out")
     summary = _summary(frame)
-    lines = REPORT_HEAD.format(command=command).splitlines()
+    lines = REPORT_HEAD.format(command=command, version=MODEL_VERSION).splitlines()
     for arch, workload, title in [
         ("edge", "attention", "Attention G1-G12 on Edge"),
         ("cloud", "attention", "Attention G1-G12 on Cloud"),
@@ -199,8 +201,8 @@ def write_report(frame: pd.DataFrame, out_dir, command: str) -> str:
 
 REPORT_HEAD = """# Reference experiments: the published TileFlow comparison, re-run
 
-Regenerate with `{command}`
-(about 5 minutes alone on a 2-core machine, twice that with the online-softmax section;
+Regenerate with `{command}` (model version {version};
+about 5 minutes alone on a 2-core machine, twice that with the online-softmax section;
 the raw numbers are in `reference-experiments.csv`).
 Speed-ups are over Layerwise on the same accelerator and shape (geometric mean over the
 shapes), DRAM and energy reductions are means over the shapes; "published" columns are the

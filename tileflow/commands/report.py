@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tileflow.cost.result import Result
 from tileflow.outputs import save_figure, write_atomic, write_csv  # noqa: F401 (re-export)
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import Architecture
 from tileflow.specs.workload import Workload
 
@@ -142,6 +143,7 @@ def comparison_frame(results: Sequence[Result]):
         for level, words in row.pop("footprint_words").items():
             row[f"footprint_words_{level}"] = words
         row["violations"] = "; ".join(v.message for v in r.violations)
+        row["model_version"] = MODEL_VERSION
         flat.append(row)
     return pd.DataFrame(flat)
 

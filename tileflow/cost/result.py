@@ -11,6 +11,7 @@ from typing import NamedTuple
 from tileflow.analysis.records import Bottleneck, Violation
 from tileflow.analysis.resources import Footprint
 from tileflow.cost.components import ComponentCost
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import OVERLAPS, Architecture
 from tileflow.tree import Tile, label
 
@@ -131,6 +132,7 @@ class Result:
             "compute_energy_pj": self.compute_energy_pj,
             "leakage_pj": sum(self.leakage_pj.values()),
             "components": [c.to_dict() for c in self.components],
+            "model_version": MODEL_VERSION,
         }
 
     def latency_frame(self):

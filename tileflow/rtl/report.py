@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tileflow.outputs import json_text, save_figure, write_text_atomic
+from tileflow.provenance import MODEL_VERSION
 from tileflow.rtl.evidence import (
     before_after,
     buffer_register_remainder,
@@ -59,6 +60,7 @@ def summary(results: dict[str, SetResult]) -> dict:
             out[f"{kind}_before"] = figures(f, SHAPES[kind], "predicted_before")
         out[f"{kind}_bound_hits"] = [f"{h['parameter']} ({h['bound']}, half {h['half']})"
                                      for h in res.bound_hits]
+    out["model_version"] = MODEL_VERSION
     out["bound_hits"] = [f"{kind}: {hit}" for kind in results
                          for hit in out[f"{kind}_bound_hits"]]
     fused = results["fused"].frame
