@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -601,7 +600,7 @@ def cmd_export_timeloop(args) -> int:
 
         paths, notes = export_folder(args.out, flow, workload, arch)
         if args.json:
-            print(json.dumps({"wrote": [str(p) for p in paths], "notes": notes}, indent=2))
+            print(json_text({"wrote": [str(p) for p in paths], "notes": notes}, indent=2))
             return 0
         for path in paths:
             print(f"wrote {path}")
@@ -611,10 +610,12 @@ def cmd_export_timeloop(args) -> int:
                 print(f"  {text}")
         return 0
     mapping = timeloop_mapping(flow, workload, arch)
-    if args.json:
-        print(json.dumps(mapping, indent=2))
-    elif args.out:
-        print(f"wrote {write_yaml(Path(args.out), mapping)}")
+    if args.out:  # one mapping file: written whether or not --json reports it
+        path = write_yaml(Path(args.out), mapping)
+        print(json_text({"wrote": [str(path)], "notes": []}, indent=2) if args.json
+              else f"wrote {path}")
+    elif args.json:
+        print(json_text(mapping, indent=2))
     else:
         print(yaml_text(mapping), end="")
     return 0

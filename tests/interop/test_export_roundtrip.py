@@ -248,6 +248,26 @@ def test_a_file_name_still_writes_the_mapping_alone(tmp_path, capsys):
     assert path.read_text().startswith("mapping:")
 
 
+def test_a_file_name_with_json_writes_the_mapping_and_says_so(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "map.yaml"
+    assert main(["export-timeloop", "--arch", "edge", "--workload", "gemm",
+                 "--dataflow", "layerwise", "--out", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"wrote": [str(path)], "notes": []}
+    assert path.read_text().startswith("mapping:")
+
+
+def test_one_mapping_of_several_operators_is_refused_naming_them(capsys):
+    """Without a folder, a layerwise tree of attention (whose intermediates have homes) is
+    refused for its operators, not for a detail of the tree."""
+    code = main(["export-timeloop", "--arch", "edge", "--workload", "attention",
+                 "--dataflow", "layerwise"])
+    err = capsys.readouterr().err
+    assert code == 2 and "7 operators (qk, max, sub, exp, sum, div, pv)" in err
+    assert "export to a folder" in err and "homes" not in err
+
+
 def test_several_operators_are_refused_by_name(tmp_path, capsys):
     code = main(["export-timeloop", "--arch", "edge", "--workload", "gemm-chain",
                  "--dataflow", "chimera", "--out", str(tmp_path / "tl")])

@@ -19,6 +19,12 @@ from tileflow.tree import ROOT, Dataflow, Op, Tile, label, ops_under
 
 def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> dict:
     """{'mapping': [...]} for a tree that is one chain of tiles down to one operator."""
+    held = ops_under(flow.root)
+    if len(held) > 1:
+        raise InputError(f"the tree holds {len(held)} operators ({', '.join(held)}) and a "
+                         "Timeloop mapping holds one: export to a folder instead, which "
+                         "writes one problem and mapping per operator of a tree that runs "
+                         "them one after another", flow.source or None, "root")
     if flow.homes:
         raise InputError("'homes' has no Timeloop equivalent", flow.source or None, "homes")
     chain: list[tuple[str, Tile]] = []
