@@ -348,6 +348,17 @@ def test_interrupted_report_leaves_only_complete_files(tmp_path, monkeypatch):
     assert len(written) == len(frame) and (written.model_version == MODEL_VERSION).all()
 
 
+def test_bench_times_a_dataflow_file(tmp_path):
+    """`--dataflow` takes a YAML file, as evaluate's does: its row is named by the path."""
+    path = str(REPO / "dataflows" / "attention-chimera.yaml")
+    proc = tileflow("bench", "--arch", "edge", "--workload", "attention", "--dataflow", path,
+                    "--seconds", "0.05", "--batch-rows", "4", "--search-evaluations", "0",
+                    "--json")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["dataflow"] == path and row["scalar_evals_per_s"] > 0
+
+
 @pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0"])
 def test_bench_seconds_must_be_sane(seconds):
     assert_error(tileflow("bench", "--arch", "edge", "--workload", "G4", "--seconds", seconds),

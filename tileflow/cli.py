@@ -492,7 +492,9 @@ def cmd_bench(args) -> int:
     if not 0 <= args.search_evaluations <= 10_000_000:
         raise InputError(f"--search-evaluations must be between 0 and 10,000,000, got "
                          f"{args.search_evaluations}")
-    rows = run_bench(workload, arch, args.dataflow or ["flat-rgran", "tileflow-pipe"],
+    names = args.dataflow or ["flat-rgran", "tileflow-pipe"]
+    flows = [(name, _dataflow(name, workload, arch, {})) for name in names]
+    rows = run_bench(workload, arch, flows,
                      args.seconds, args.batch_rows, search_evaluations=args.search_evaluations)
     if args.json:
         _print_json(rows)

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from tileflow.cost import evaluate
-from tileflow.dataflows import build
 from tileflow.evaluator.batch import evaluate_batch
 from tileflow.evaluator.structure import Structure, structure_of
 from tileflow.provenance import MODEL_VERSION
@@ -104,16 +103,16 @@ def search_rate(workload: Workload, arch: Architecture, flow: Dataflow, evaluati
     return points / max(elapsed, 1e-9), points, elapsed, cpu
 
 
-def run_bench(workload: Workload, arch: Architecture, dataflows: Sequence[str],
-              seconds: float = 3.0, batch_rows: int = 8192, seed: int = 0,
+def run_bench(workload: Workload, arch: Architecture,
+              dataflows: Sequence[tuple[str, Dataflow]], seconds: float = 3.0,
+              batch_rows: int = 8192, seed: int = 0,
               search_evaluations: int = 2000) -> list[dict]:
-    """Time each named dataflow: `evaluate()` of the built dataflow (structure cache
-    warm), batches of exactly tiled factor assignments, batches with clipped tiles, and
+    """Time each (name, dataflow): `evaluate()` of the dataflow (structure cache warm),
+    batches of exactly tiled factor assignments, batches with clipped tiles, and
     (`search_evaluations` > 0) the points per second of a real search on its structure."""
     rng = np.random.default_rng(seed)
     rows = []
-    for name in dataflows:
-        flow = build(name, workload, arch)
+    for name, flow in dataflows:
         evaluate(workload, arch, flow)  # warm the structure cache
         scalar, runs, median = _rate(lambda f=flow: evaluate(workload, arch, f), seconds, 1)
         structure = structure_of(workload, arch, flow)
