@@ -28,25 +28,26 @@ class Column:
     strict: bool = False
     required: bool = True
     maximum: float = math.inf
+    infinite: bool = False  # +inf allowed (an objective's value of an invalid point)
 
     def expected(self) -> str:
         if self.kind == "text":
             return "text"
         if self.kind == "json":
             return "a JSON object (the dataflow tree)"
-        what = "an integer" if self.kind == "integer" else "a finite number"
+        what = ("an integer" if self.kind == "integer" else
+                "a number (inf for none)" if self.infinite else "a finite number")
         top = f" and <= {self.maximum:,g}" if math.isfinite(self.maximum) else ""
         return f"{what} {'>' if self.strict else '>='} {self.minimum:g}{top}"
 
 
-def _text(path: Path) -> str:
+def _text(path: Path, empty: str = "a header line and measured rows") -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path)) from None
     if not raw.strip():
-        raise InputError("the file is empty (expected a header line and measured rows)",
-                         str(path))
+        raise InputError(f"the file is empty (expected {empty})", str(path))
     if b"\x00" in raw:
         raise InputError("the file is binary, not CSV text", str(path))
     try:
@@ -78,7 +79,8 @@ def _check(value: str, column: Column, name: str, path: Path, line: int) -> None
     except ValueError:
         raise InputError(f"{value[:40]!r} is not a number; expected {column.expected()}",
                          str(path), where) from None
-    bad = not math.isfinite(number) or number < column.minimum or number > column.maximum or (
+    finite = math.isfinite(number) or (column.infinite and number == math.inf)
+    bad = not finite or number < column.minimum or number > column.maximum or (
         column.strict and number <= column.minimum) or (
         column.kind == "integer" and not number.is_integer())
     if bad:
@@ -123,3 +125,26 @@ def read_table(path: str | Path, columns: dict[str, Column], minimum_rows: int =
         return pd.read_csv(io.StringIO(text))
     except (ValueError, pd.errors.ParserError) as exc:
         raise InputError(f"not a CSV table ({exc})", str(path)) from None
+
+
+def read_json_object(path: str | Path) -> dict:
+    """The JSON object in `path` (a summary or manifest the tool wrote): unreadable, not
+    UTF-8, not JSON (NaN included: the tool never writes it) or not an object is an
+    InputError naming the file and the line."""
+    path = Path(path)
+    text = _text(path, "a JSON object")
+
+    def refuse(token: str):
+        raise ValueError(f"{token} is not a JSON number")
+
+    try:
+        value = json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not JSON ({exc.msg}); the file is damaged or cut off", str(path),
+                         f"line {exc.lineno}, column {exc.colno}") from None
+    except ValueError as exc:
+        raise InputError(f"not JSON ({exc})", str(path)) from None
+    if not isinstance(value, dict):
+        raise InputError(f"expected a JSON object, got {type(value).__name__}", str(path))
+    return value
+

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from tileflow.cost.result import Result
 from tileflow.explore.studies import figures, pareto, timeline
 from tileflow.explore.studies.reload import inputs, load_study
 from tileflow.explore.studies.session import Outcome, objective_value
-from tileflow.outputs import finite, json_text
+from tileflow.outputs import check_output_file, finite, json_text
 from tileflow.provenance import MODEL_VERSION
 from tileflow.tree import Dataflow, Op, Tile
 
@@ -356,7 +355,9 @@ def redraw(folder: str | Path, accelerator: str | None = None) -> list[str]:
     best.yaml): `tileflow figures DIR`. Returns the names written."""
     saved = load_study(folder, accelerator)
     out, data = saved.folder, saved.summary
-    points = saved.points() if (out / "points.csv").is_file() else pd.DataFrame()
+    points = saved.points()  # the convergence curve: without it, no figure is redrawn
+    for name in ("convergence.png", "timeline.png", "front.png"):
+        check_output_file(out / name, (".png",), "folder")
     objective = data.get("objective", "latency")
     own = [(b["dataflow"], b["own_rule"]) for b in data.get("baselines", [])
            if b.get("own_rule", {}).get("valid")]
