@@ -516,7 +516,21 @@ def _campaign_options(parser) -> None:
     add_campaign_options(parser)
 
 
+# the options of `validate` that each target reads (the others are refused, not ignored)
+VALIDATE_OPTIONS = {"rtl": {"data", "overlap"},
+                    "cpu": {"config", "points", "report_only", "remeasure_traffic", "learn"},
+                    "gpu": {"points", "prepare", "results", "prepared", "learn"}}
+
+
 def cmd_validate(args) -> int:
+    for name in sorted(set().union(*VALIDATE_OPTIONS.values())):
+        if getattr(args, name, None) not in (None, False) \
+                and name not in VALIDATE_OPTIONS[args.target]:
+            flag = "--" + name.replace("_", "-")
+            takes = ", ".join("--" + n.replace("_", "-")
+                              for n in sorted(VALIDATE_OPTIONS[args.target]))
+            raise InputError(f"does not apply to `tileflow validate {args.target}` (it takes "
+                             f"{takes}, --out and --json)", where=flag)
     if args.target != "rtl":
         from tileflow.calibrate.command import run
 

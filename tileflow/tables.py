@@ -37,7 +37,9 @@ class Column:
             return "a JSON object (the dataflow tree)"
         what = ("an integer" if self.kind == "integer" else
                 "a number (inf for none)" if self.infinite else "a finite number")
-        top = f" and <= {self.maximum:,g}" if math.isfinite(self.maximum) else ""
+        top = "" if not math.isfinite(self.maximum) else (
+            f" and <= {self.maximum:,.0f}" if float(self.maximum).is_integer()
+            else f" and <= {self.maximum:,g}")
         return f"{what} {'>' if self.strict else '>='} {self.minimum:g}{top}"
 
 

@@ -6,6 +6,7 @@ No figure here is a GPU measurement."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import shutil
@@ -241,7 +242,7 @@ def test_bad_timings_are_refused_naming_file_row_and_column(prepared, tmp_path, 
     assert main(["validate", "gpu", "--results", str(results), "--out",
                  str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "timings.csv: row 3" in err and expected in err and "Traceback" not in err
+    assert "timings.csv, line 3" in err and expected in err and "Traceback" not in err
 
 
 def test_ncu_bytes_are_summed_per_dataflow_in_base_units(tmp_path):
@@ -368,3 +369,74 @@ def test_two_runs_are_one_campaign_and_their_common_dataflows_a_retest(prepared,
     _synthetic_run(prepared, tmp_path / "c", 1.0, device="another GPU")
     assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--results",
                  str(tmp_path / "c"), "--out", str(out)]) == 2
+
+
+def _edit_csv(path: Path, line: int, column: str, value: str) -> None:
+    rows = list(csv.reader(path.open(newline="")))
+    rows[line - 1][rows[0].index(column)] = value
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+
+
+def _edit_manifest(folder: Path, **changes) -> None:
+    path = folder / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize(("damage", "expected"), [
+    (lambda f: _edit_csv(f / "campaign.csv", 3, "model_s", "abc"),
+     "campaign.csv, line 3, column 'model_s': 'abc' is not a number"),
+    (lambda f: _edit_csv(f / "campaign.csv", 3, "model_s", "inf"),
+     "campaign.csv, line 3, column 'model_s': 'inf' is out of range"),
+    (lambda f: _edit_csv(f / "campaign.csv", 3, "key",
+                         pd.read_csv(f / "campaign.csv").key[0]),
+     "campaign.csv, line 3, column 'key'"),
+    (lambda f: (f / "campaign.csv").write_text(""), "campaign.csv: the file is empty"),
+    (lambda f: (f / "manifest.json").write_text("[1, 2]"),
+     "manifest.json: expected a JSON object"),
+    (lambda f: _edit_manifest(f, nvcc_flags=3), "manifest.json, nvcc_flags: expected a list"),
+    (lambda f: _edit_csv(f / "timings.csv", 3, "id", "x"),
+     "timings.csv, line 3, column 'id': 'x' is not a number"),
+    (lambda f: _edit_csv(f / "timings.csv", 3, "max_rel_err", "bad"),
+     "timings.csv, line 3, column 'max_rel_err'"),
+    (lambda f: _edit_csv(f / "timings.csv", 3, "device", "another GPU"),
+     "timings.csv, line 3, column 'device': expected the machine of the file's first row"),
+    (lambda f: (f / "timings.csv").write_text((f / "timings.csv").read_text().splitlines()[0]
+                                              + "\n"), "timings.csv: 0 rows"),
+])
+def test_damaged_results_are_refused_naming_file_and_place(prepared, tmp_path, capsys, damage,
+                                                           expected):
+    """A results folder damaged in transit or by hand: exit 2, the file, its line and
+    column (or key) named; never a traceback or a report from what is not there."""
+    folder = tmp_path / "results"
+    _synthetic_run(prepared, folder, 1.0)
+    damage(folder)
+    capsys.readouterr()
+    assert main(["validate", "gpu", "--results", str(folder), "--out",
+                 str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err, err
+    assert not (tmp_path / "report" / "summary.json").exists()
+
+
+def test_runs_of_two_campaigns_or_one_folder_twice_are_refused(prepared, tmp_path, capsys):
+    _synthetic_run(prepared, tmp_path / "a", 1.0)
+    _synthetic_run(prepared, tmp_path / "b", 1.0)
+    _edit_manifest(tmp_path / "b", arch="gpu-a100")
+    out = str(tmp_path / "report")
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--results",
+                 str(tmp_path / "b"), "--out", out]) == 2
+    assert "prepared with arch 'gpu-a100'" in capsys.readouterr().err
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--results",
+                 str(tmp_path / "a"), "--out", out]) == 2
+    assert "the same results folder is given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--points", "5"], ["--data", "x"],
+                                   ["--report-only"], ["--overlap", "perfect"]])
+def test_options_another_target_reads_are_refused_with_results(prepared, tmp_path, capsys,
+                                                               extra):
+    _synthetic_run(prepared, tmp_path / "a", 1.0)
+    assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--out",
+                 str(tmp_path / "report"), *extra]) == 2
+    assert extra[0] in capsys.readouterr().err

@@ -112,7 +112,7 @@ def test_bad_vendor_rows_are_refused_by_row_and_column(tmp_path, column, value):
     row = {"program": "p", "workload": "attention", "shape": "b=1", "library": "x",
            "precision": "fp32", "median_s": "0.001", "reps": "5", column: value}
     pd.DataFrame([row]).to_csv(tmp_path / "vendor.csv", index=False)
-    with pytest.raises(InputError, match=f"row 2, column '{column}'"):
+    with pytest.raises(InputError, match=f"line 2, column '{column}'"):
         read_vendor(tmp_path / "vendor.csv")
 
 

@@ -183,9 +183,20 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                 "programs": sorted(frame.program.unique().tolist())}
     import pandas as pd
 
+    from tileflow.outputs import check_output_folder
     from tileflow.specs.arch import load_arch
 
+    if config_path or points is not None:
+        raise InputError("tileflow validate gpu --results takes no --config or --points: "
+                         "the campaign is the one run.sh measured", where="--results")
     folders = [Path(r) for r in ([results] if isinstance(results, str) else results)]
+    for folder in folders:
+        if not folder.is_dir():
+            raise InputError(f"'{folder}' is not a folder (give the folder run.sh wrote its "
+                             "results into)", where="--results")
+    if len({f.resolve() for f in folders}) < len(folders):
+        raise InputError("the same results folder is given twice", where="--results")
+    check_output_folder(out or "validate/gpu", "--out")
     runs = gpu_results.read_runs(folders, Path(prepared) if prepared else None)
     arch = load_arch(runs.manifest.get("arch", gpu_campaign.ARCH))
     study = gpu_results.study(runs.measured, arch)

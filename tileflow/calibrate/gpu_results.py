@@ -6,7 +6,6 @@ with each shape held out in turn, traffic compared where ncu measured it."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from tileflow.calibrate.fit import Fit, cross_fit, fit
 from tileflow.errors import InputError
 from tileflow.kernels.cuda_harness import COLUMNS
 from tileflow.specs.arch import Architecture
+from tileflow.tables import Column, read_json_object, read_table
 
 MAX_REL_ERR = 1e-3  # a dataflow whose outputs differ more from the reference is not timed
 # Rows computed on tensor cores round their contractions' inputs to TF32 (10-bit mantissa,
@@ -47,17 +47,12 @@ TRAFFIC_VIEWS = (("dram", "model_dram_bytes", "measured_dram_bytes"),
 UNITS = {"byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12}
 
 
-def read_columns(path: Path, columns) -> pd.DataFrame:
-    """A CSV file that must hold `columns` (an InputError naming the file otherwise)."""
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a CSV file ({str(exc).splitlines()[0]})") from None
-    missing = [c for c in columns if c not in frame]
-    if missing:
-        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected "
-                         f"{', '.join(columns)}")
-    return frame
+# what every row of timings.csv holds, whatever its status (times only where it ran)
+TIMING_COLUMNS = {"id": Column("integer", maximum=2**31), "status": Column("text"),
+                  "sm_count": Column("integer", minimum=1, required=False),
+                  "l2_bytes": Column("number", required=False),
+                  "driver_version": Column("number", required=False),
+                  "runtime_version": Column("number", required=False)}
 
 
 def read_timings(path: Path) -> pd.DataFrame:
@@ -65,31 +60,41 @@ def read_timings(path: Path) -> pd.DataFrame:
     ordered (min <= median <= max) and errors non-negative on the rows that ran."""
     if not path.exists():
         raise InputError(f"{path}: not found (run.sh writes it into its results folder)")
-    frame = read_columns(path, COLUMNS)
+    frame = read_table(path, TIMING_COLUMNS)
+    missing = [c for c in COLUMNS if c not in frame]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}; expected "
+                         f"{', '.join(COLUMNS)}", str(path), "line 1")
 
     def bad(i: int, column: str, expected: str) -> InputError:
-        return InputError(f"{path}: row {i + 2}, column '{column}': expected {expected}, got "
-                          f"{frame.at[i, column]!r}")
+        value = frame.at[i, column]
+        return InputError(f"{path}, line {i + 2}, column '{column}': expected {expected}, got "
+                          f"{value.item() if hasattr(value, 'item') else value!r}")
 
+    for column in FINGERPRINT:  # one GPU and one software stack per file
+        differs = frame[column].astype(str) != str(frame[column].iloc[0])
+        if differs.any():
+            raise bad(int(frame.index[differs][0]), column,
+                      f"the machine of the file's first row ({frame[column].iloc[0]!r})")
+    number = {c: pd.to_numeric(frame[c], errors="coerce")
+              for c in ("median_s", "min_s", "max_s", "first_s", "reps", "max_rel_err")}
     for i in frame.index:
-        value = frame.at[i, "id"]
-        if not (isinstance(value, (int, np.integer)) or (
-                isinstance(value, float) and value.is_integer())) or value < 0:
-            raise bad(i, "id", "a dataflow id (an integer >= 0)")
         if frame.at[i, "status"] != "ok":
             continue
         for c in ("median_s", "min_s", "max_s", "first_s"):
-            v = pd.to_numeric(frame.at[i, c], errors="coerce")
-            if not (np.isfinite(v) and 0 < v < 3600):
+            if not (np.isfinite(number[c][i]) and 0 < number[c][i] < 3600):
                 raise bad(i, c, "a time in seconds, above 0 and below 3600")
-        if not frame.at[i, "min_s"] <= frame.at[i, "median_s"] <= frame.at[i, "max_s"]:
+        if not number["min_s"][i] <= number["median_s"][i] <= number["max_s"][i]:
             raise bad(i, "median_s", "min_s <= median_s <= max_s")
-        reps = pd.to_numeric(frame.at[i, "reps"], errors="coerce")
-        if not (np.isfinite(reps) and reps >= 1):
+        reps = number["reps"][i]
+        if not (np.isfinite(reps) and reps >= 1 and float(reps).is_integer()):
             raise bad(i, "reps", "an integer >= 1")
-        err = pd.to_numeric(frame.at[i, "max_rel_err"], errors="coerce")
-        if not (np.isnan(err) or err >= 0):
+        err = number["max_rel_err"][i]
+        nan_written = str(frame.at[i, "max_rel_err"]).strip().lower() in ("nan", "")
+        if not (err >= 0 or (np.isnan(err) and nan_written)):
             raise bad(i, "max_rel_err", "a relative error >= 0 (or nan)")
+    for c in number:
+        frame[c] = number[c]
     if frame.id.duplicated().any():
         i = int(frame.index[frame.id.duplicated()][0])
         raise bad(i, "id", "each dataflow once")
@@ -109,7 +114,8 @@ def read_ncu(path: Path) -> tuple[pd.DataFrame, list[str]]:
     totals: dict[int, dict[str, float]] = {}
     skipped = 0
     for row in csv.reader(lines):
-        if "Kernel Name" in row and "Metric Name" in row:
+        if all(name in row for name in ("Kernel Name", "Metric Name", "Metric Unit",
+                                        "Metric Value")):
             header = {name: k for k, name in enumerate(row)}
             continue
         if header is None or len(row) < len(header):
@@ -122,7 +128,8 @@ def read_ncu(path: Path) -> tuple[pd.DataFrame, list[str]]:
             value = float(row[header["Metric Value"]].replace(",", ""))
         except ValueError:
             value = math.nan
-        if not match or metric not in NCU_METRICS or unit is None or not math.isfinite(value):
+        if not match or metric not in NCU_METRICS or unit is None \
+                or not (0 <= value * unit < math.inf):
             skipped += 1
             continue
         per = totals.setdefault(int(match.group(1)), dict.fromkeys(NCU_METRICS.values(), 0.0))
@@ -137,21 +144,44 @@ def read_ncu(path: Path) -> tuple[pd.DataFrame, list[str]]:
     return frame, notes
 
 
+# campaign.csv as --prepare writes it: what the report reads, each checked on every row
+# (the columns a campaign from before tensor cores and staging lacks are optional)
+_COUNT = Column("number")
+CAMPAIGN_COLUMNS = {
+    "id": Column("integer", maximum=2**31), "key": Column("text"),
+    "workload": Column("text"), "shape": Column("text"), "kind": Column("text"),
+    "dataflow": Column("text"), "model_s": Column("number", strict=True),
+    "macs": _COUNT, "tree": Column("json"), "launches": Column("integer", minimum=1),
+    **{c: _COUNT for c in latency.INNER_COLUMNS},
+    **{c: Column("number", required=False) for c in (
+        *gpu_latency.COLUMNS, gpu_latency.STAGED, "mma_ops", "model_dram_bytes",
+        "model_l2_bytes", "compulsory_dram_bytes", "global_access_bytes")},
+}
+# manifest.json's keys the report reads, and their types
+MANIFEST_KEYS = {"arch": (str, "an accelerator name"), "nvcc": (str, "nvcc's version line"),
+                 "nvcc_flags": (list, "a list of nvcc's flags")}
+
+
 def read_campaign(folder: Path) -> tuple[pd.DataFrame, dict]:
     csv_path, manifest_path = folder / "campaign.csv", folder / "manifest.json"
     for p in (csv_path, manifest_path):
         if not p.exists():
             raise InputError(f"{p}: not found (run.sh copies it from the prepared folder; "
                              "or pass --prepared DIR)")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{manifest_path}: not JSON ({exc})") from None
-    frame = pd.read_csv(csv_path)
-    need = ["id", "workload", "shape", "kind", "model_s", *latency.INNER_COLUMNS]
-    missing = [c for c in need if c not in frame]
-    if missing:
-        raise InputError(f"{csv_path}: missing column(s) {', '.join(missing)}")
+    manifest = read_json_object(manifest_path)
+    for key, (kind, expected) in MANIFEST_KEYS.items():
+        value = manifest.get(key)
+        if value is not None and not (isinstance(value, kind) and all(
+                isinstance(v, str) for v in (value if kind is list else []))):
+            raise InputError(f"expected {expected}, got {str(value)[:60]!r}",
+                             str(manifest_path), key)
+    frame = read_table(csv_path, CAMPAIGN_COLUMNS)
+    for column in ("id", "key"):
+        twice = frame[column].duplicated()
+        if twice.any():
+            line = int(frame.index[twice][0]) + 2
+            raise InputError(f"{str(frame[column][twice].iloc[0])!r} is there twice: each "
+                             "dataflow once", str(csv_path), f"line {line}, column '{column}'")
     return frame, manifest
 
 
@@ -350,10 +380,20 @@ def read_runs(folders: list[Path], prepared: Path | None = None) -> Runs:
         campaign, manifest = read_campaign(prepared or folder)
         timings = read_timings(folder / "timings.csv")
         ncu, run_notes = read_ncu(folder / "ncu.csv")
+        strays = set(ncu.id) - set(campaign.id)
+        if strays:
+            run_notes.append(f"ncu.csv: the bytes of {len(strays)} kernel id(s) not in "
+                             "campaign.csv were left out")
         measured, run_counts = join(campaign, timings, ncu, str(folder / "timings.csv"))
         print_ = fingerprint(timings, manifest)
+        other = [k for k in MANIFEST_KEYS if manifest.get(k) != first_manifest.get(k)]
         if machine is None:
             machine, first_manifest = print_, manifest
+        elif other:
+            raise InputError(f"{folder}: its campaign was prepared with {other[0]} "
+                             f"{manifest.get(other[0])!r}, the first run's with "
+                             f"{first_manifest.get(other[0])!r}: report each campaign apart",
+                             where="--results")
         elif any(str(print_[k]) != str(machine[k]) for k in FINGERPRINT):
             raise InputError(f"{folder}: measured on {print_['device']} (driver "
                              f"{print_['driver_version']}), not on the first run's "

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from tileflow.calibrate.gpu_results import read_columns
 from tileflow.errors import InputError
+from tileflow.tables import Column, read_table
 
 FILE = "vendor.csv"
 COLUMNS = ("program", "workload", "shape", "library", "precision", "median_s", "reps")
@@ -106,14 +105,12 @@ def read_vendor(path: Path) -> pd.DataFrame:
     """vendor.csv, checked by column and range; empty where the GPU machine wrote none."""
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame(columns=list(COLUMNS))
-    frame = read_columns(path, COLUMNS)
+    frame = read_table(path, {**{c: Column("text") for c in COLUMNS},
+                              "median_s": Column("number", strict=True, maximum=3600),
+                              "reps": Column("integer", minimum=1)}, minimum_rows=0)
     for i, r in frame.iterrows():
-        t = pd.to_numeric(r.median_s, errors="coerce")
-        if not (np.isfinite(t) and 0 < t < 3600):
-            raise InputError(f"{path}: row {i + 2}, column 'median_s': expected a time in "
-                             f"seconds above 0 and below 3600, got {r.median_s!r}")
         if r.precision not in PRECISIONS:
-            raise InputError(f"{path}: row {i + 2}, column 'precision': expected one of "
+            raise InputError(f"{path}, line {i + 2}, column 'precision': expected one of "
                              f"{', '.join(PRECISIONS)}, got {r.precision!r}")
     frame["median_s"] = frame.median_s.astype(float)
     return frame
