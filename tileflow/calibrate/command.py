@@ -198,7 +198,11 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
         raise InputError("the same results folder is given twice", where="--results")
     check_output_folder(out or "validate/gpu", "--out")
     runs = gpu_results.read_runs(folders, Path(prepared) if prepared else None)
-    arch = load_arch(runs.manifest.get("arch", gpu_campaign.ARCH))
+    try:
+        arch = load_arch(runs.manifest.get("arch", gpu_campaign.ARCH))
+    except InputError as exc:  # the accelerator the campaign was prepared for
+        raise exc.located(str((Path(prepared) if prepared else folders[0]) / "manifest.json"),
+                          "arch") from None
     study = gpu_results.study(runs.measured, arch)
     vendor = pd.concat([gpu_vendor.read_vendor(f / gpu_vendor.FILE) for f in folders],
                        ignore_index=True)

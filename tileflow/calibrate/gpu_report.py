@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tileflow.calibrate.gpu_results import MAX_REL_ERR, TF32_REL_ERR, GpuStudy
-from tileflow.outputs import json_text, write_csv, write_text_atomic
+from tileflow.outputs import check_output_file, json_text, write_csv, write_text_atomic
 
 
 def _fmt(v, pct: bool = False) -> str:
@@ -19,6 +19,8 @@ def _fmt(v, pct: bool = False) -> str:
 def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts: dict,
           notes: list[str], sections: list[str] = ()) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
+    for name in ("measurements.csv", "summary.json", "report.md"):  # all or none written
+        check_output_file(folder / name, (Path(name).suffix,), "--out")
     columns = [c for c in study.frame.columns if c != "tree"] + ["tree"]
     write_csv(study.frame[columns], folder / "measurements.csv")
     summary = {**study.summary, "machine": fingerprint, "counts": counts, "notes": notes,

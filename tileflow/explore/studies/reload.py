@@ -77,7 +77,7 @@ def load_study(folder: str | Path, accelerator: str | None = None) -> SavedStudy
     workload = _workload((found or {}).get("workload") or summary.get("workload"),
                          sizes, (found or {}).get("preset"), embedded.get("workload"),
                          summary_path)
-    arch = load_arch(accelerator) if accelerator else _arch(
+    arch = _given_arch(accelerator) if accelerator else _arch(
         (found or {}).get("accelerator") or summary.get("accelerator"),
         embedded.get("accelerator"), summary_path)
     best = load_dataflow_file(best_path) if given(best_path) else None
@@ -144,6 +144,13 @@ def check_summary(data: dict, path: Path) -> dict:
                     raise fail(f"baselines[{k}].own_rule.{key}", "a finite number >= 0",
                                value)
     return data
+
+
+def _given_arch(value: str) -> Architecture:
+    try:
+        return load_arch(value)
+    except InputError as exc:
+        raise exc.located(where="--accelerator") from None
 
 
 def _missing_file(value: str | None) -> bool:
