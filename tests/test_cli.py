@@ -114,19 +114,6 @@ def test_evaluate_readable_summary_and_saved_dataflow_round_trip(tmp_path):
     assert json.loads(first.stdout)["model_version"] == MODEL_VERSION
 
 
-def test_evaluate_and_compare_csv_record_the_model_version(tmp_path):
-    """The CSV files of `evaluate` (per level and tensor) and `compare` (per dataflow)
-    carry the version of the model that computed them on every row."""
-    one, many = tmp_path / "one.csv", tmp_path / "many.csv"
-    assert tileflow("evaluate", "--arch", "edge", "--workload", "G4", "--dataflow",
-                    "chimera", "--csv", str(one)).returncode == 0
-    assert tileflow("compare", "--arch", "edge", "--workload", "G4", "--no-plot", "--csv",
-                    str(many)).returncode == 0
-    for path in (one, many):
-        rows = pd.read_csv(path, dtype={"model_version": str})
-        assert len(rows) > 1 and (rows.model_version == MODEL_VERSION).all(), path
-
-
 SHIPPED = {  # dataflow file -> the accelerator and workload it was written for
     "attention-": ["--arch", "edge", "--workload", "attention"],
     "gemm-chain-": ["--arch", "edge", "--workload", "gemm-chain"],

@@ -11,6 +11,7 @@ from test_cli import tileflow
 
 from tileflow.commands.report import run_title
 from tileflow.outputs import write_atomic, write_text_atomic
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import load_arch
 from tileflow.specs.workload import load_workload
 
@@ -27,7 +28,9 @@ def test_evaluate_csv_has_one_row_per_level_and_tensor_matching_the_json(tmp_pat
     assert proc.returncode == 0, proc.stderr
     levels = json.loads(proc.stdout)["levels"]
     rows = _rows(out)
-    assert list(rows[0]) == ["level", "tensor", "fill", "read", "update", "energy_pj"]
+    assert list(rows[0]) == ["level", "tensor", "fill", "read", "update", "energy_pj",
+                             "model_version"]
+    assert {r["model_version"] for r in rows} == {MODEL_VERSION}
     assert {(r["level"], r["tensor"]) for r in rows} == {
         (lv, t) for lv, data in levels.items() for t in data["per_tensor"]}
     for r in rows:
@@ -52,6 +55,7 @@ def test_compare_csv_has_one_row_per_dataflow_matching_the_json(tmp_path):
     base = results[0]["cycles"]
     for row, res in zip(rows, results, strict=True):
         assert row["valid"] == str(res["valid"])
+        assert row["model_version"] == res["model_version"] == MODEL_VERSION
         assert row["violations"] == "; ".join(v["message"] for v in res["violations"])
         for key in ("cycles", "dram_words", "energy_pj"):
             assert float(row[key]) == pytest.approx(res[key])

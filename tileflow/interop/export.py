@@ -22,7 +22,8 @@ def timeloop_mapping(flow: Dataflow, workload: Workload, arch: Architecture) -> 
     held = ops_under(flow.root)
     if len(held) > 1:
         raise InputError(f"the tree holds {len(held)} operators ({', '.join(held)}) and a "
-                         "Timeloop mapping holds one: export to a folder instead, which "
+                         "Timeloop mapping is of a single-operator tree: export to a folder "
+                         "instead, which "
                          "writes one problem and mapping per operator of a tree that runs "
                          "them one after another", flow.source or None, "root")
     if flow.homes:
