@@ -11,16 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.explore.test_budget_figures import CONFIG as TIMED
 from tileflow.cli import main
 
-CONFIG = """\
-accelerator: edge
-workload: gemm-chain
-sizes: {b: 2, m: 256, l: 128, k: 32, n: 32}
-structures: [tileflow-pipe]
-batch: 16
-budget: {evaluations: 48}
-"""
+CONFIG = TIMED.replace("budget: {seconds: 5}", "budget: {evaluations: 48}")
 
 
 @pytest.fixture(scope="module")
