@@ -524,7 +524,8 @@ VALIDATE_OPTIONS = {"rtl": {"data", "overlap"},
 
 def cmd_validate(args) -> int:
     for name in sorted(set().union(*VALIDATE_OPTIONS.values())):
-        if getattr(args, name, None) not in (None, False) \
+        value = getattr(args, name, None)
+        if value is not None and value is not False \
                 and name not in VALIDATE_OPTIONS[args.target]:
             flag = "--" + name.replace("_", "-")
             takes = ", ".join("--" + n.replace("_", "-")

@@ -20,8 +20,9 @@ from tileflow.errors import InputError
 @dataclass(frozen=True)
 class Column:
     """What a column must hold: `kind` 'text', 'json' (an object), 'integer' or 'number';
-    numbers at least `minimum` (above it when `strict`) and at most `maximum`, always
-    finite; `required`: the column must exist and no row may leave it empty."""
+    numbers at least `minimum` (above it when `strict`) and at most `maximum`, finite (or
+    +inf where `infinite`); `required`: the column must exist and no row may leave it
+    empty."""
 
     kind: str = "number"
     minimum: float = 0.0
@@ -43,7 +44,7 @@ class Column:
         return f"{what} {'>' if self.strict else '>='} {self.minimum:g}{top}"
 
 
-def _text(path: Path, empty: str = "a header line and measured rows") -> str:
+def _text(path: Path, empty: str = "a header line and measured rows", kind: str = "CSV") -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -51,7 +52,7 @@ def _text(path: Path, empty: str = "a header line and measured rows") -> str:
     if not raw.strip():
         raise InputError(f"the file is empty (expected {empty})", str(path))
     if b"\x00" in raw:
-        raise InputError("the file is binary, not CSV text", str(path))
+        raise InputError(f"the file is binary, not {kind} text", str(path))
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -105,7 +106,7 @@ def read_table(path: str | Path, columns: dict[str, Column], minimum_rows: int =
                              f"{', '.join(absent)}; the header has {', '.join(header)[:300]}",
                              str(path), "line 1")
         index = {c: header.index(c) for c in columns if c in header}
-        count = 0
+        count, lines = 0, []
         for row in reader:
             line = reader.line_num
             if all(not x.strip() for x in row):
@@ -118,15 +119,25 @@ def read_table(path: str | Path, columns: dict[str, Column], minimum_rows: int =
             for name, i in index.items():
                 _check(row[i], columns[name], name, path, line)
             count += 1
+            lines.append(line)
     except csv.Error as exc:
         raise InputError(f"not a CSV table ({exc})", str(path),
                          f"line {reader.line_num}") from None
     if count < minimum_rows:
         raise InputError(f"{count} rows; at least {minimum_rows} needed", str(path))
     try:
-        return pd.read_csv(io.StringIO(text))
+        frame = pd.read_csv(io.StringIO(text))
     except (ValueError, pd.errors.ParserError) as exc:
         raise InputError(f"not a CSV table ({exc})", str(path)) from None
+    if len(lines) == len(frame):
+        frame.attrs["lines"] = lines
+    return frame
+
+
+def line_of(frame: pd.DataFrame, row: int) -> int:
+    """The file line of a `read_table` frame's row (blank lines counted)."""
+    lines = frame.attrs.get("lines")
+    return lines[row] if lines is not None else row + 2
 
 
 def read_json_object(path: str | Path) -> dict:
@@ -134,7 +145,7 @@ def read_json_object(path: str | Path) -> dict:
     UTF-8, not JSON (NaN included: the tool never writes it) or not an object is an
     InputError naming the file and the line."""
     path = Path(path)
-    text = _text(path, "a JSON object")
+    text = _text(path, "a JSON object", "JSON")
 
     def refuse(token: str):
         raise ValueError(f"{token} is not a JSON number")

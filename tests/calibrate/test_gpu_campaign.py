@@ -327,7 +327,7 @@ def test_one_run_reports_no_retest_as_null_in_strict_json(prepared, tmp_path, ca
         summary = json.loads(text, parse_constant=_refuse_non_finite)
         assert summary["retest"] == {"dataflows": 0, "median_spread": None,
                                      "max_spread": None}
-        assert summary["model_version"] == MODEL_VERSION
+        assert summary["model_version"] == MODEL_VERSION  # the prepared campaign's
 
 
 def _refuse_non_finite(token: str):
@@ -440,3 +440,34 @@ def test_options_another_target_reads_are_refused_with_results(prepared, tmp_pat
     assert main(["validate", "gpu", "--results", str(tmp_path / "a"), "--out",
                  str(tmp_path / "report"), *extra]) == 2
     assert extra[0] in capsys.readouterr().err
+
+
+def test_the_report_s_model_version_is_the_campaign_s(prepared, tmp_path):
+    """The predictions in campaign.csv were made when the campaign was prepared: the report
+    gives that model's version (null for a campaign prepared before manifests held it),
+    and runs of campaigns prepared under two versions are not one campaign."""
+    _synthetic_run(prepared, tmp_path / "old", 1.0)
+    manifest = json.loads((tmp_path / "old" / "manifest.json").read_text())
+    assert manifest["model_version"] == MODEL_VERSION
+    del manifest["model_version"]
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "report"
+    assert main(["validate", "gpu", "--results", str(tmp_path / "old"), "--out",
+                 str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["model_version"] is None
+    _synthetic_run(prepared, tmp_path / "new", 1.0)
+    assert main(["validate", "gpu", "--results", str(tmp_path / "new"), "--results",
+                 str(tmp_path / "old"), "--out", str(out)]) == 2
+
+
+def test_a_message_names_the_file_line_past_blank_lines(prepared, tmp_path, capsys):
+    """Blank lines count: the line named is the file's, where an editor shows it."""
+    folder = tmp_path / "results"
+    _synthetic_run(prepared, folder, 1.0)
+    lines = (folder / "timings.csv").read_text().splitlines()
+    lines.insert(2, "")  # a blank line 3: the first data row stays line 2
+    lines[4] = lines[4].replace(",5,", ",0,", 1)  # reps 0 on line 5 (the third row)
+    (folder / "timings.csv").write_text("\n".join(lines) + "\n")
+    assert main(["validate", "gpu", "--results", str(folder), "--out",
+                 str(tmp_path / "o")]) == 2
+    assert "timings.csv, line 5, column 'reps'" in capsys.readouterr().err

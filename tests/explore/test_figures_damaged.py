@@ -93,6 +93,9 @@ DAMAGES = {
     "a cost of NaN": (_points(_cost("nan")), "points.csv, line 2, column 'cost'"),
     "no cost column": (_points(lambda lines: [lines[0].replace("cost", "price"), *lines[1:]]),
                        "points.csv, line 1: missing column cost"),
+    "no column of the objective": (
+        _points(lambda lines: [lines[0].replace(",cycles,", ",clocks,"), *lines[1:]]),
+        "points.csv, line 1: missing column cycles"),
     "an unknown level in best.yaml": (
         lambda f: (f / "best.yaml").write_text((f / "best.yaml").read_text().replace(
             "level: L1", "level: L9")), "best.yaml, tile"),

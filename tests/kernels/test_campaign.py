@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from tileflow.kernels import campaign
 from tileflow.kernels.cachegrind import valgrind_missing
 from tileflow.kernels.campaign import CampaignConfig, remeasure, run_campaign
+from tileflow.provenance import MODEL_VERSION
 
 TINY = {"gemm-chain": {"b": 1, "m": 16, "l": 16, "k": 8, "n": 8}}
 
@@ -19,6 +22,9 @@ def test_campaign_saves_as_it_goes_and_resumes(tmp_path, monkeypatch):
     assert len(first) == len(saved) == 4
     assert (saved.max_error < 1e-5).all() and (saved.min_s <= saved.measured_s).all()
     assert set(saved.kind) <= {"baseline", "random"}
+    # the model whose predictions the rows hold, for the report's summary
+    assert json.loads((tmp_path / "environment.json").read_text())["model_version"] == \
+        MODEL_VERSION
 
     saved.iloc[:2].to_csv(tmp_path / "measurements.csv", index=False)  # as if interrupted
     calls = []

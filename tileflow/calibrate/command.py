@@ -9,7 +9,6 @@ from pathlib import Path
 
 from tileflow.errors import InputError
 from tileflow.outputs import json_text
-from tileflow.provenance import MODEL_VERSION
 
 
 def validate_cpu(config_path: str | None, points: int | None, out: str | None,
@@ -71,7 +70,9 @@ def validate_cpu(config_path: str | None, points: int | None, out: str | None,
                                     command + " --report-only --learn", config.seed)
     elif (folder / "learned.json").exists():  # the last --learn run's figures
         result = json.loads((folder / "learned.json").read_text())
-    study.summary["model_version"] = MODEL_VERSION
+    # the version of the model whose predictions the campaign saved with its rows (null for
+    # a campaign run before environment.json recorded it)
+    study.summary["model_version"] = (environment or {}).get("model_version")
     if result is not None:  # in the summary as in the report
         study.summary["learned_model"] = {
             k: result["held_out_groups"]["learned"][k]
@@ -158,20 +159,18 @@ def _write_calibrated(study, folder: Path, environment: dict | None, arch_name: 
                       folder / f"{arch_name if arch_name == 'host' else 'arch'}-calibrated.yaml")
 
 
-def validate_gpu(config_path: str | None, points: int | None, out: str | None,
-                 prepare: str | None, results: str | list[str] | None,
-                 prepared: str | None = None, learn: bool = False) -> dict:
+def validate_gpu(points: int | None, out: str | None, prepare: str | None,
+                 results: str | list[str] | None, prepared: str | None = None,
+                 learn: bool = False) -> dict:
     """--prepare DIR: build the campaign's CUDA programs and run.sh here (nvcc, no GPU);
-    --results DIR: read what run.sh measured on the GPU and write the report."""
+    --results DIR: read what run.sh measured on the GPU and write the report. (The command
+    line refuses the options of other targets, --config among them.)"""
     from tileflow.calibrate import gpu_campaign, gpu_report, gpu_results, gpu_vendor
 
     if bool(prepare) == bool(results):
         raise InputError("tileflow validate gpu needs either --prepare DIR (build the "
                          "campaign here) or --results DIR (report what run.sh measured)")
     if prepare:
-        if config_path:
-            raise InputError("tileflow validate gpu --prepare takes no --config: the "
-                             "campaign's shapes are built in (see docs/gpu-validation.md)")
         campaign = gpu_campaign.GpuCampaign()
         if points is not None:
             if points < 1:
@@ -186,9 +185,9 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
     from tileflow.outputs import check_output_folder
     from tileflow.specs.arch import load_arch
 
-    if config_path or points is not None:
-        raise InputError("tileflow validate gpu --results takes no --config or --points: "
-                         "the campaign is the one run.sh measured", where="--results")
+    if points is not None:
+        raise InputError("applies to --prepare: with --results the campaign is the one "
+                         "run.sh measured", where="--points")
     folders = [Path(r) for r in ([results] if isinstance(results, str) else results)]
     for folder in folders:
         if not folder.is_dir():
@@ -196,7 +195,8 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                              "results into)", where="--results")
     if len({f.resolve() for f in folders}) < len(folders):
         raise InputError("the same results folder is given twice", where="--results")
-    check_output_folder(out or "validate/gpu", "--out")
+    target = check_output_folder(out or "validate/gpu", "--out")
+    gpu_report.check_outputs(target, learn)  # every file it writes, before any is
     runs = gpu_results.read_runs(folders, Path(prepared) if prepared else None)
     try:
         arch = load_arch(runs.manifest.get("arch", gpu_campaign.ARCH))
@@ -208,9 +208,10 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
                        ignore_index=True)
     study.summary["kernel_vs_vendor"] = gpu_vendor.kernel_vs_vendor(study.frame, vendor)
     study.summary["runs"] = [str(f) for f in folders]
-    study.summary["model_version"] = MODEL_VERSION
+    # the version of the model that made the campaign's predictions (null for a campaign
+    # prepared before manifests recorded it)
+    study.summary["model_version"] = runs.manifest.get("model_version")
     study.summary["retest"] = runs.retest
-    target = Path(out or "validate/gpu")
     command = "tileflow validate gpu" + "".join(f" --results {f}" for f in folders) + (
         f" --prepared {prepared}" if prepared else "") + (f" --out {out}" if out else "") + (
         " --learn" if learn else "")
@@ -219,7 +220,6 @@ def validate_gpu(config_path: str | None, points: int | None, out: str | None,
     if learn:
         from tileflow.calibrate import gpu_learned
 
-        target.mkdir(parents=True, exist_ok=True)
         meta = gpu_learned.run(study.frame, arch, target, machine)
         shapes = meta["held_out_shapes"]
         study.summary["learned_model"] = {
@@ -268,7 +268,7 @@ def run(args) -> int:
                                    getattr(args, "remeasure_traffic", False),
                                    getattr(args, "learn", False))
         else:
-            summary = validate_gpu(args.config, args.points, out, args.prepare,
+            summary = validate_gpu(args.points, out, args.prepare,
                                    args.results, args.prepared,
                                    getattr(args, "learn", False))
             if args.json or "prepared" in summary:

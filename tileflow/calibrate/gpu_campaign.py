@@ -38,6 +38,7 @@ from tileflow.kernels.inner_loops import features as inner_features
 from tileflow.kernels.nest import analyse
 from tileflow.kernels.reference import run_reference
 from tileflow.outputs import write_csv, write_text_atomic
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
 from tileflow.tree import Dataflow, to_dict
@@ -206,7 +207,8 @@ def prepare_campaign(campaign: GpuCampaign, folder: Path, build_binaries: bool =
                 "inputs": inputs,
                 "word_bytes": WORD_BYTES,
                 "budget_s": campaign.budget_s, "kernel_s": campaign.kernel_s,
-                "profile": campaign.profile, "nvcc": _nvcc_version()}
+                "profile": campaign.profile, "nvcc": _nvcc_version(),
+                "model_version": MODEL_VERSION}
     write_text_atomic(folder / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     write_text_atomic(folder / "vendor.py", gpu_vendor.SCRIPT)
     write_text_atomic(folder / "inputs.py", gpu_inputs.SCRIPT)

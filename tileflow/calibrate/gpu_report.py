@@ -16,11 +16,19 @@ def _fmt(v, pct: bool = False) -> str:
     return f"{v:.1%}" if pct else f"{v:.3f}"
 
 
+def check_outputs(folder: Path, learn: bool = False) -> None:
+    """Every file the report writes (and the learned model's) may be written: checked
+    before any is, so that a refusal leaves the folder as it was."""
+    names = ["measurements.csv", "summary.json", "report.md"]
+    names += ["learned.json", "learned-model.pkl"] if learn else []
+    for name in names:
+        check_output_file(folder / name, (Path(name).suffix,), "--out")
+
+
 def write(study: GpuStudy, folder: Path, command: str, fingerprint: dict, counts: dict,
           notes: list[str], sections: list[str] = ()) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("measurements.csv", "summary.json", "report.md"):  # all or none written
-        check_output_file(folder / name, (Path(name).suffix,), "--out")
+    check_outputs(folder)
     columns = [c for c in study.frame.columns if c != "tree"] + ["tree"]
     write_csv(study.frame[columns], folder / "measurements.csv")
     summary = {**study.summary, "machine": fingerprint, "counts": counts, "notes": notes,

@@ -19,7 +19,7 @@ from tileflow.calibrate.fit import Fit, cross_fit, fit
 from tileflow.errors import InputError
 from tileflow.kernels.cuda_harness import COLUMNS
 from tileflow.specs.arch import Architecture
-from tileflow.tables import Column, read_json_object, read_table
+from tileflow.tables import Column, line_of, read_json_object, read_table
 
 MAX_REL_ERR = 1e-3  # a dataflow whose outputs differ more from the reference is not timed
 # Rows computed on tensor cores round their contractions' inputs to TF32 (10-bit mantissa,
@@ -55,6 +55,11 @@ TIMING_COLUMNS = {"id": Column("integer", maximum=2**31), "status": Column("text
                   "runtime_version": Column("number", required=False)}
 
 
+def _plain(value):
+    """A cell as Python shows it (NumPy scalars as plain numbers)."""
+    return value.item() if hasattr(value, "item") else value
+
+
 def read_timings(path: Path) -> pd.DataFrame:
     """timings.csv, checked: every column of the harness, ids integers, times positive and
     ordered (min <= median <= max) and errors non-negative on the rows that ran."""
@@ -67,15 +72,14 @@ def read_timings(path: Path) -> pd.DataFrame:
                          f"{', '.join(COLUMNS)}", str(path), "line 1")
 
     def bad(i: int, column: str, expected: str) -> InputError:
-        value = frame.at[i, column]
-        return InputError(f"{path}, line {i + 2}, column '{column}': expected {expected}, got "
-                          f"{value.item() if hasattr(value, 'item') else value!r}")
+        return InputError(f"expected {expected}, got {_plain(frame.at[i, column])!r}",
+                          str(path), f"line {line_of(frame, i)}, column '{column}'")
 
     for column in FINGERPRINT:  # one GPU and one software stack per file
         differs = frame[column].astype(str) != str(frame[column].iloc[0])
         if differs.any():
             raise bad(int(frame.index[differs][0]), column,
-                      f"the machine of the file's first row ({frame[column].iloc[0]!r})")
+                      f"the machine of the file's first row ({_plain(frame[column].iloc[0])!r})")
     number = {c: pd.to_numeric(frame[c], errors="coerce")
               for c in ("median_s", "min_s", "max_s", "first_s", "reps", "max_rel_err")}
     for i in frame.index:
@@ -159,7 +163,8 @@ CAMPAIGN_COLUMNS = {
 }
 # manifest.json's keys the report reads, and their types
 MANIFEST_KEYS = {"arch": (str, "an accelerator name"), "nvcc": (str, "nvcc's version line"),
-                 "nvcc_flags": (list, "a list of nvcc's flags")}
+                 "nvcc_flags": (list, "a list of nvcc's flags"),
+                 "model_version": (str, "the model's version")}
 
 
 def read_campaign(folder: Path) -> tuple[pd.DataFrame, dict]:
@@ -179,7 +184,7 @@ def read_campaign(folder: Path) -> tuple[pd.DataFrame, dict]:
     for column in ("id", "key"):
         twice = frame[column].duplicated()
         if twice.any():
-            line = int(frame.index[twice][0]) + 2
+            line = line_of(frame, int(frame.index[twice][0]))
             raise InputError(f"{str(frame[column][twice].iloc[0])!r} is there twice: each "
                              "dataflow once", str(csv_path), f"line {line}, column '{column}'")
     return frame, manifest

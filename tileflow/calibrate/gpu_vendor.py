@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from tileflow.errors import InputError
-from tileflow.tables import Column, read_table
+from tileflow.tables import Column, line_of, read_table
 
 FILE = "vendor.csv"
 COLUMNS = ("program", "workload", "shape", "library", "precision", "median_s", "reps")
@@ -110,8 +110,8 @@ def read_vendor(path: Path) -> pd.DataFrame:
                               "reps": Column("integer", minimum=1)}, minimum_rows=0)
     for i, r in frame.iterrows():
         if r.precision not in PRECISIONS:
-            raise InputError(f"{path}, line {i + 2}, column 'precision': expected one of "
-                             f"{', '.join(PRECISIONS)}, got {r.precision!r}")
+            raise InputError(f"expected one of {', '.join(PRECISIONS)}, got {r.precision!r}",
+                             str(path), f"line {line_of(frame, i)}, column 'precision'")
     frame["median_s"] = frame.median_s.astype(float)
     return frame
 

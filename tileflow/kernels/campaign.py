@@ -49,6 +49,7 @@ from tileflow.kernels.trees import (
 )
 from tileflow.outputs import write_csv
 from tileflow.outputs import write_text_atomic as write_text
+from tileflow.provenance import MODEL_VERSION
 from tileflow.specs.arch import Architecture, load_arch
 from tileflow.specs.workload import Workload, load_workload
 from tileflow.specs.yamlfile import Field
@@ -394,7 +395,8 @@ def run_campaign(config: CampaignConfig, out: Path,
     rows = done.to_dict("records")
     seen = {(r["key"], _threads_of(r)) for r in rows}
     write_text(out / "environment.json", json.dumps(
-        {**environment(), "config": config.__dict__, "arch": arch.name}, indent=2) + "\n")
+        {**environment(), "config": config.__dict__, "arch": arch.name,
+         "model_version": MODEL_VERSION}, indent=2) + "\n")
     failed_before = read_rows(out / FAILURES)
     seen |= {(r["key"], _threads_of(r)) for r in failed_before.to_dict("records")}
     jobs = plan_jobs(config, seen)

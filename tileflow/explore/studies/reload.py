@@ -15,7 +15,7 @@ from pathlib import Path
 from tileflow.cost import evaluate
 from tileflow.cost.result import Result
 from tileflow.errors import InputError
-from tileflow.explore.factors.space import OBJECTIVES
+from tileflow.explore.factors.space import COLUMNS, OBJECTIVES
 from tileflow.specs.arch import Architecture, load_arch, parse_arch
 from tileflow.specs.dataflow import found_for_file, load_dataflow_file
 from tileflow.specs.workload import Workload, load_workload, parse_workload
@@ -37,15 +37,13 @@ class SavedStudy:
 
     def points(self):
         """points.csv as a pandas DataFrame, its columns checked (a damaged file is an
-        InputError naming the line and column)."""
-        return read_table(self.folder / "points.csv", POINT_COLUMNS, minimum_rows=0)
-
-
-# what the figures read of points.csv: an objective is +inf for an invalid point
-_FIGURE = Column("number", infinite=True, required=False)
-POINT_COLUMNS = {"cost": Column("number", infinite=True), "seconds": Column("number"),
-                 "valid": Column("text"), "cycles": _FIGURE, "energy_pj": _FIGURE,
-                 "dram_words": _FIGURE, "edp": _FIGURE}
+        InputError naming the line and column): the cost, the time and each objective's
+        column (+inf for an invalid point)."""
+        objective = self.summary.get("objective", "latency")
+        figure = Column("number", infinite=True)
+        columns = {"cost": figure, "seconds": Column("number"), "valid": Column("text"),
+                   **{COLUMNS[o]: figure for o in self.summary.get("objectives", [objective])}}
+        return read_table(self.folder / "points.csv", columns, minimum_rows=0)
 
 
 def inputs(config_workload: str, config_accelerator: str) -> dict[str, str]:
