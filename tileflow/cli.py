@@ -230,8 +230,15 @@ def _load(args):
     from tileflow.interop.files import load_arch_any, load_workload_any
 
     overrides = _pairs(args.set, "--set", -MAX_FLAG_VALUE)
-    return (load_workload_any(args.workload, overrides, args.preset),
-            load_arch_any(args.arch, getattr(args, "ert", None)))
+    try:
+        workload = load_workload_any(args.workload, overrides, args.preset)
+    except InputError as exc:  # one that names no file is about the name given
+        raise (exc if exc.source or exc.where else exc.located(where="--workload")) from None
+    try:
+        arch = load_arch_any(args.arch, getattr(args, "ert", None))
+    except InputError as exc:
+        raise (exc if exc.source or exc.where else exc.located(where="--arch")) from None
+    return workload, arch
 
 
 def _run_title(args, workload, arch) -> str:
@@ -256,7 +263,11 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
         if tiles:
             raise InputError("--tile applies to a named baseline, not to a dataflow file",
                              where="--tile")
-        flow = load_dataflow_any(shipped or path, workload, arch)
+        try:
+            flow = load_dataflow_any(shipped or path, workload, arch)
+        except InputError as exc:  # one that names no file is about the name given
+            raise (exc if exc.source or exc.where else exc.located(where="--dataflow")) \
+                from None
         check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
@@ -271,12 +282,19 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
 
 def _build(name: str, workload, arch, tiles=None, fit: bool = False):
     """A named baseline with the builder's factors (or the --tile sizes); with `fit`, its
-    factors fitted by the tile search under the baseline's own rule (`compare`). An error of
-    fit (the workload's shape) names the workload file."""
+    factors fitted by the tile search under the baseline's own rule (`compare`). A name that
+    is no baseline is an error of --dataflow; one that does not apply to the workload, or an
+    error of fit (the workload's shape), names the workload file."""
     from tileflow.dataflows import build
+    from tileflow.dataflows.registry import BASELINES
     from tileflow.evaluator.structure import structure_of
     from tileflow.evaluator.workbound import check_enumeration
 
+    if name.lower() not in BASELINES:
+        try:
+            build(name, workload, arch, tiles)  # its message: what the names are
+        except InputError as exc:
+            raise exc.located(where="--dataflow") from None
     try:
         flow = build(name, workload, arch, tiles)
         if not fit or tiles:

@@ -150,10 +150,11 @@ def test_bad_sizes(capsys, args, message):
     ("--dataflow", "missing.yaml", "no such dataflow file 'missing.yaml'"),
 ])
 def test_unknown_names(capsys, flag, value, message):
+    """The error names the flag whose value is unknown."""
     args = {"--arch": "edge", "--workload": "attention", "--dataflow": "layerwise"}
     args[flag] = value
     code, err = run(capsys, "evaluate", *[x for kv in args.items() for x in kv])
-    assert code == 2 and message in err
+    assert code == 2 and f"{flag}: {message}" in err, err
 
 
 def test_bad_operator_expression(tmp_path, capsys):
