@@ -233,11 +233,11 @@ def _load(args):
     try:
         workload = load_workload_any(args.workload, overrides, args.preset)
     except InputError as exc:  # one that names no file is about the name given
-        raise (exc if exc.source or exc.where else exc.located(where="--workload")) from None
+        raise exc.about("--workload") from None
     try:
         arch = load_arch_any(args.arch, getattr(args, "ert", None))
     except InputError as exc:
-        raise (exc if exc.source or exc.where else exc.located(where="--arch")) from None
+        raise exc.about("--arch") from None
     return workload, arch
 
 
@@ -266,8 +266,7 @@ def _dataflow(name: str, workload, arch, tiles: dict[str, int]):
         try:
             flow = load_dataflow_any(shipped or path, workload, arch)
         except InputError as exc:  # one that names no file is about the name given
-            raise (exc if exc.source or exc.where else exc.located(where="--dataflow")) \
-                from None
+            raise exc.about("--dataflow") from None
         check_operators(flow, [op.name for op in workload.ops])
         return flow
     for dim in tiles:
@@ -294,7 +293,7 @@ def _build(name: str, workload, arch, tiles=None, fit: bool = False):
         try:
             build(name, workload, arch, tiles)  # its message: what the names are
         except InputError as exc:
-            raise exc.located(where="--dataflow") from None
+            raise exc.about("--dataflow") from None
     try:
         flow = build(name, workload, arch, tiles)
         if not fit or tiles:

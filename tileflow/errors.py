@@ -19,3 +19,8 @@ class InputError(ValueError):
     def located(self, source: str | None = None, where: str | None = None) -> InputError:
         """The same error with a file and place filled in where they were missing."""
         return InputError(self.message, self.source or source, self.where or where)
+
+    def about(self, flag: str) -> InputError:
+        """The same error placed at a command-line flag when it names no file or place: it
+        is about the value given there (an unknown name, a missing file)."""
+        return self if self.source or self.where else self.located(where=flag)

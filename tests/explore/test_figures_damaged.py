@@ -125,3 +125,8 @@ def test_the_undamaged_copy_redraws(study, tmp_path):
     shutil.copytree(study, folder)
     assert main(["figures", str(folder)]) == 0
     assert (folder / "convergence.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_an_unknown_accelerator_given_names_the_flag(study, capsys):
+    assert main(["figures", str(study), "--accelerator", "nope"]) == 2
+    assert "--accelerator: unknown accelerator 'nope'" in capsys.readouterr().err

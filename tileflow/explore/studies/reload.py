@@ -148,7 +148,7 @@ def _given_arch(value: str) -> Architecture:
     try:
         return load_arch(value)
     except InputError as exc:
-        raise exc.located(where="--accelerator") from None
+        raise exc.about("--accelerator") from None
 
 
 def _missing_file(value: str | None) -> bool:
